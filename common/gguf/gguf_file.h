@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/gguf/ggml_type.h"
@@ -40,6 +41,8 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Absolute byte offset of the tensor data section (header end rounded up to alignment()).
+  uint64_t data_offset() const { return data_offset_; }
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
@@ -70,6 +73,10 @@ class GgufFile {
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, Value>> metadata_;
   std::vector<TensorInfo> tensors_;
+  uint64_t data_offset_ = 0;
+  // Name -> index into metadata_ / tensors_ (also how duplicates are detected).
+  absl::flat_hash_map<std::string, size_t> key_index_;
+  absl::flat_hash_map<std::string, size_t> tensor_index_;
 };
 
 }  // namespace specd::gguf

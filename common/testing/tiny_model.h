@@ -1,0 +1,37 @@
+// Writes small random-weight Llama-architecture GGUF files so tests run in seconds without the
+// real model. The tokenizer is copied from another GGUF or synthesised (byte-level BPE with
+// 256 byte tokens, a few dozen English merges and ChatML special tokens).
+#ifndef SPECD_COMMON_TESTING_TINY_MODEL_H_
+#define SPECD_COMMON_TESTING_TINY_MODEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/gguf/ggml_type.h"
+
+namespace specd::testing {
+
+struct TinyModelSpec {
+  std::string architecture = "llama";  // or "qwen2" (adds QKV biases, NeoX RoPE)
+  int32_t num_layers = 2;
+  int32_t embedding_dim = 64;   // multiple of 32 for quantized types
+  int32_t ffn_dim = 128;        // multiple of 32
+  int32_t num_heads = 4;
+  int32_t num_kv_heads = 2;
+  int32_t context_length = 512;
+  float rope_base = 10000.0f;
+  gguf::GgmlType weight_type = gguf::GgmlType::kQ8_0;  // 2-D weights; norms stay F32
+  gguf::GgmlType embedding_type = gguf::GgmlType::kQ8_0;
+  bool tied_output = true;
+  uint64_t seed = 1;
+  float weight_scale = 0.08f;   // std-dev-like spread of the random weights
+  // Copy tokenizer.* metadata from this GGUF (its vocabulary size wins); empty = synthetic.
+  std::string tokenizer_from;
+};
+
+absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& path);
+
+}  // namespace specd::testing
+
+#endif  // SPECD_COMMON_TESTING_TINY_MODEL_H_

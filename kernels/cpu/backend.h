@@ -1,0 +1,57 @@
+// Internal: the per-ISA kernel table behind kernels/cpu/ops.h. Each function does
+// one thread's share of the work; ops.cc splits work and owns all scratch memory,
+// so the ISA-specific translation units use no standard-library templates (their
+// instantiations would be compiled for the wider ISA and might be picked by the
+// linker for the generic path).
+#ifndef SPECD_KERNELS_CPU_BACKEND_H_
+#define SPECD_KERNELS_CPU_BACKEND_H_
+
+#include <cstdint>
+
+#include "kernels/act_quant.h"
+#include "kernels/kernel_types.h"
+
+namespace specd::kernels::cpu::internal {
+
+struct AttnArgs {
+  const float* q;                      // [T, Hq, d]
+  int32_t num_q_heads;
+  const int32_t* positions;            // [T]
+  const int32_t* const* block_tables;  // [T] -> table
+  const PagedKvLayer* kv;
+  float scale;
+  float* out;                          // [T, Hq, d]
+};
+
+// Scratch floats PagedAttention needs per work item with context length len.
+inline int64_t AttnScratchFloats(int64_t len, int32_t group, int32_t head_dim) {
+  return static_cast<int64_t>(group) * (len + head_dim + 8);
+}
+
+struct Backend {
+  // Same output as QuantizeActRow (bitwise).
+  void (*quantize_act)(const float* x, int64_t n, ActBlockQ8* out);
+  // Quantized weights: y[t, n] for t < T and n0 <= n < n1.  act: [T, cols / 32].
+  void (*matmul_q)(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0,
+                   int64_t n1, float* y, float* scratch /* >= T floats */);
+  // F32 / F16 / BF16 weights: y[t, n] for t < T and n0 <= n < n1.
+  void (*matmul_f)(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int64_t n1,
+                   float* y);
+  // Rows [t0, t1) of RmsNorm.
+  void (*rmsnorm)(const float* x, int64_t D, const float* w, float eps, float* out, int64_t t0,
+                  int64_t t1);
+  // out[i] = silu(g[i]) * u[i] for i < n.
+  void (*swiglu)(const float* g, const float* u, float* out, int64_t n);
+  void (*softmax)(float* x, int64_t n);
+  // Work items [i0, i1) of item = t * num_kv_heads + kv_head.
+  void (*attention)(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch);
+  // dst[i] = f16(src[i]) (round to nearest even).
+  void (*to_f16)(const float* src, uint16_t* dst, int64_t n);
+};
+
+const Backend& GenericBackend();
+const Backend* Avx2Backend();  // nullptr when not compiled in
+
+}  // namespace specd::kernels::cpu::internal
+
+#endif  // SPECD_KERNELS_CPU_BACKEND_H_

@@ -1,0 +1,372 @@
+// CPU kernels: work splitting, scratch memory, ISA dispatch and the generic
+// (scalar) backend. The AVX2 backend lives in ops_avx2.cc.
+#include "kernels/cpu/ops.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/act_quant.h"
+#include "kernels/cpu/backend.h"
+#include "kernels/ref/ops.h"
+
+namespace specd::kernels::cpu {
+namespace {
+
+using gguf::GgmlType;
+using internal::AttnArgs;
+using internal::Backend;
+
+[[noreturn]] void Fail(const char* what) {
+  std::fprintf(stderr, "specd::kernels::cpu: %s\n", what);
+  std::abort();
+}
+
+bool IsQuantized(GgmlType t) {
+  return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 ||
+         t == GgmlType::kQ4_K || t == GgmlType::kQ6_K;
+}
+
+// Grow-only per-thread scratch (no allocation once warm).
+template <typename T>
+T* Scratch(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// ------------------------------------------------------------ generic backend
+
+void GenQuantizeAct(const float* x, int64_t n, ActBlockQ8* out) { QuantizeActRow(x, n, out); }
+
+// Same arithmetic as ref::MatMul, one weight row at a time with T accumulators.
+void GenMatMulQ(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
+                float* y, float* acc) {
+  const int64_t nb = w.cols / 32;
+  ref::IntSubBlock sb;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w.data + n * w.row_bytes;
+    for (int64_t t = 0; t < T; ++t) acc[t] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      ref::DecodeIntSubBlock(w.type, row, b, &sb);
+      int32_t wq[32];
+      for (int i = 0; i < 32; ++i) wq[i] = sb.sub_scale[i] * sb.q[i];
+      for (int64_t t = 0; t < T; ++t) {
+        const ActBlockQ8& a = act[t * nb + b];
+        int32_t isum = 0;
+        for (int i = 0; i < 32; ++i) isum += wq[i] * a.qs[i];
+        acc[t] += (sb.scale * a.d) * static_cast<float>(isum);
+        if (sb.min != 0.0f) acc[t] += sb.min * a.s;
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) y[t * w.rows + n] = acc[t];
+  }
+}
+
+void GenMatMulF(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int64_t n1,
+                float* y) {
+  const int64_t K = w.cols;
+  float buf[256];
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w.data + n * w.row_bytes;
+    for (int64_t t = 0; t < T; ++t) {
+      float acc = 0.0f;
+      for (int64_t k0 = 0; k0 < K; k0 += 256) {
+        const int64_t len = K - k0 < 256 ? K - k0 : 256;
+        // Dequantizing a slice of a float row is exact for F32/F16/BF16.
+        const int64_t esize = w.type == GgmlType::kF32 ? 4 : 2;
+        ref::DequantizeRow(w.type, row + k0 * esize, len, buf);
+        for (int64_t k = 0; k < len; ++k) acc += buf[k] * x[t * K + k0 + k];
+      }
+      y[t * w.rows + n] = acc;
+    }
+  }
+}
+
+void GenRmsNorm(const float* x, int64_t D, const float* w, float eps, float* out, int64_t t0,
+                int64_t t1) {
+  ref::RmsNorm(x + t0 * D, t1 - t0, D, w, eps, out + t0 * D);
+}
+
+void GenSwiGlu(const float* g, const float* u, float* out, int64_t n) {
+  ref::SwiGlu(g, u, 1, n, out);
+}
+
+void GenSoftmax(float* x, int64_t n) { ref::Softmax(x, n); }
+
+float KvLoad(const PagedKvLayer& kv, const void* base, int64_t index) {
+  switch (kv.dtype) {
+    case KvDtype::kF32: return static_cast<const float*>(base)[index];
+    case KvDtype::kF16: return ref::F16ToF32(static_cast<const uint16_t*>(base)[index]);
+    case KvDtype::kBF16: return ref::BF16ToF32(static_cast<const uint16_t*>(base)[index]);
+  }
+  return 0.0f;
+}
+
+void GenAttention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
+  const PagedKvLayer& kv = *a.kv;
+  const int32_t d = kv.head_dim, hkv = kv.num_kv_heads, group = a.num_q_heads / hkv;
+  const int64_t row = static_cast<int64_t>(hkv) * d;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t t = item / hkv;
+    const int32_t h = static_cast<int32_t>(item % hkv);
+    const int64_t len = static_cast<int64_t>(a.positions[t]) + 1;
+    const int32_t* table = a.block_tables[t];
+    for (int32_t g = 0; g < group; ++g) {
+      const int64_t qh = t * a.num_q_heads + static_cast<int64_t>(h) * group + g;
+      const float* q = a.q + qh * d;
+      float* s = scratch;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+        float dot = 0.0f;
+        for (int32_t i = 0; i < d; ++i) dot += q[i] * KvLoad(kv, kv.k, slot * row + h * d + i);
+        s[j] = dot * a.scale;
+        mx = s[j] > mx ? s[j] : mx;
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        s[j] = std::exp(s[j] - mx);
+        sum += s[j];
+      }
+      float* o = a.out + qh * d;
+      for (int32_t i = 0; i < d; ++i) o[i] = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+        for (int32_t i = 0; i < d; ++i) o[i] += s[j] * KvLoad(kv, kv.v, slot * row + h * d + i);
+      }
+      const float inv = 1.0f / sum;
+      for (int32_t i = 0; i < d; ++i) o[i] *= inv;
+    }
+  }
+}
+
+void GenToF16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = ref::F32ToF16(src[i]);
+}
+
+const Backend kGeneric = {
+    GenQuantizeAct, GenMatMulQ, GenMatMulF, GenRmsNorm, GenSwiGlu, GenSoftmax, GenAttention, GenToF16,
+};
+
+// ------------------------------------------------------------ dispatch
+
+bool CpuHasAvx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c") && internal::Avx2Backend() != nullptr;
+#else
+  return false;
+#endif
+}
+
+std::atomic<int> g_isa{-1};
+
+Isa CurrentIsa() {
+  int v = g_isa.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = static_cast<int>(CpuHasAvx2() ? Isa::kAvx2 : Isa::kGeneric);
+    if (const char* e = std::getenv("SPECD_KERNELS_ISA"); e && std::strcmp(e, "generic") == 0) {
+      v = static_cast<int>(Isa::kGeneric);
+    }
+    g_isa.store(v, std::memory_order_relaxed);
+  }
+  return static_cast<Isa>(v);
+}
+
+const Backend& Be() {
+  return CurrentIsa() == Isa::kAvx2 ? *internal::Avx2Backend() : kGeneric;
+}
+
+// Parallelize elementwise work only when it is big enough to pay for the wake-up.
+constexpr int64_t kMinParallelElems = 1 << 15;
+
+}  // namespace
+
+namespace internal {
+const Backend& GenericBackend() { return kGeneric; }
+}  // namespace internal
+
+Isa ActiveIsa() { return CurrentIsa(); }
+bool IsaSupported(Isa isa) { return isa == Isa::kGeneric || CpuHasAvx2(); }
+void SetIsa(Isa isa) {
+  if (IsaSupported(isa)) g_isa.store(static_cast<int>(isa));
+}
+const char* IsaName(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "generic"; }
+
+// ------------------------------------------------------------ ops
+
+void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, float* y) {
+  if (!MatMulSupportsType(w.type)) Fail("MatMul: unsupported weight type");
+  if (T <= 0 || w.rows <= 0) return;
+  const Backend& be = Be();
+  constexpr int64_t kTileRows = 4;  // weight rows per work unit
+  const int64_t tiles = (w.rows + kTileRows - 1) / kTileRows;
+  // Each chunk of work should be at least ~64K multiply-adds.
+  const int64_t per_tile = kTileRows * T * w.cols;
+  const int64_t grain = per_tile >= 65536 ? 1 : (65536 + per_tile - 1) / per_tile;
+  if (!IsQuantized(w.type)) {
+    pool.ParallelFor(tiles, [&](int64_t b, int64_t e) {
+      be.matmul_f(w, x, T, b * kTileRows, e * kTileRows < w.rows ? e * kTileRows : w.rows, y);
+    }, grain);
+    return;
+  }
+  const int64_t block = (w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ6_K) ? 256 : 32;
+  if (w.cols % block != 0) Fail("MatMul: cols not a multiple of the block size");
+  const int64_t nb = w.cols / 32;
+  static thread_local std::vector<ActBlockQ8> act_buf;
+  ActBlockQ8* act = Scratch(act_buf, T * nb);
+  if (T * w.cols >= kMinParallelElems) {
+    pool.ParallelFor(T, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) be.quantize_act(x + t * w.cols, w.cols, act + t * nb);
+    });
+  } else {
+    for (int64_t t = 0; t < T; ++t) be.quantize_act(x + t * w.cols, w.cols, act + t * nb);
+  }
+  pool.ParallelFor(tiles, [&](int64_t b, int64_t e) {
+    static thread_local std::vector<float> acc_buf;
+    float* acc = Scratch(acc_buf, T);
+    be.matmul_q(w, act, T, b * kTileRows, e * kTileRows < w.rows ? e * kTileRows : w.rows, y, acc);
+  }, grain);
+}
+
+void RmsNorm(ThreadPool& pool, const float* x, int64_t T, int64_t D, const float* w, float eps,
+             float* out) {
+  const Backend& be = Be();
+  const int64_t grain = D >= kMinParallelElems ? 1 : kMinParallelElems / (D > 0 ? D : 1);
+  pool.ParallelFor(T, [&](int64_t b, int64_t e) { be.rmsnorm(x, D, w, eps, out, b, e); }, grain);
+}
+
+void Rope(ThreadPool& pool, float* x, int64_t T, int32_t num_heads, int32_t head_dim,
+          const int32_t* positions, const RopeParams& p) {
+  const int half = p.rope_dim / 2;
+  if (half <= 0) return;
+  if (p.rope_dim > head_dim) Fail("Rope: rope_dim > head_dim");
+  double inv_freq[512];
+  if (half > 512) Fail("Rope: rope_dim too large");
+  ref::RopeInvFreq(p, inv_freq);
+  const int64_t per_token = static_cast<int64_t>(num_heads) * head_dim;
+  const int64_t grain = per_token >= kMinParallelElems ? 1 : kMinParallelElems / per_token;
+  pool.ParallelFor(T, [&](int64_t b, int64_t e) {
+    float cs[512], sn[512];
+    for (int64_t t = b; t < e; ++t) {
+      for (int i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(positions[t]) * inv_freq[i];
+        cs[i] = static_cast<float>(std::cos(angle));
+        sn[i] = static_cast<float>(std::sin(angle));
+      }
+      for (int32_t h = 0; h < num_heads; ++h) {
+        float* v = x + (t * num_heads + h) * head_dim;
+        if (p.layout == RopeLayout::kNormal) {
+          for (int i = 0; i < half; ++i) {
+            const float a0 = v[2 * i], a1 = v[2 * i + 1];
+            v[2 * i] = a0 * cs[i] - a1 * sn[i];
+            v[2 * i + 1] = a0 * sn[i] + a1 * cs[i];
+          }
+        } else {
+          for (int i = 0; i < half; ++i) {
+            const float a0 = v[i], a1 = v[i + half];
+            v[i] = a0 * cs[i] - a1 * sn[i];
+            v[i + half] = a0 * sn[i] + a1 * cs[i];
+          }
+        }
+      }
+    }
+  }, grain);
+}
+
+void SwiGlu(ThreadPool& pool, const float* gate, const float* up, int64_t T, int64_t F,
+            float* out) {
+  const Backend& be = Be();
+  const int64_t n = T * F;
+  // Chunks are multiples of 8 elements; each element's value does not depend on the split.
+  const int64_t units = (n + 7) / 8;
+  pool.ParallelFor(units, [&](int64_t b, int64_t e) {
+    const int64_t i0 = b * 8, i1 = e * 8 < n ? e * 8 : n;
+    be.swiglu(gate + i0, up + i0, out + i0, i1 - i0);
+  }, kMinParallelElems / 8);
+}
+
+void Softmax(ThreadPool& pool, float* x, int64_t n) { Be().softmax(x, n); }
+
+void AddInPlace(ThreadPool& pool, float* x, const float* y, int64_t n) {
+  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] += y[i];
+  }, kMinParallelElems);
+}
+
+void AddBias(ThreadPool& pool, float* x, int64_t T, int64_t N, const float* b) {
+  const int64_t grain = N >= kMinParallelElems ? 1 : kMinParallelElems / (N > 0 ? N : 1);
+  pool.ParallelFor(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t i = 0; i < N; ++i) x[t * N + i] += b[i];
+  }, grain);
+}
+
+void EmbeddingLookup(ThreadPool& pool, const WeightMatrix& table, const int32_t* ids, int64_t T,
+                     float* out) {
+  for (int64_t t = 0; t < T; ++t) {
+    if (ids[t] < 0 || ids[t] >= table.rows) Fail("EmbeddingLookup: id out of range");
+  }
+  const int64_t grain = table.cols >= kMinParallelElems ? 1 : kMinParallelElems / table.cols;
+  pool.ParallelFor(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      if (!ref::DequantizeRow(table.type, table.data + ids[t] * table.row_bytes, table.cols,
+                              out + t * table.cols)) {
+        Fail("EmbeddingLookup: unsupported type");
+      }
+    }
+  }, grain);
+}
+
+void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const int64_t* slots,
+             const PagedKvLayer& kv) {
+  const Backend& be = Be();
+  const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
+  for (int64_t t = 0; t < T; ++t) {
+    if (slots[t] < 0 || slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
+    const int64_t dst = slots[t] * row;
+    switch (kv.dtype) {
+      case KvDtype::kF32:
+        std::memcpy(static_cast<float*>(kv.k) + dst, k + t * row, row * sizeof(float));
+        std::memcpy(static_cast<float*>(kv.v) + dst, v + t * row, row * sizeof(float));
+        break;
+      case KvDtype::kF16:
+        be.to_f16(k + t * row, static_cast<uint16_t*>(kv.k) + dst, row);
+        be.to_f16(v + t * row, static_cast<uint16_t*>(kv.v) + dst, row);
+        break;
+      case KvDtype::kBF16:
+        for (int64_t i = 0; i < row; ++i) {
+          static_cast<uint16_t*>(kv.k)[dst + i] = ref::F32ToBF16(k[t * row + i]);
+          static_cast<uint16_t*>(kv.v)[dst + i] = ref::F32ToBF16(v[t * row + i]);
+        }
+        break;
+    }
+  }
+}
+
+void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_heads,
+                    const int32_t* positions, const int32_t* const* block_tables,
+                    const PagedKvLayer& kv, float scale, float* out) {
+  if (T <= 0) return;
+  const int32_t hkv = kv.num_kv_heads, d = kv.head_dim;
+  if (hkv <= 0 || num_q_heads % hkv != 0) Fail("PagedAttention: Hq % Hkv != 0");
+  const int32_t group = num_q_heads / hkv;
+  int64_t max_len = 1;
+  for (int64_t t = 0; t < T; ++t) {
+    if (positions[t] < 0) Fail("PagedAttention: negative position");
+    if (positions[t] + 1 > max_len) max_len = positions[t] + 1;
+  }
+  const Backend& be = (d % 8 == 0 && d <= 512) ? Be() : kGeneric;
+  const int64_t scratch_n = internal::AttnScratchFloats(max_len, group, d);
+  const AttnArgs args{q, num_q_heads, positions, block_tables, &kv, scale, out};
+  pool.ParallelFor(T * hkv, [&](int64_t b, int64_t e) {
+    static thread_local std::vector<float> buf;
+    be.attention(args, b, e, Scratch(buf, scratch_n));
+  });
+}
+
+}  // namespace specd::kernels::cpu

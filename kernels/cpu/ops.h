@@ -1,0 +1,49 @@
+// Fast CPU kernels: AVX2+FMA+F16C with runtime dispatch and a generic fallback.
+// Same semantics as kernels/ref/ops.h (see there for shapes); the first argument
+// is the thread pool that runs the work.
+//
+// Batch invariance: every output row depends only on its own inputs. MatMul splits
+// work over output features and activation rows, never over the reduction, and a
+// multi-row tile accumulates each (t, n) in exactly the order of the single-row
+// path; PagedAttention computes each (token, head) alone. So results are bitwise
+// identical whatever T is, whatever else is in the batch, and however many threads
+// run (for a given ISA path).
+#ifndef SPECD_KERNELS_CPU_OPS_H_
+#define SPECD_KERNELS_CPU_OPS_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/kernel_types.h"
+
+namespace specd::kernels::cpu {
+
+void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, float* y);
+void RmsNorm(ThreadPool& pool, const float* x, int64_t T, int64_t D, const float* w, float eps,
+             float* out);
+void Rope(ThreadPool& pool, float* x, int64_t T, int32_t num_heads, int32_t head_dim,
+          const int32_t* positions, const RopeParams& p);
+void SwiGlu(ThreadPool& pool, const float* gate, const float* up, int64_t T, int64_t F,
+            float* out);
+void Softmax(ThreadPool& pool, float* x, int64_t n);
+void AddInPlace(ThreadPool& pool, float* x, const float* y, int64_t n);
+void AddBias(ThreadPool& pool, float* x, int64_t T, int64_t N, const float* b);
+void EmbeddingLookup(ThreadPool& pool, const WeightMatrix& table, const int32_t* ids, int64_t T,
+                     float* out);
+void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const int64_t* slots,
+             const PagedKvLayer& kv);
+void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_heads,
+                    const int32_t* positions, const int32_t* const* block_tables,
+                    const PagedKvLayer& kv, float scale, float* out);
+
+// Instruction-set path in use. The default is the best the CPU supports; tests and
+// benchmarks may force the generic path (not thread-safe against running kernels).
+enum class Isa { kGeneric, kAvx2 };
+Isa ActiveIsa();
+bool IsaSupported(Isa isa);
+void SetIsa(Isa isa);  // ignored if unsupported
+const char* IsaName(Isa isa);
+
+}  // namespace specd::kernels::cpu
+
+#endif  // SPECD_KERNELS_CPU_OPS_H_

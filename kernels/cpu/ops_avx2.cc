@@ -1,0 +1,546 @@
+// AVX2 + FMA + F16C kernels. This file alone is compiled with -mavx2 -mfma -mf16c
+// and is only called after a runtime CPU check; everything here is in an anonymous
+// namespace and uses no standard-library templates (see backend.h).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/backend.h"
+
+namespace specd::kernels::cpu::internal {
+namespace {
+
+using gguf::GgmlType;
+
+inline float HsumPs(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+inline float HmaxPs(__m256 v) {
+  __m128 lo = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+inline int32_t HsumEpi32(__m256i v) {
+  __m128i lo = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0x4E));
+  lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0xB1));
+  return _mm_cvtsi128_si32(lo);
+}
+
+inline uint16_t Ld16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline float H2F(uint16_t h) { return _cvtsh_ss(h); }
+
+// e^x for 8 lanes: x = n ln2 + r, |r| <= ln2/2, degree-7 Taylor polynomial for e^r.
+// Relative error ~1e-7; inputs below -87.3 give 0, above 88 saturate near e^88.
+inline __m256 Exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i n = _mm256_cvtps_epi32(fx);
+  const __m256 pow2 =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+  const __m256 res = _mm256_mul_ps(p, pow2);
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), res);
+}
+
+// ---------------------------------------------------------------- activations
+
+void QuantizeAct(const float* x, int64_t n, ActBlockQ8* out) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 qmax = _mm256_set1_ps(127.0f), qmin = _mm256_set1_ps(-127.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+    const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                   _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    const float amax = HmaxPs(m);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      __m256 r = _mm256_round_ps(_mm256_mul_ps(v[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      r = _mm256_min_ps(_mm256_max_ps(r, qmin), qmax);
+      q[i] = _mm256_cvtps_epi32(r);
+    }
+    const int32_t sum = HsumEpi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), _mm256_permutevar8x32_epi32(p, perm));
+    out[b].d = d;
+    out[b].s = d * static_cast<float>(sum);
+  }
+}
+
+// ---------------------------------------------------------------- quantized MatMul
+//
+// A decoder turns 32-value sub-block b of a weight row into int8 values q (signed or
+// unsigned), a float scale, an optional float min and (Q6_K) int16 per-16 multipliers.
+
+inline __m256i Nibbles16(const uint8_t* p) {  // 16 bytes -> 32 nibbles (low ones first)
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+struct DecQ8_0 {
+  static constexpr bool kSigned = true, kMin = false, kSub = false;
+  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
+    const uint8_t* blk = row + b * 34;
+    d = H2F(Ld16(blk));
+    q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  }
+};
+
+struct DecQ4_0 {
+  static constexpr bool kSigned = true, kMin = false, kSub = false;
+  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
+    const uint8_t* blk = row + b * 18;
+    d = H2F(Ld16(blk));
+    q = _mm256_sub_epi8(Nibbles16(blk + 2), _mm256_set1_epi8(8));
+  }
+};
+
+struct DecQ4_1 {
+  static constexpr bool kSigned = false, kMin = true, kSub = false;
+  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
+    const uint8_t* blk = row + b * 20;
+    d = H2F(Ld16(blk));
+    m = H2F(Ld16(blk + 2));
+    q = Nibbles16(blk + 4);
+  }
+};
+
+struct DecQ4_K {
+  static constexpr bool kSigned = false, kMin = true, kSub = false;
+  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
+    const uint8_t* blk = row + (b >> 3) * 144;
+    const int j = static_cast<int>(b & 7);
+    const uint8_t* s = blk + 4;
+    int sc, mn;
+    if (j < 4) {
+      sc = s[j] & 63;
+      mn = s[j + 4] & 63;
+    } else {
+      sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+      mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    d = H2F(Ld16(blk)) * static_cast<float>(sc);
+    m = -H2F(Ld16(blk + 2)) * static_cast<float>(mn);
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (j >> 1)));
+    if (j & 1) v = _mm256_srli_epi16(v, 4);
+    q = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+  }
+};
+
+struct DecQ6_K {
+  static constexpr bool kSigned = true, kMin = false, kSub = true;
+  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
+    const uint8_t* blk = row + (b >> 3) * 210;
+    const int j = static_cast<int>(b & 7);
+    const int half = j >> 2, quarter = j & 3;
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * half + 32 * (quarter & 1)));
+    if (quarter >= 2) lo = _mm256_srli_epi16(lo, 4);
+    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * half));
+    hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * quarter)), _mm256_set1_epi8(3));
+    q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    sub = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
+    d = H2F(Ld16(blk + 208));
+  }
+};
+
+// R activation rows x C weight rows. Each (r, c) has its own accumulator and sees
+// exactly the same operation sequence whatever R and C are (batch invariance).
+template <class D, int R, int C>
+inline void TileQ(const uint8_t* w0, uint64_t rb, const ActBlockQ8* a0, int64_t nb, float* y0,
+                  int64_t ldy) {
+  __m256 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      __m256i q, sub = ones;
+      float d, m = 0.0f;
+      D::Dec(w0 + c * rb, b, q, d, m, sub);
+      const __m256 dv = _mm256_set1_ps(d);
+      __m256i qa = q;
+      if constexpr (D::kSigned) qa = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const ActBlockQ8* a = a0 + r * nb + b;
+        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a->qs));
+        __m256i p16;
+        if constexpr (D::kSigned) {
+          p16 = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(av, q));
+        } else {
+          p16 = _mm256_maddubs_epi16(q, av);
+        }
+        const __m256i p32 = _mm256_madd_epi16(p16, D::kSub ? sub : ones);
+        const __m256 scale = _mm256_mul_ps(dv, _mm256_broadcast_ss(&a->d));
+        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[r][c]);
+        if constexpr (D::kMin) {
+          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_zextps128_ps256(_mm_load_ss(&a->s)),
+                                      acc[r][c]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) y0[r * ldy + c] = HsumPs(acc[r][c]);
+}
+
+template <class D, int R, int C>
+inline void RowsQ(const WeightMatrix& w, const ActBlockQ8* a, int64_t nb, int64_t n0, int64_t n1,
+                  float* y) {
+  int64_t n = n0;
+  for (; n + C <= n1; n += C) TileQ<D, R, C>(w.data + n * w.row_bytes, w.row_bytes, a, nb, y + n, w.rows);
+  for (; n < n1; ++n) TileQ<D, R, 1>(w.data + n * w.row_bytes, w.row_bytes, a, nb, y + n, w.rows);
+}
+
+template <class D>
+void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
+              float* y) {
+  const int64_t nb = w.cols / 32;
+  constexpr int64_t kRowChunk = 16;  // weight rows kept in L1 while all T tiles pass
+  for (int64_t nc = n0; nc < n1; nc += kRowChunk) {
+    const int64_t ne = nc + kRowChunk < n1 ? nc + kRowChunk : n1;
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) RowsQ<D, 4, 2>(w, act + t * nb, nb, nc, ne, y + t * w.rows);
+    switch (T - t) {
+      case 3: RowsQ<D, 3, 2>(w, act + t * nb, nb, nc, ne, y + t * w.rows); break;
+      case 2: RowsQ<D, 2, 2>(w, act + t * nb, nb, nc, ne, y + t * w.rows); break;
+      case 1: RowsQ<D, 1, 4>(w, act + t * nb, nb, nc, ne, y + t * w.rows); break;
+      default: break;
+    }
+  }
+}
+
+void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
+             float* y, float* /*scratch*/) {
+  switch (w.type) {
+    case GgmlType::kQ8_0: MatMulQT<DecQ8_0>(w, act, T, n0, n1, y); return;
+    case GgmlType::kQ4_0: MatMulQT<DecQ4_0>(w, act, T, n0, n1, y); return;
+    case GgmlType::kQ4_1: MatMulQT<DecQ4_1>(w, act, T, n0, n1, y); return;
+    case GgmlType::kQ4_K: MatMulQT<DecQ4_K>(w, act, T, n0, n1, y); return;
+    case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, T, n0, n1, y); return;
+    default: return;  // ops.cc only routes supported types here
+  }
+}
+
+// ---------------------------------------------------------------- float MatMul
+
+template <GgmlType kType>
+inline __m256 LoadW8(const uint8_t* row, int64_t k) {
+  if constexpr (kType == GgmlType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (kType == GgmlType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+  } else {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+}
+
+template <GgmlType kType>
+inline float LoadW1(const uint8_t* row, int64_t k) {
+  if constexpr (kType == GgmlType::kF32) {
+    float f;
+    std::memcpy(&f, row + 4 * k, 4);
+    return f;
+  } else if constexpr (kType == GgmlType::kF16) {
+    return H2F(Ld16(row + 2 * k));
+  } else {
+    const uint32_t u = static_cast<uint32_t>(Ld16(row + 2 * k)) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+}
+
+template <GgmlType kType, int R, int C>
+inline void TileF(const uint8_t* w0, uint64_t rb, const float* x0, int64_t K, float* y0, int64_t ldy) {
+  __m256 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  const int64_t K8 = K & ~int64_t{7};
+  for (int64_t k = 0; k < K8; k += 8) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      const __m256 wv = LoadW8<kType>(w0 + c * rb, k);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + r * K + k), acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      float s = HsumPs(acc[r][c]);
+      for (int64_t k = K8; k < K; ++k) s += LoadW1<kType>(w0 + c * rb, k) * x0[r * K + k];
+      y0[r * ldy + c] = s;
+    }
+}
+
+template <GgmlType kType, int R, int C>
+inline void RowsF(const WeightMatrix& w, const float* x, int64_t n0, int64_t n1, float* y) {
+  int64_t n = n0;
+  for (; n + C <= n1; n += C) TileF<kType, R, C>(w.data + n * w.row_bytes, w.row_bytes, x, w.cols, y + n, w.rows);
+  for (; n < n1; ++n) TileF<kType, R, 1>(w.data + n * w.row_bytes, w.row_bytes, x, w.cols, y + n, w.rows);
+}
+
+template <GgmlType kType>
+void MatMulFT(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int64_t n1, float* y) {
+  const int64_t K = w.cols;
+  constexpr int64_t kRowChunk = 8;
+  for (int64_t nc = n0; nc < n1; nc += kRowChunk) {
+    const int64_t ne = nc + kRowChunk < n1 ? nc + kRowChunk : n1;
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) RowsF<kType, 4, 2>(w, x + t * K, nc, ne, y + t * w.rows);
+    switch (T - t) {
+      case 3: RowsF<kType, 3, 2>(w, x + t * K, nc, ne, y + t * w.rows); break;
+      case 2: RowsF<kType, 2, 2>(w, x + t * K, nc, ne, y + t * w.rows); break;
+      case 1: RowsF<kType, 1, 4>(w, x + t * K, nc, ne, y + t * w.rows); break;
+      default: break;
+    }
+  }
+}
+
+void MatMulF(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int64_t n1, float* y) {
+  switch (w.type) {
+    case GgmlType::kF32: MatMulFT<GgmlType::kF32>(w, x, T, n0, n1, y); return;
+    case GgmlType::kF16: MatMulFT<GgmlType::kF16>(w, x, T, n0, n1, y); return;
+    case GgmlType::kBF16: MatMulFT<GgmlType::kBF16>(w, x, T, n0, n1, y); return;
+    default: return;
+  }
+}
+
+// ---------------------------------------------------------------- elementwise
+
+// Applies f to n floats in place-or-out, 8 at a time; a tail goes through a padded
+// temporary so every element sees the same vector code (position-independent).
+template <class F>
+inline void Map8(int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) f(i, 8);
+  if (i < n) f(i, static_cast<int>(n - i));
+}
+
+inline __m256 LoadPartial(const float* p, int cnt) {
+  if (cnt == 8) return _mm256_loadu_ps(p);
+  float tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < cnt; ++i) tmp[i] = p[i];
+  return _mm256_loadu_ps(tmp);
+}
+inline void StorePartial(float* p, __m256 v, int cnt) {
+  if (cnt == 8) {
+    _mm256_storeu_ps(p, v);
+    return;
+  }
+  float tmp[8];
+  _mm256_storeu_ps(tmp, v);
+  for (int i = 0; i < cnt; ++i) p[i] = tmp[i];
+}
+
+void RmsNormRows(const float* x, int64_t D, const float* w, float eps, float* out, int64_t t0,
+                 int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* xr = x + t * D;
+    float* o = out + t * D;
+    __m256 acc = _mm256_setzero_ps();
+    Map8(D, [&](int64_t i, int cnt) {
+      const __m256 v = LoadPartial(xr + i, cnt);
+      acc = _mm256_fmadd_ps(v, v, acc);
+    });
+    const double ss = HsumPs(acc);
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
+    const __m256 invv = _mm256_set1_ps(inv);
+    Map8(D, [&](int64_t i, int cnt) {
+      StorePartial(o + i, _mm256_mul_ps(_mm256_mul_ps(LoadPartial(xr + i, cnt), invv), LoadPartial(w + i, cnt)), cnt);
+    });
+  }
+}
+
+void SwiGluRange(const float* g, const float* u, float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  Map8(n, [&](int64_t i, int cnt) {
+    const __m256 gv = LoadPartial(g + i, cnt);
+    const __m256 e = Exp8(_mm256_xor_ps(gv, sign));
+    const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+    StorePartial(out + i, _mm256_mul_ps(s, LoadPartial(u + i, cnt)), cnt);
+  });
+}
+
+// x[i] = exp(x[i] - mx); returns the sum.
+inline float ExpShiftSum(float* x, int64_t n, float mx) {
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  Map8(n, [&](int64_t i, int cnt) {
+    __m256 e = Exp8(_mm256_sub_ps(LoadPartial(x + i, cnt), mv));
+    if (cnt < 8) {
+      const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+      e = _mm256_and_ps(e, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), idx)));
+    }
+    acc = _mm256_add_ps(acc, e);
+    StorePartial(x + i, e, cnt);
+  });
+  return HsumPs(acc);
+}
+
+inline float MaxOf(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  Map8(n, [&](int64_t i, int cnt) {
+    __m256 v = _mm256_set1_ps(-INFINITY);
+    if (cnt == 8) {
+      v = _mm256_loadu_ps(x + i);
+    } else {
+      float tmp[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+      for (int k = 0; k < cnt; ++k) tmp[k] = x[i + k];
+      v = _mm256_loadu_ps(tmp);
+    }
+    m = _mm256_max_ps(m, v);
+  });
+  return HmaxPs(m);
+}
+
+void SoftmaxRow(float* x, int64_t n) {
+  if (n <= 0) return;
+  const float mx = MaxOf(x, n);
+  const float sum = ExpShiftSum(x, n, mx);
+  const __m256 inv = _mm256_set1_ps(1.0f / sum);
+  Map8(n, [&](int64_t i, int cnt) { StorePartial(x + i, _mm256_mul_ps(LoadPartial(x + i, cnt), inv), cnt); });
+}
+
+void ToF16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  if (i < n) {
+    float tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint16_t out[8];
+    for (int64_t k = i; k < n; ++k) tmp[k - i] = src[k];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(_mm256_loadu_ps(tmp), _MM_FROUND_TO_NEAREST_INT));
+    for (int64_t k = i; k < n; ++k) dst[k] = out[k - i];
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+// Converts one head row (d floats, d % 8 == 0) of the KV pool to f32.
+inline void LoadKvRow(KvDtype dt, const void* base, int64_t index, int32_t d, float* dst) {
+  if (dt == KvDtype::kF32) {
+    const float* p = static_cast<const float*>(base) + index;
+    for (int32_t i = 0; i < d; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(p + i));
+  } else if (dt == KvDtype::kF16) {
+    const uint16_t* p = static_cast<const uint16_t*>(base) + index;
+    for (int32_t i = 0; i < d; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(base) + index;
+    for (int32_t i = 0; i < d; i += 8) {
+      const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)));
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+  }
+}
+
+inline float Dot(const float* a, const float* b, int32_t d) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int32_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  if (i < d) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  return HsumPs(_mm256_add_ps(acc0, acc1));
+}
+
+void Attention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
+  const PagedKvLayer& kv = *a.kv;
+  const int32_t d = kv.head_dim;
+  const int32_t hkv = kv.num_kv_heads;
+  const int32_t group = a.num_q_heads / hkv;
+  const int64_t row = static_cast<int64_t>(hkv) * d;
+  float kvbuf[512];  // one converted K or V head row; ops.cc guarantees d <= 512
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t t = item / hkv;
+    const int32_t h = static_cast<int32_t>(item % hkv);
+    const int64_t len = static_cast<int64_t>(a.positions[t]) + 1;
+    const int32_t* table = a.block_tables[t];
+    float* scores = scratch;                 // [group][len]
+    float* obuf = scratch + group * len;     // [group][d]
+    const float* qh = a.q + (t * a.num_q_heads + static_cast<int64_t>(h) * group) * d;
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+      LoadKvRow(kv.dtype, kv.k, slot * row + static_cast<int64_t>(h) * d, d, kvbuf);
+      for (int32_t g = 0; g < group; ++g) scores[g * len + j] = Dot(qh + g * d, kvbuf, d) * a.scale;
+    }
+    float* inv_sum = obuf + group * d;       // [group]
+    for (int32_t g = 0; g < group; ++g) {
+      float* s = scores + g * len;
+      const float sum = ExpShiftSum(s, len, MaxOf(s, len));
+      inv_sum[g] = 1.0f / sum;
+      for (int32_t i = 0; i < d; ++i) obuf[g * d + i] = 0.0f;
+    }
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+      LoadKvRow(kv.dtype, kv.v, slot * row + static_cast<int64_t>(h) * d, d, kvbuf);
+      for (int32_t g = 0; g < group; ++g) {
+        const __m256 p = _mm256_set1_ps(scores[g * len + j]);
+        float* o = obuf + g * d;
+        for (int32_t i = 0; i < d; i += 8)
+          _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(kvbuf + i), _mm256_loadu_ps(o + i)));
+      }
+    }
+    for (int32_t g = 0; g < group; ++g) {
+      const __m256 inv = _mm256_set1_ps(inv_sum[g]);
+      float* dst = a.out + (t * a.num_q_heads + static_cast<int64_t>(h) * group + g) * d;
+      for (int32_t i = 0; i < d; i += 8) _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_loadu_ps(obuf + g * d + i), inv));
+    }
+  }
+}
+
+const Backend kAvx2 = {
+    QuantizeAct, MatMulQ, MatMulF, RmsNormRows, SwiGluRange, SoftmaxRow, Attention, ToF16,
+};
+
+}  // namespace
+
+const Backend* Avx2Backend() { return &kAvx2; }
+
+}  // namespace specd::kernels::cpu::internal

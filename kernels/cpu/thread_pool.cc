@@ -1,0 +1,120 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <sched.h>
+
+#include <chrono>
+
+namespace specd::kernels::cpu {
+namespace {
+
+// True on pool workers and on a caller while it runs a job's chunks.
+thread_local bool t_in_worker = false;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// How long an idle worker spins before sleeping.
+constexpr auto kSpinBudget = std::chrono::microseconds(300);
+
+}  // namespace
+
+int ThreadPool::AvailableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc > 0 ? static_cast<int>(hc) : 1;
+}
+
+ThreadPool::ThreadPool(int num_threads) {
+  num_threads_ = num_threads > 0 ? num_threads : AvailableCpus();
+  workers_.reserve(num_threads_ - 1);
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::DoChunks() {
+  for (;;) {
+    const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= num_chunks_) return;
+    const int64_t b = c * chunk_;
+    const int64_t e = b + chunk_ < n_ ? b + chunk_ : n_;
+    tr_(ctx_, b, e);
+  }
+}
+
+void ThreadPool::WorkerLoop() {
+  t_in_worker = true;
+  uint32_t seen = 0;  // generation_ at construction; a job posted before this thread ran is still seen
+  for (;;) {
+    uint32_t g = generation_.load(std::memory_order_acquire);
+    if (g == seen) {
+      const auto start = std::chrono::steady_clock::now();
+      int spins = 0;
+      while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+        CpuRelax();
+        if (++spins % 256 == 0 && std::chrono::steady_clock::now() - start > kSpinBudget) {
+          sleeping_.fetch_add(1);
+          // Re-check after announcing; wait() returns at once if it changed.
+          generation_.wait(seen);
+          sleeping_.fetch_sub(1);
+        }
+      }
+    }
+    seen = g;
+    if (stop_.load()) return;
+    DoChunks();
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::Run(int64_t n, int64_t grain, Trampoline tr, void* ctx) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (num_threads_ == 1 || n <= grain || t_in_worker) {
+    tr(ctx, 0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(run_mu_);
+  // About 4 chunks per thread balances load when other processes share the cores.
+  int64_t chunks = (n + grain - 1) / grain;
+  const int64_t max_chunks = static_cast<int64_t>(num_threads_) * 4;
+  if (chunks > max_chunks) chunks = max_chunks;
+  int64_t chunk = (n + chunks - 1) / chunks;
+  if (chunk < grain) chunk = grain;
+  tr_ = tr;
+  ctx_ = ctx;
+  n_ = n;
+  chunk_ = chunk;
+  num_chunks_ = (n + chunk - 1) / chunk;
+  next_chunk_.store(0, std::memory_order_relaxed);
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst: publishes the job, ordered before reading sleeping_
+  if (sleeping_.load() > 0) generation_.notify_all();
+  t_in_worker = true;  // a nested ParallelFor from inside fn runs inline
+  DoChunks();
+  t_in_worker = false;
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4096) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();  // a worker was descheduled (shared cores)
+    }
+  }
+}
+
+}  // namespace specd::kernels::cpu

@@ -1,0 +1,72 @@
+// Types shared by every kernel backend (kernels/ref, kernels/cpu, later kernels/cuda).
+#ifndef SPECD_KERNELS_KERNEL_TYPES_H_
+#define SPECD_KERNELS_KERNEL_TYPES_H_
+
+#include <cstdint>
+
+#include "common/gguf/ggml_type.h"
+
+namespace specd::kernels {
+
+// A weight matrix as stored in the GGUF file (mmap'd, never dequantized wholesale).
+// Row r (output feature r) starts at data + r * row_bytes and holds `cols` elements
+// of `type`. y = W x, i.e. y[n] = sum_k W[n, k] * x[k].
+struct WeightMatrix {
+  gguf::GgmlType type;
+  const uint8_t* data;
+  int64_t rows;        // out features (ggml ne1)
+  int64_t cols;        // in features (ggml ne0), contiguous
+  uint64_t row_bytes;  // stride between rows in bytes
+};
+
+enum class KvDtype { kF16, kBF16, kF32 };
+
+// One layer's paged KV pool: k, v: [num_blocks, block_size, num_kv_heads, head_dim].
+// A token's slot is block * block_size + offset.
+struct PagedKvLayer {
+  KvDtype dtype;
+  void* k;
+  void* v;
+  int64_t num_blocks;
+  int32_t block_size;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+};
+
+enum class RopeLayout {
+  kNormal,  // adjacent pairs (x[2i], x[2i+1]) as in GGUF llama
+  kNeox,    // halves (x[i], x[i + rope_dim/2]) as in qwen2
+};
+
+struct RopeParams {
+  int32_t rope_dim;  // rotated dims (<= head_dim, even); the rest pass through
+  float freq_base;
+  RopeLayout layout;
+  // Llama-3 scaling:
+  bool llama3_scaling = false;
+  float factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int32_t original_context = 8192;
+  // linear scaling: positions are divided by linear_scale
+  float linear_scale = 1;
+};
+
+// Weight types MatMul accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+// cols must be a multiple of the type's block size (32; 256 for K-quants).
+inline bool MatMulSupportsType(gguf::GgmlType t) {
+  using gguf::GgmlType;
+  switch (t) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
+    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1:
+    case GgmlType::kQ4_K: case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Bytes of one element of the KV pool.
+inline int64_t KvDtypeSize(KvDtype d) { return d == KvDtype::kF32 ? 4 : 2; }
+
+}  // namespace specd::kernels
+
+#endif  // SPECD_KERNELS_KERNEL_TYPES_H_

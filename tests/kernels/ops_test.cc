@@ -1,0 +1,811 @@
+// Op-vs-reference harness for the compute kernels.
+//
+// 1. The reference ops (kernels/ref) are checked against obvious math: double-precision
+//    loops, dequantize-then-dot, dense softmax(QK^T)V, rotation invariants, the
+//    Llama-3 frequency formula, and the GGUF component's independent dequantizer.
+// 2. Every backend in Backends() (today: the CPU kernels on each ISA path and thread
+//    count; a CUDA backend can be added by implementing OpsBackend) is run against
+//    the reference on awkward shapes, with a NaN/Inf check on every output.
+// 3. Batch invariance (bitwise) of MatMul on every weight type and of PagedAttention.
+//
+// Error budgets (|fast - ref| per output element):
+//   MatMul F32/F16/BF16:         1e-5 * sum_k |w_k x_k| + 1e-30   (summation order only)
+//   MatMul quantized:            1e-5 * sum_k |w_k x_k| + 1e-30   (same int8 math; the
+//                                fast path sums 8 lanes before the float reduction)
+//   ref int8 MatMul vs dequantized float dot: sum_b (d_b / 2) * sum_{k in b} |w_k|
+//                                (activation rounding) + 1e-5 * sum |w_k x_k|
+//   RmsNorm:                     1e-5 * |ref| + 1e-6
+//   Rope:                        1e-6 * |x| (identical math; cpu is bitwise today)
+//   SwiGlu:                      2e-6 * |ref| + 1e-7 (vector exp, rel. error ~1e-7)
+//   Softmax:                     2e-6 * |ref| + 1e-9
+//   Add / AddBias / Embedding:   exact
+//   WriteKv:                     exact (same rounding: nearest even)
+//   PagedAttention:              2e-5 * max|v| (exp and summation order)
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numbers>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/gguf/quants.h"
+#include "gtest/gtest.h"
+#include "kernels/act_quant.h"
+#include "kernels/cpu/backend.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/kernel_types.h"
+#include "kernels/ref/ops.h"
+
+namespace specd::kernels {
+namespace {
+
+using gguf::GgmlType;
+
+// ------------------------------------------------------------------ backends
+
+// One implementation of the ops under test (same signatures as kernels/ref).
+class OpsBackend {
+ public:
+  virtual ~OpsBackend() = default;
+  virtual std::string Name() const = 0;
+  virtual void MatMul(const WeightMatrix& w, const float* x, int64_t T, float* y) = 0;
+  virtual void RmsNorm(const float* x, int64_t T, int64_t D, const float* w, float eps,
+                       float* out) = 0;
+  virtual void Rope(float* x, int64_t T, int32_t H, int32_t d, const int32_t* pos,
+                    const RopeParams& p) = 0;
+  virtual void SwiGlu(const float* g, const float* u, int64_t T, int64_t F, float* out) = 0;
+  virtual void Softmax(float* x, int64_t n) = 0;
+  virtual void AddInPlace(float* x, const float* y, int64_t n) = 0;
+  virtual void AddBias(float* x, int64_t T, int64_t N, const float* b) = 0;
+  virtual void EmbeddingLookup(const WeightMatrix& t, const int32_t* ids, int64_t T,
+                               float* out) = 0;
+  virtual void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
+                       const PagedKvLayer& kv) = 0;
+  virtual void PagedAttention(const float* q, int64_t T, int32_t Hq, const int32_t* pos,
+                              const int32_t* const* bt, const PagedKvLayer& kv, float scale,
+                              float* out) = 0;
+};
+
+class CpuBackend : public OpsBackend {
+ public:
+  CpuBackend(cpu::Isa isa, int threads) : isa_(isa), pool_(threads) {}
+  std::string Name() const override {
+    return std::string("cpu_") + cpu::IsaName(isa_) + "_t" + std::to_string(pool_.num_threads());
+  }
+  void MatMul(const WeightMatrix& w, const float* x, int64_t T, float* y) override {
+    Use();
+    cpu::MatMul(pool_, w, x, T, y);
+  }
+  void RmsNorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* out) override {
+    Use();
+    cpu::RmsNorm(pool_, x, T, D, w, eps, out);
+  }
+  void Rope(float* x, int64_t T, int32_t H, int32_t d, const int32_t* pos, const RopeParams& p) override {
+    Use();
+    cpu::Rope(pool_, x, T, H, d, pos, p);
+  }
+  void SwiGlu(const float* g, const float* u, int64_t T, int64_t F, float* out) override {
+    Use();
+    cpu::SwiGlu(pool_, g, u, T, F, out);
+  }
+  void Softmax(float* x, int64_t n) override {
+    Use();
+    cpu::Softmax(pool_, x, n);
+  }
+  void AddInPlace(float* x, const float* y, int64_t n) override {
+    Use();
+    cpu::AddInPlace(pool_, x, y, n);
+  }
+  void AddBias(float* x, int64_t T, int64_t N, const float* b) override {
+    Use();
+    cpu::AddBias(pool_, x, T, N, b);
+  }
+  void EmbeddingLookup(const WeightMatrix& t, const int32_t* ids, int64_t T, float* out) override {
+    Use();
+    cpu::EmbeddingLookup(pool_, t, ids, T, out);
+  }
+  void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
+               const PagedKvLayer& kv) override {
+    Use();
+    cpu::WriteKv(pool_, k, v, T, slots, kv);
+  }
+  void PagedAttention(const float* q, int64_t T, int32_t Hq, const int32_t* pos,
+                      const int32_t* const* bt, const PagedKvLayer& kv, float scale,
+                      float* out) override {
+    Use();
+    cpu::PagedAttention(pool_, q, T, Hq, pos, bt, kv, scale, out);
+  }
+
+ private:
+  void Use() { cpu::SetIsa(isa_); }
+  cpu::Isa isa_;
+  cpu::ThreadPool pool_;
+};
+
+// All backends under test. Add e.g. a CUDA backend here (copying inputs to the device).
+std::vector<std::unique_ptr<OpsBackend>>& Backends() {
+  static auto* list = [] {
+    auto* v = new std::vector<std::unique_ptr<OpsBackend>>();
+    if (cpu::IsaSupported(cpu::Isa::kAvx2)) {
+      v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kAvx2, 1));
+      v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kAvx2, 3));
+    }
+    v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kGeneric, 2));
+    return v;
+  }();
+  return *list;
+}
+
+// ------------------------------------------------------------------ helpers
+
+std::vector<float> RandVec(std::mt19937& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+void Put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+struct TypeInfo {
+  GgmlType type;
+  const char* name;
+  int64_t block;  // values per block
+  int64_t bytes;  // bytes per block
+};
+
+const std::vector<TypeInfo>& AllTypes() {
+  static const std::vector<TypeInfo> v = {
+      {GgmlType::kF32, "F32", 1, 4},       {GgmlType::kF16, "F16", 1, 2},
+      {GgmlType::kBF16, "BF16", 1, 2},     {GgmlType::kQ8_0, "Q8_0", 32, 34},
+      {GgmlType::kQ4_0, "Q4_0", 32, 18},   {GgmlType::kQ4_1, "Q4_1", 32, 20},
+      {GgmlType::kQ4_K, "Q4_K", 256, 144}, {GgmlType::kQ6_K, "Q6_K", 256, 210},
+  };
+  return v;
+}
+
+// Random weights in the stored format. Quantized blocks get random codes (every
+// bit pattern, including Q8_0's -128) and random, realistic scales.
+struct Weights {
+  std::vector<uint8_t> bytes;
+  WeightMatrix m;
+};
+
+Weights RandWeights(std::mt19937& rng, const TypeInfo& ti, int64_t rows, int64_t cols) {
+  Weights w;
+  const uint64_t row_bytes = static_cast<uint64_t>(cols / ti.block * ti.bytes);
+  w.bytes.resize(row_bytes * rows + 64);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> uf(-1.0f, 1.0f), scale(0.002f, 0.02f);
+  for (auto& b : w.bytes) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = w.bytes.data() + r * row_bytes;
+    for (int64_t b = 0; b < cols / ti.block; ++b) {
+      uint8_t* blk = row + b * ti.bytes;
+      switch (ti.type) {
+        case GgmlType::kF32: {
+          const float f = uf(rng);
+          std::memcpy(blk, &f, 4);
+          break;
+        }
+        case GgmlType::kF16: Put16(blk, ref::F32ToF16(uf(rng))); break;
+        case GgmlType::kBF16: Put16(blk, ref::F32ToBF16(uf(rng))); break;
+        case GgmlType::kQ8_0:
+        case GgmlType::kQ4_0: Put16(blk, ref::F32ToF16(scale(rng))); break;
+        case GgmlType::kQ4_1:
+          Put16(blk, ref::F32ToF16(scale(rng)));
+          Put16(blk + 2, ref::F32ToF16(-8.0f * scale(rng)));
+          break;
+        case GgmlType::kQ4_K:
+          Put16(blk, ref::F32ToF16(scale(rng) / 16));
+          Put16(blk + 2, ref::F32ToF16(scale(rng) / 8));
+          break;
+        case GgmlType::kQ6_K: Put16(blk + 208, ref::F32ToF16(scale(rng) / 16)); break;
+        default: break;
+      }
+    }
+  }
+  w.m = WeightMatrix{ti.type, w.bytes.data(), rows, cols, row_bytes};
+  return w;
+}
+
+std::vector<float> DequantAll(const WeightMatrix& w) {
+  std::vector<float> out(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    EXPECT_TRUE(ref::DequantizeRow(w.type, w.data + r * w.row_bytes, w.cols, out.data() + r * w.cols));
+  }
+  return out;
+}
+
+bool AllFinite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+// Cols to sweep for a type: not multiples of 256 where the block size allows.
+std::vector<int64_t> ColsFor(const TypeInfo& ti) {
+  if (ti.block == 256) return {256, 768};
+  if (ti.block == 32) return {32, 96, 576, 608};
+  return {1, 7, 33, 100, 576};
+}
+
+// ------------------------------------------------------------------ reference checks
+
+TEST(RefOps, F16AndBF16ConversionsMatchGguf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = ref::F16ToF32(static_cast<uint16_t>(h));
+    const float b = gguf::F16ToF32(static_cast<uint16_t>(h));
+    if (std::isnan(a)) {
+      ASSERT_TRUE(std::isnan(b)) << h;
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << h;
+    ASSERT_EQ(ref::F32ToF16(a), h) << h;  // round trip
+    ASSERT_EQ(ref::BF16ToF32(static_cast<uint16_t>(h)), gguf::BF16ToF32(static_cast<uint16_t>(h)));
+  }
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t u = bits(rng);
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(ref::F32ToF16(f), gguf::F32ToF16(f)) << f;
+    ASSERT_EQ(ref::F32ToBF16(f), gguf::F32ToBF16(f)) << f;
+  }
+}
+
+TEST(RefOps, DequantizeMatchesGgufComponent) {
+  std::mt19937 rng(2);
+  for (const TypeInfo& ti : AllTypes()) {
+    const int64_t cols = ti.block == 256 ? 512 : 96;
+    Weights w = RandWeights(rng, ti, 3, cols);
+    std::vector<float> a(cols), b(cols);
+    for (int64_t r = 0; r < 3; ++r) {
+      ASSERT_TRUE(ref::DequantizeRow(ti.type, w.m.data + r * w.m.row_bytes, cols, a.data()));
+      ASSERT_TRUE(gguf::DequantizeRow(ti.type, w.m.data + r * w.m.row_bytes, b.data(), cols).ok());
+      for (int64_t k = 0; k < cols; ++k) {
+        ASSERT_NEAR(a[k], b[k], 1e-6f * std::fabs(b[k]) + 1e-30f) << ti.name << " k=" << k;
+      }
+    }
+  }
+}
+
+TEST(RefOps, ActQuantFormat) {
+  std::mt19937 rng(3);
+  std::vector<float> x = RandVec(rng, 96, -3.0f, 3.0f);
+  for (int i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block
+  ActBlockQ8 blk[3];
+  QuantizeActRow(x.data(), 96, blk);
+  EXPECT_EQ(blk[1].d, 0.0f);
+  EXPECT_EQ(blk[1].s, 0.0f);
+  for (int b : {0, 2}) {
+    int amax_code = 0, sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_LE(std::fabs(blk[b].qs[i] * blk[b].d - x[b * 32 + i]), blk[b].d * 0.5f + 1e-6f);
+      amax_code = std::max(amax_code, std::abs(static_cast<int>(blk[b].qs[i])));
+      sum += blk[b].qs[i];
+    }
+    EXPECT_EQ(amax_code, 127);
+    EXPECT_EQ(blk[b].s, blk[b].d * static_cast<float>(sum));
+  }
+}
+
+TEST(RefOps, MatMulF32MatchesDouble) {
+  std::mt19937 rng(4);
+  const int64_t rows = 13, cols = 77, T = 5;
+  Weights w = RandWeights(rng, AllTypes()[0], rows, cols);
+  std::vector<float> x = RandVec(rng, T * cols), y(T * rows);
+  ref::MatMul(w.m, x.data(), T, y.data());
+  const float* wf = reinterpret_cast<const float*>(w.m.data);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t n = 0; n < rows; ++n) {
+      double acc = 0, mag = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        acc += static_cast<double>(wf[n * cols + k]) * x[t * cols + k];
+        mag += std::fabs(static_cast<double>(wf[n * cols + k]) * x[t * cols + k]);
+      }
+      EXPECT_NEAR(y[t * rows + n], acc, 1e-6 * mag);
+    }
+  }
+}
+
+TEST(RefOps, QuantizedMatMulWithinActivationRoundingOfFloatDot) {
+  std::mt19937 rng(5);
+  for (const TypeInfo& ti : AllTypes()) {
+    if (ti.block == 1) continue;
+    const int64_t rows = 9, cols = ti.block == 256 ? 512 : 160, T = 3;
+    Weights w = RandWeights(rng, ti, rows, cols);
+    std::vector<float> wf = DequantAll(w.m);
+    std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f), y(T * rows);
+    ref::MatMul(w.m, x.data(), T, y.data());
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<ActBlockQ8> act(cols / 32);
+      QuantizeActRow(x.data() + t * cols, cols, act.data());
+      for (int64_t n = 0; n < rows; ++n) {
+        double dot = 0, mag = 0, bound = 0;
+        for (int64_t k = 0; k < cols; ++k) {
+          const double wk = wf[n * cols + k];
+          dot += wk * x[t * cols + k];
+          mag += std::fabs(wk * x[t * cols + k]);
+          bound += std::fabs(wk) * act[k / 32].d * 0.5;
+        }
+        EXPECT_NEAR(y[t * rows + n], dot, bound * 1.001 + 1e-5 * mag) << ti.name;
+      }
+    }
+  }
+}
+
+// Dense attention in double over contiguous K/V.
+TEST(RefOps, PagedAttentionMatchesDenseSoftmax) {
+  std::mt19937 rng(6);
+  const int32_t Hq = 6, Hkv = 2, d = 64, bs = 16;
+  const int64_t L = 37;
+  std::vector<float> k = RandVec(rng, L * Hkv * d), v = RandVec(rng, L * Hkv * d);
+  // Pool with blocks in scrambled order.
+  const int64_t nblk = 5;
+  std::vector<float> kp(nblk * bs * Hkv * d), vp(kp.size());
+  PagedKvLayer kv{KvDtype::kF32, kp.data(), vp.data(), nblk, bs, Hkv, d};
+  std::vector<int32_t> table = {3, 0, 4};
+  std::vector<int64_t> slots(L);
+  for (int64_t j = 0; j < L; ++j) slots[j] = table[j / bs] * bs + j % bs;
+  ref::WriteKv(k.data(), v.data(), L, slots.data(), kv);
+  const int64_t T = 4;
+  std::vector<int32_t> pos = {0, 16, 20, 36};
+  std::vector<const int32_t*> bt(T, table.data());
+  std::vector<float> q = RandVec(rng, T * Hq * d, -2.0f, 2.0f), out(T * Hq * d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  ref::PagedAttention(q.data(), T, Hq, pos.data(), bt.data(), kv, scale, out.data());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int32_t h = 0; h < Hq; ++h) {
+      const int32_t kh = h / (Hq / Hkv);
+      std::vector<double> s(pos[t] + 1);
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j <= pos[t]; ++j) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += static_cast<double>(q[(t * Hq + h) * d + i]) * k[(j * Hkv + kh) * d + i];
+        s[j] = dot * scale;
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& e : s) sum += (e = std::exp(e - mx));
+      for (int i = 0; i < d; ++i) {
+        double o = 0;
+        for (int64_t j = 0; j <= pos[t]; ++j) o += s[j] / sum * v[(j * Hkv + kh) * d + i];
+        EXPECT_NEAR(out[(t * Hq + h) * d + i], o, 2e-6);
+      }
+    }
+  }
+}
+
+TEST(RefOps, RopePreservesNormsAndMatchesFormula) {
+  std::mt19937 rng(7);
+  for (RopeLayout layout : {RopeLayout::kNormal, RopeLayout::kNeox}) {
+    const int32_t H = 3, d = 64;
+    RopeParams p{d, 10000.0f, layout};
+    std::vector<int32_t> pos = {0, 1, 77, 5000};
+    const int64_t T = pos.size();
+    std::vector<float> x = RandVec(rng, T * H * d), y = x;
+    ref::Rope(y.data(), T, H, d, pos.data(), p);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int32_t h = 0; h < H; ++h) {
+        const float* a = x.data() + (t * H + h) * d;
+        const float* b = y.data() + (t * H + h) * d;
+        for (int i = 0; i < d / 2; ++i) {
+          const int i0 = layout == RopeLayout::kNormal ? 2 * i : i;
+          const int i1 = layout == RopeLayout::kNormal ? 2 * i + 1 : i + d / 2;
+          const double th = pos[t] * std::pow(10000.0, -2.0 * i / d);
+          EXPECT_NEAR(b[i0], a[i0] * std::cos(th) - a[i1] * std::sin(th), 2e-6);
+          EXPECT_NEAR(b[i1], a[i0] * std::sin(th) + a[i1] * std::cos(th), 2e-6);
+          EXPECT_NEAR(std::hypot(b[i0], b[i1]), std::hypot(a[i0], a[i1]), 2e-6);
+        }
+      }
+    }
+  }
+  // Partial rotary: dims past rope_dim pass through.
+  RopeParams p{32, 10000.0f, RopeLayout::kNeox};
+  std::vector<float> x = RandVec(rng, 64), y = x;
+  const int32_t pos = 9;
+  ref::Rope(y.data(), 1, 1, 64, &pos, p);
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(x[i], y[i]);
+}
+
+TEST(RefOps, Llama3FrequencyScaling) {
+  RopeParams p{128, 500000.0f, RopeLayout::kNormal};
+  p.llama3_scaling = true;
+  p.factor = 8;
+  p.low_freq_factor = 1;
+  p.high_freq_factor = 4;
+  p.original_context = 8192;
+  std::vector<double> f(64);
+  ref::RopeInvFreq(p, f.data());
+  int kept = 0, divided = 0, blended = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double base = std::pow(500000.0, -2.0 * i / 128);
+    const double wavelen = 2 * std::numbers::pi / base;
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_DOUBLE_EQ(f[i], base);
+      ++kept;
+    } else if (wavelen > 8192.0 / 1) {
+      EXPECT_DOUBLE_EQ(f[i], base / 8);
+      ++divided;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1) / (4 - 1);
+      EXPECT_NEAR(f[i], (1 - smooth) * base / 8 + smooth * base, 1e-15);
+      EXPECT_LT(f[i], base);
+      EXPECT_GT(f[i], base / 8);
+      ++blended;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+  // Linear scaling divides positions.
+  RopeParams lin{64, 10000.0f, RopeLayout::kNormal};
+  lin.linear_scale = 4;
+  std::vector<double> g(32);
+  ref::RopeInvFreq(lin, g.data());
+  for (int i = 0; i < 32; ++i) EXPECT_DOUBLE_EQ(g[i], std::pow(10000.0, -2.0 * i / 64) / 4);
+}
+
+TEST(RefOps, SmallOps) {
+  std::vector<float> x = {1, 2, 3, 4};
+  std::vector<float> w = {1, 1, 2, 0.5f}, out(4);
+  ref::RmsNorm(x.data(), 1, 4, w.data(), 0.0f, out.data());
+  const float rms = std::sqrt((1 + 4 + 9 + 16) / 4.0f);
+  EXPECT_NEAR(out[2], 3 / rms * 2, 1e-6);
+  std::vector<float> s = {1, 2, 3};
+  ref::Softmax(s.data(), 3);
+  const double z = std::exp(1) + std::exp(2) + std::exp(3);
+  EXPECT_NEAR(s[2], std::exp(3) / z, 1e-7);
+  float g = 2.0f, u = 3.0f, o;
+  ref::SwiGlu(&g, &u, 1, 1, &o);
+  EXPECT_NEAR(o, 2.0 / (1 + std::exp(-2.0)) * 3.0, 1e-6);
+}
+
+// ------------------------------------------------------------------ backend vs ref
+
+class BackendTest : public ::testing::TestWithParam<int> {
+ protected:
+  OpsBackend& B() { return *Backends()[GetParam()]; }
+};
+
+std::string BackendName(const ::testing::TestParamInfo<int>& info) {
+  return Backends()[info.param]->Name();
+}
+
+TEST_P(BackendTest, ActQuantBitwiseEqualsReference) {
+  if (B().Name().find("avx2") == std::string::npos) GTEST_SKIP();
+  const auto* be = cpu::internal::Avx2Backend();
+  std::mt19937 rng(8);
+  for (float range : {1e-3f, 1.0f, 300.0f}) {
+    std::vector<float> x = RandVec(rng, 32 * 40, -range, range);
+    for (int i = 64; i < 96; ++i) x[i] = 0;
+    x[100] = range * 2;  // a dominant value
+    x[200] = 0.5f * range * 2 / 127 * 3;  // near a rounding tie
+    std::vector<ActBlockQ8> a(40), b(40);
+    QuantizeActRow(x.data(), x.size(), a.data());
+    be->quantize_act(x.data(), x.size(), b.data());
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(ActBlockQ8) * 40), 0) << range;
+  }
+}
+
+TEST_P(BackendTest, MatMulMatchesReference) {
+  std::mt19937 rng(9);
+  for (const TypeInfo& ti : AllTypes()) {
+    for (int64_t cols : ColsFor(ti)) {
+      for (int64_t rows : {1, 6, 37}) {
+        Weights w = RandWeights(rng, ti, rows, cols);
+        const std::vector<float> wf = DequantAll(w.m);
+        for (int64_t T : {1, 3, 15, 16, 17, 64}) {
+          if (cols > 600 && T > 17) continue;  // keep the runtime down
+          std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f);
+          std::vector<float> y(T * rows), yr(T * rows);
+          B().MatMul(w.m, x.data(), T, y.data());
+          ref::MatMul(w.m, x.data(), T, yr.data());
+          ASSERT_TRUE(AllFinite(y)) << ti.name;
+          for (int64_t t = 0; t < T; ++t) {
+            for (int64_t n = 0; n < rows; ++n) {
+              double mag = 0;
+              for (int64_t k = 0; k < cols; ++k) mag += std::fabs(wf[n * cols + k] * x[t * cols + k]);
+              ASSERT_NEAR(y[t * rows + n], yr[t * rows + n], 1e-5 * mag + 1e-30)
+                  << ti.name << " rows=" << rows << " cols=" << cols << " T=" << T << " t=" << t
+                  << " n=" << n;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// y[t] must be bitwise the same whatever else is in the batch and however it is split.
+TEST_P(BackendTest, MatMulIsBatchInvariant) {
+  std::mt19937 rng(10);
+  for (const TypeInfo& ti : AllTypes()) {
+    const int64_t cols = ti.block == 256 ? 512 : (ti.block == 32 ? 160 : 101);
+    const int64_t rows = 43;
+    Weights w = RandWeights(rng, ti, rows, cols);
+    const int64_t T = 21;
+    std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f), y(T * rows);
+    B().MatMul(w.m, x.data(), T, y.data());
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> y1(rows);
+      B().MatMul(w.m, x.data() + t * cols, 1, y1.data());
+      ASSERT_EQ(std::memcmp(y1.data(), y.data() + t * rows, rows * 4), 0) << ti.name << " t=" << t;
+    }
+    // Row 5 placed at each position of batches of several sizes, among other rows.
+    std::vector<float> y5(rows);
+    B().MatMul(w.m, x.data() + 5 * cols, 1, y5.data());
+    for (int64_t bt : {2, 3, 4, 5, 8, 9, 16}) {
+      for (int64_t at = 0; at < bt; at += 3) {
+        std::vector<float> xb = RandVec(rng, bt * cols, -3.0f, 3.0f), yb(bt * rows);
+        std::copy(x.begin() + 5 * cols, x.begin() + 6 * cols, xb.begin() + at * cols);
+        B().MatMul(w.m, xb.data(), bt, yb.data());
+        ASSERT_EQ(std::memcmp(y5.data(), yb.data() + at * rows, rows * 4), 0)
+            << ti.name << " batch=" << bt << " at=" << at;
+      }
+    }
+  }
+}
+
+TEST_P(BackendTest, ElementwiseOpsMatchReference) {
+  std::mt19937 rng(11);
+  for (int64_t T : {1, 3, 17, 64}) {
+    for (int64_t D : {7, 64, 576, 1000}) {
+      std::vector<float> x = RandVec(rng, T * D, -4.0f, 4.0f), w = RandVec(rng, D);
+      std::vector<float> a(T * D), b(T * D);
+      B().RmsNorm(x.data(), T, D, w.data(), 1e-5f, a.data());
+      ref::RmsNorm(x.data(), T, D, w.data(), 1e-5f, b.data());
+      ASSERT_TRUE(AllFinite(a));
+      for (int64_t i = 0; i < T * D; ++i) ASSERT_NEAR(a[i], b[i], 1e-5 * std::fabs(b[i]) + 1e-6) << "rmsnorm";
+
+      std::vector<float> g = RandVec(rng, T * D, -30.0f, 30.0f), u = RandVec(rng, T * D);
+      g[0] = -100.0f;
+      B().SwiGlu(g.data(), u.data(), T, D, a.data());
+      ref::SwiGlu(g.data(), u.data(), T, D, b.data());
+      ASSERT_TRUE(AllFinite(a));
+      for (int64_t i = 0; i < T * D; ++i) ASSERT_NEAR(a[i], b[i], 2e-6 * std::fabs(b[i]) + 1e-7) << "swiglu";
+
+      std::vector<float> s = RandVec(rng, D, -20.0f, 20.0f), sr = s;
+      B().Softmax(s.data(), D);
+      ref::Softmax(sr.data(), D);
+      ASSERT_TRUE(AllFinite(s));
+      for (int64_t i = 0; i < D; ++i) ASSERT_NEAR(s[i], sr[i], 2e-6 * sr[i] + 1e-9) << "softmax";
+
+      a = x;
+      b = x;
+      B().AddInPlace(a.data(), g.data(), T * D);
+      ref::AddInPlace(b.data(), g.data(), T * D);
+      ASSERT_EQ(a, b);
+      B().AddBias(a.data(), T, D, w.data());
+      ref::AddBias(b.data(), T, D, w.data());
+      ASSERT_EQ(a, b);
+    }
+  }
+  // Big enough to run on several threads.
+  std::vector<float> g = RandVec(rng, 64 * 1536, -10, 10), u = RandVec(rng, 64 * 1536);
+  std::vector<float> a(g.size()), b(g.size());
+  B().SwiGlu(g.data(), u.data(), 64, 1536, a.data());
+  ref::SwiGlu(g.data(), u.data(), 64, 1536, b.data());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-6 * std::fabs(b[i]) + 1e-7);
+  // Row results do not depend on the batch (SwiGlu over 3 rows vs 1 row).
+  std::vector<float> one(1536);
+  B().SwiGlu(g.data() + 2 * 1536, u.data() + 2 * 1536, 1, 1536, one.data());
+  ASSERT_EQ(std::memcmp(one.data(), a.data() + 2 * 1536, 1536 * 4), 0);
+}
+
+TEST_P(BackendTest, RopeMatchesReference) {
+  std::mt19937 rng(12);
+  for (RopeLayout layout : {RopeLayout::kNormal, RopeLayout::kNeox}) {
+    for (int32_t d : {64, 128}) {
+      for (bool l3 : {false, true}) {
+        RopeParams p{d, 500000.0f, layout};
+        p.llama3_scaling = l3;
+        p.factor = 32;
+        const int32_t H = 9;
+        std::vector<int32_t> pos = {0, 1, 2, 1000, 131000, 17, 5};
+        const int64_t T = pos.size();
+        std::vector<float> a = RandVec(rng, T * H * d), b = a;
+        B().Rope(a.data(), T, H, d, pos.data(), p);
+        ref::Rope(b.data(), T, H, d, pos.data(), p);
+        ASSERT_TRUE(AllFinite(a));
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6);
+      }
+    }
+  }
+}
+
+TEST_P(BackendTest, EmbeddingLookupMatchesReference) {
+  std::mt19937 rng(13);
+  for (const TypeInfo& ti : AllTypes()) {
+    const int64_t D = ti.block == 256 ? 512 : 96;
+    Weights w = RandWeights(rng, ti, 50, D);
+    std::vector<int32_t> ids = {0, 49, 7, 7, 23};
+    std::vector<float> a(ids.size() * D), b(a.size());
+    B().EmbeddingLookup(w.m, ids.data(), ids.size(), a.data());
+    ref::EmbeddingLookup(w.m, ids.data(), ids.size(), b.data());
+    ASSERT_TRUE(AllFinite(a));
+    ASSERT_EQ(a, b) << ti.name;
+  }
+}
+
+// ------------------------------------------------------------------ attention
+
+struct KvPool {
+  KvDtype dtype;
+  std::vector<uint8_t> k, v;
+  PagedKvLayer layer;
+  KvPool(KvDtype dt, int64_t nblk, int32_t bs, int32_t hkv, int32_t d) : dtype(dt) {
+    const size_t bytes = static_cast<size_t>(nblk * bs * hkv * d * KvDtypeSize(dt));
+    k.assign(bytes, 0);
+    v.assign(bytes, 0);
+    layer = PagedKvLayer{dt, k.data(), v.data(), nblk, bs, hkv, d};
+  }
+};
+
+// A set of sequences in a paged pool with (scrambled) block tables, KV written.
+struct SeqSet {
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<int64_t> lens;
+};
+
+SeqSet MakeSeqs(std::mt19937& rng, KvPool& pool, const std::vector<int64_t>& lens) {
+  const int32_t bs = pool.layer.block_size;
+  std::vector<int32_t> free_blocks(pool.layer.num_blocks);
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+  SeqSet s;
+  s.lens = lens;
+  size_t next = 0;
+  const int64_t row = static_cast<int64_t>(pool.layer.num_kv_heads) * pool.layer.head_dim;
+  for (int64_t L : lens) {
+    std::vector<int32_t> table((L + bs - 1) / bs);
+    for (auto& b : table) b = free_blocks.at(next++);
+    std::vector<float> k = RandVec(rng, L * row), v = RandVec(rng, L * row);
+    std::vector<int64_t> slots(L);
+    for (int64_t j = 0; j < L; ++j) slots[j] = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+    ref::WriteKv(k.data(), v.data(), L, slots.data(), pool.layer);
+    s.tables.push_back(std::move(table));
+  }
+  return s;
+}
+
+TEST_P(BackendTest, WriteKvMatchesReference) {
+  std::mt19937 rng(14);
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
+    KvPool a(dt, 4, 16, 3, 64), b(dt, 4, 16, 3, 64);
+    const int64_t T = 5;
+    std::vector<float> k = RandVec(rng, T * 3 * 64, -70000.0f, 70000.0f), v = RandVec(rng, T * 3 * 64);
+    k[1] = 1e-6f;  // f16 subnormal
+    k[2] = 65519.0f;
+    std::vector<int64_t> slots = {0, 17, 63, 5, 30};
+    B().WriteKv(k.data(), v.data(), T, slots.data(), a.layer);
+    ref::WriteKv(k.data(), v.data(), T, slots.data(), b.layer);
+    ASSERT_EQ(a.k, b.k);
+    ASSERT_EQ(a.v, b.v);
+  }
+}
+
+TEST_P(BackendTest, PagedAttentionMatchesReference) {
+  std::mt19937 rng(15);
+  struct Heads {
+    int32_t hq, hkv, d;
+  };
+  for (Heads hs : {Heads{9, 3, 64}, Heads{7, 1, 128}, Heads{4, 4, 64}}) {
+    for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
+      const int32_t bs = 16;
+      // Sequence lengths around the block size, plus a long one.
+      const std::vector<int64_t> lens = {1, 15, 16, 17, 1000};
+      KvPool pool(dt, 100, bs, hs.hkv, hs.d);
+      SeqSet seqs = MakeSeqs(rng, pool, lens);
+      // Ragged batch: each sequence contributes its last few positions as queries.
+      std::vector<int32_t> pos;
+      std::vector<const int32_t*> bt;
+      for (size_t s = 0; s < lens.size(); ++s) {
+        const int64_t nq = std::min<int64_t>(lens[s], s % 2 == 0 ? 1 : 5);
+        for (int64_t i = lens[s] - nq; i < lens[s]; ++i) {
+          pos.push_back(static_cast<int32_t>(i));
+          bt.push_back(seqs.tables[s].data());
+        }
+      }
+      const int64_t T = pos.size();
+      std::vector<float> q = RandVec(rng, T * hs.hq * hs.d, -3.0f, 3.0f);
+      std::vector<float> a(q.size()), b(q.size());
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
+      B().PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, a.data());
+      ref::PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, b.data());
+      ASSERT_TRUE(AllFinite(a));
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5) << "i=" << i;
+
+      // Batch invariance: every query alone gives bitwise the same output.
+      const int64_t row = static_cast<int64_t>(hs.hq) * hs.d;
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> one(row);
+        B().PagedAttention(q.data() + t * row, 1, hs.hq, &pos[t], &bt[t], pool.layer, scale, one.data());
+        ASSERT_EQ(std::memcmp(one.data(), a.data() + t * row, row * 4), 0) << "t=" << t;
+      }
+      // And reversed batch order.
+      std::vector<float> qr(q.size()), ar(q.size());
+      std::vector<int32_t> posr(pos.rbegin(), pos.rend());
+      std::vector<const int32_t*> btr(bt.rbegin(), bt.rend());
+      for (int64_t t = 0; t < T; ++t) std::copy_n(q.begin() + t * row, row, qr.begin() + (T - 1 - t) * row);
+      B().PagedAttention(qr.data(), T, hs.hq, posr.data(), btr.data(), pool.layer, scale, ar.data());
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(std::memcmp(ar.data() + (T - 1 - t) * row, a.data() + t * row, row * 4), 0);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
+                         ::testing::Range(0, static_cast<int>(Backends().size())), BackendName);
+
+// ------------------------------------------------------------------ cross-backend and pool
+
+// Different thread counts and ISA paths are each batch invariant; the same ISA with
+// different thread counts must agree bitwise.
+TEST(CrossBackend, ThreadCountDoesNotChangeResults) {
+  std::mt19937 rng(16);
+  for (const TypeInfo& ti : AllTypes()) {
+    const int64_t cols = ti.block == 256 ? 512 : 576, rows = 200, T = 16;
+    Weights w = RandWeights(rng, ti, rows, cols);
+    std::vector<float> x = RandVec(rng, T * cols);
+    std::vector<float> y1(T * rows), y3(T * rows);
+    cpu::ThreadPool p1(1), p3(3);
+    cpu::MatMul(p1, w.m, x.data(), T, y1.data());
+    cpu::MatMul(p3, w.m, x.data(), T, y3.data());
+    ASSERT_EQ(y1, y3) << ti.name;
+  }
+}
+
+TEST(CrossBackend, GenericMatMulIsBitwiseReference) {
+  std::mt19937 rng(17);
+  cpu::ThreadPool pool(2);
+  const cpu::Isa saved = cpu::ActiveIsa();
+  cpu::SetIsa(cpu::Isa::kGeneric);
+  for (const TypeInfo& ti : AllTypes()) {
+    const int64_t cols = ti.block == 256 ? 512 : 96, rows = 11, T = 6;
+    Weights w = RandWeights(rng, ti, rows, cols);
+    std::vector<float> x = RandVec(rng, T * cols), a(T * rows), b(T * rows);
+    cpu::MatMul(pool, w.m, x.data(), T, a.data());
+    ref::MatMul(w.m, x.data(), T, b.data());
+    EXPECT_EQ(a, b) << ti.name;
+  }
+  cpu::SetIsa(saved);
+}
+
+TEST(ThreadPool, CoversRangeExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    cpu::ThreadPool pool(threads);
+    EXPECT_EQ(pool.num_threads(), threads);
+    for (int64_t n : {0, 1, 5, 64, 1000, 100003}) {
+      for (int64_t grain : {1, 7, 5000}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+          ASSERT_LE(0, b);
+          ASSERT_LT(b, e);
+          ASSERT_LE(e, n);
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        }, grain);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " " << grain;
+      }
+    }
+    // Nested calls run inline; many short calls in a row (decode-like).
+    std::atomic<int64_t> total{0};
+    for (int rep = 0; rep < 500; ++rep) {
+      pool.ParallelFor(8, [&](int64_t b, int64_t e) {
+        pool.ParallelFor(3, [&](int64_t b2, int64_t e2) { total += (e - b) * (e2 - b2); });
+      });
+    }
+    EXPECT_EQ(total.load(), 500 * 8 * 3);
+  }
+  EXPECT_GE(cpu::ThreadPool::AvailableCpus(), 1);
+}
+
+}  // namespace
+}  // namespace specd::kernels

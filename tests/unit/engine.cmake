@@ -1,0 +1,6 @@
+specd_test(paged_kv_cache_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/paged_kv_cache_test.cc
+  DEPS specd_engine LABELS core)
+specd_test(llama_model_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/llama_model_test.cc
+  DEPS specd_engine specd_testing LABELS model TIMEOUT 900)

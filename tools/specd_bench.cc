@@ -1,0 +1,258 @@
+// specd-bench: engine throughput on one model, with baselines measured in the same run.
+//   decode tok/s at batch 1/4/16, prefill tok/s for 128- and 512-token prompts, peak RSS,
+//   the machine's memory read bandwidth and the resulting decode roofline
+//   (weight bytes per step / bandwidth), and — when llama-cpp-python is importable —
+//   llama.cpp's decode and prefill on the same file and thread count, as ratios.
+// This is a benchmark, not a test: it prints figures and asserts nothing.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "common/engine/backend.h"
+#include "common/engine/communicator.h"
+#include "common/engine/llama_model.h"
+#include "common/engine/paged_kv_cache.h"
+#include "common/gguf/gguf_file.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace specd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Read bandwidth: each thread sums its share of a 512 MiB buffer; best of 5 passes.
+double MeasureReadBandwidth(int threads) {
+  const size_t bytes = size_t{512} << 20;
+  const size_t n = bytes / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = i;
+  kernels::cpu::ThreadPool pool(threads);
+  std::vector<uint64_t> sums(1024);
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = Clock::now();
+    pool.ParallelFor(
+        1024,
+        [&](int64_t b, int64_t e) {
+          for (int64_t c = b; c < e; ++c) {
+            const uint64_t* p = buf.data() + c * (n / 1024);
+            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (size_t i = 0; i < n / 1024; i += 4) {
+              s0 += p[i];
+              s1 += p[i + 1];
+              s2 += p[i + 2];
+              s3 += p[i + 3];
+            }
+            sums[c] = s0 + s1 + s2 + s3;
+          }
+        },
+        16);
+    const double gbs = bytes / Seconds(t0, Clock::now()) / 1e9;
+    best = std::max(best, gbs);
+  }
+  uint64_t total = 0;
+  for (uint64_t s : sums) total += s;
+  if (total == 42) std::printf(" ");  // keep the sums alive
+  return best;
+}
+
+double PeakRssMiB() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
+
+struct Runner {
+  engine::LlamaModel* model;
+  engine::PagedKvCache* kv;
+  std::vector<float> logits;
+
+  // Decode `steps` tokens for `batch` sequences after a short prompt; returns tok/s.
+  double Decode(int batch, int prompt_len, int steps) {
+    engine::ForwardBatch b;
+    std::vector<int32_t> prompt(prompt_len);
+    for (int i = 0; i < prompt_len; ++i) prompt[i] = 100 + i;
+    for (int s = 0; s < batch; ++s) {
+      (void)kv->AddSequence(s);
+      b.Clear();
+      b.Add(s, 0, prompt.data(), prompt_len, false);
+      Check(model->Forward(b, *kv, logits.data()));
+    }
+    std::vector<int32_t> next(batch, 300);
+    const auto t0 = Clock::now();
+    for (int step = 0; step < steps; ++step) {
+      b.Clear();
+      for (int s = 0; s < batch; ++s) b.Add(s, prompt_len + step, &next[s], 1, false);
+      Check(model->Forward(b, *kv, logits.data()));
+      for (int s = 0; s < batch; ++s) {
+        const float* row = logits.data() + static_cast<size_t>(s) * model->vocab_size();
+        next[s] = static_cast<int32_t>(std::max_element(row, row + model->vocab_size()) - row);
+      }
+    }
+    const double secs = Seconds(t0, Clock::now());
+    for (int s = 0; s < batch; ++s) kv->FreeSequence(s);
+    return batch * steps / secs;
+  }
+
+  double Prefill(int len, int reps) {
+    std::vector<int32_t> prompt(len);
+    for (int i = 0; i < len; ++i) prompt[i] = 100 + (i * 7) % 5000;
+    double best = 0;
+    for (int r = 0; r < reps; ++r) {
+      (void)kv->AddSequence(1000);
+      engine::ForwardBatch b;
+      const auto t0 = Clock::now();
+      for (int done = 0; done < len;) {
+        const int n = std::min(len - done, model->options().max_batch_tokens);
+        b.Clear();
+        b.Add(1000, done, prompt.data() + done, n, false);
+        if (done + n < len) b.logit_rows.clear();
+        Check(model->Forward(b, *kv, logits.data()));
+        done += n;
+      }
+      best = std::max(best, len / Seconds(t0, Clock::now()));
+      kv->FreeSequence(1000);
+    }
+    return best;
+  }
+
+  static void Check(const absl::Status& st) {
+    if (!st.ok()) {
+      std::fprintf(stderr, "specd-bench: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
+  }
+};
+
+struct LlamaCppFigures {
+  bool ok = false;
+  double decode = 0, prefill128 = 0, prefill512 = 0;
+};
+
+// Runs tools/llama_cpp_bench.py when llama-cpp-python is importable.
+LlamaCppFigures RunLlamaCpp(const std::string& script, const std::string& model, int threads) {
+  LlamaCppFigures f;
+  const std::string cmd = absl::StrFormat(
+      "python3 -c 'import llama_cpp' 2>/dev/null && python3 %s %s %d 2>/dev/null", script, model,
+      threads);
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return f;
+  char line[512];
+  while (std::fgets(line, sizeof line, p)) {
+    double a, b, c;
+    if (std::sscanf(line, "llama.cpp decode=%lf prefill128=%lf prefill512=%lf", &a, &b, &c) == 3) {
+      f = {true, a, b, c};
+    }
+  }
+  pclose(p);
+  return f;
+}
+
+int Main(int argc, char** argv) {
+  std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  int threads = 0, steps = 64;
+  bool with_llama_cpp = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "-m" || a == "--model") && i + 1 < argc) {
+      model_path = argv[++i];
+    } else if ((a == "-t" || a == "--threads") && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &threads)) return 2;
+    } else if (a == "--steps" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &steps)) return 2;
+    } else if (a == "--no-llama-cpp") {
+      with_llama_cpp = false;
+    } else {
+      std::fprintf(stderr,
+                   "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
+                   "[--no-llama-cpp]\n");
+      return 2;
+    }
+  }
+  if (threads <= 0) threads = kernels::cpu::ThreadPool::AvailableCpus();
+
+  auto file = gguf::GgufFile::Open(model_path);
+  if (!file.ok()) {
+    std::fprintf(stderr, "specd-bench: %s\n", file.status().ToString().c_str());
+    return 1;
+  }
+  const double bandwidth = MeasureReadBandwidth(threads);
+  auto backend = engine::MakeCpuBackend(threads);
+  engine::LocalCommunicator comm;
+  engine::ModelOptions opt;
+  opt.max_batch_tokens = 512;
+  opt.max_logit_rows = 16;
+  auto model = engine::LlamaModel::Load(**file, backend.get(), &comm, opt);
+  if (!model.ok()) {
+    std::fprintf(stderr, "specd-bench: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  const int32_t blocks = 16 * ((32 + steps) / 16 + 2) + 40;
+  auto kv = engine::PagedKvCache::Create(
+      (*model)->MakeKvCacheConfig(blocks, 16, kernels::KvDtype::kF16));
+  if (!kv.ok()) return 1;
+  Runner r{model->get(), kv->get(), std::vector<float>(16 * (*model)->vocab_size())};
+
+  const double weight_mb = (*model)->weight_bytes() / 1e6;
+  const double roofline = bandwidth * 1e9 / (*model)->weight_bytes();
+  std::printf("model: %s (%s), weights read per step %.1f MB, file %.1f MB, threads %d\n",
+              model_path.c_str(), (*model)->config().name.c_str(), weight_mb,
+              (*file)->file_size() / 1e6, threads);
+  std::printf("memory read bandwidth: %.2f GB/s -> decode roofline %.1f tok/s\n", bandwidth,
+              roofline);
+  r.Decode(1, 8, 8);  // warm-up: page in the weights
+  const double d1 = r.Decode(1, 32, steps);
+  const double d4 = r.Decode(4, 32, steps);
+  const double d16 = r.Decode(16, 32, steps / 2);
+  const double p128 = r.Prefill(128, 3);
+  const double p512 = r.Prefill(512, 2);
+  std::printf("decode batch 1:  %8.1f tok/s  (%.0f%% of roofline)\n", d1, 100 * d1 / roofline);
+  std::printf("decode batch 4:  %8.1f tok/s  (%.2fx batch 1)\n", d4, d4 / d1);
+  std::printf("decode batch 16: %8.1f tok/s  (%.2fx batch 1)\n", d16, d16 / d1);
+  std::printf("prefill 128:     %8.1f tok/s\n", p128);
+  std::printf("prefill 512:     %8.1f tok/s\n", p512);
+  std::printf("peak RSS: %.1f MiB (model file %.1f MiB + KV pool %.1f MiB + %.1f MiB other)\n",
+              PeakRssMiB(), (*file)->file_size() / 1048576.0, (*kv)->pool_bytes() / 1048576.0,
+              PeakRssMiB() - (*file)->file_size() / 1048576.0 -
+                  (*kv)->pool_bytes() / 1048576.0 - 512.0);
+  std::printf("  (the 512 MiB bandwidth buffer is freed but counted in peak RSS; subtracted above)\n");
+  if (with_llama_cpp) {
+    std::string script = argv[0];
+    script = script.substr(0, script.rfind('/') + 1) + "llama_cpp_bench.py";
+    if (const char* src = std::getenv("SPECD_SOURCE_DIR")) {
+      script = std::string(src) + "/tools/llama_cpp_bench.py";
+    }
+    const LlamaCppFigures l = RunLlamaCpp(script, model_path, threads);
+    if (l.ok) {
+      std::printf("llama.cpp decode batch 1: %.1f tok/s -> specd/llama.cpp = %.2fx\n", l.decode,
+                  d1 / l.decode);
+      std::printf("llama.cpp prefill 128: %.1f tok/s -> %.2fx; prefill 512: %.1f tok/s -> "
+                  "%.2fx\n",
+                  l.prefill128, p128 / l.prefill128, l.prefill512, p512 / l.prefill512);
+    } else {
+      std::printf("llama.cpp: not measured (llama-cpp-python not importable by python3, or "
+                  "%s failed)\n", script.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace specd
+
+int main(int argc, char** argv) { return specd::Main(argc, argv); }
