@@ -28,12 +28,20 @@ inline int64_t AttnScratchFloats(int64_t len, int32_t group, int32_t head_dim) {
   return static_cast<int64_t>(group) * (len + head_dim + 8);
 }
 
+inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
+// Scratch floats matmul_q needs per thread.
+inline int64_t MatMulScratchFloats(int64_t T, int64_t nb) {
+  const int64_t a = 32 * MatMulSStride(nb);
+  return a > T ? a : T;
+}
+
 struct Backend {
   // Same output as QuantizeActRow (bitwise).
   void (*quantize_act)(const float* x, int64_t n, ActBlockQ8* out);
-  // Quantized weights: y[t, n] for t < T and n0 <= n < n1.  act: [T, cols / 32].
-  void (*matmul_q)(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0,
-                   int64_t n1, float* y, float* scratch /* >= T floats */);
+  // Quantized weights: y[t, n] for t < T and n0 <= n < n1.  act: [T, nb] with
+  // nb = cols / 32; act_s: [T, MatMulSStride(nb)] copies of act[].s, zero padded.
+  void (*matmul_q)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, int64_t T,
+                   int64_t n0, int64_t n1, float* y, float* scratch);
   // F32 / F16 / BF16 weights: y[t, n] for t < T and n0 <= n < n1.
   void (*matmul_f)(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int64_t n1,
                    float* y);

@@ -106,59 +106,105 @@ inline __m256i Nibbles16(const uint8_t* p) {  // 16 bytes -> 32 nibbles (low one
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
+// Scale gathering: the 32-bit word at byte offset idx(b) of the row, for 8 blocks at
+// once (lanes past nb read nothing and give 0), then f16 -> f32 of its low or high half.
+template <class Idx>
+inline __m256i GatherWords(const uint8_t* row, int64_t b0, int64_t nb, Idx idx) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i bv = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(b0)), lanes);
+  const __m256i offs = idx(bv);
+  const int64_t n = nb - b0;
+  if (n >= 8) return _mm256_i32gather_epi32(reinterpret_cast<const int*>(row), offs, 1);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
+  return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(row), offs, mask, 1);
+}
+inline __m256 HalvesToF32(__m256i halves_in_u32) {  // each lane holds a half in its low 16 bits
+  const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves_in_u32, halves_in_u32), 0x08);
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+}
+inline __m256 LowHalves(__m256i w) { return HalvesToF32(_mm256_and_si256(w, _mm256_set1_epi32(0xFFFF))); }
+inline __m256 HighHalves(__m256i w) { return HalvesToF32(_mm256_srli_epi32(w, 16)); }
+inline __m256i MulAdd32(__m256i v, int mul, int add) {
+  return _mm256_add_epi32(_mm256_mullo_epi32(v, _mm256_set1_epi32(mul)), _mm256_set1_epi32(add));
+}
+
+// Decoders. Scales() runs once per weight row and chunk: it writes the float scale
+// (and min) of every 32-value sub-block. Quants() gives the 32 int8 codes of
+// sub-block b (and, for Q6_K, the int16 per-16 multipliers).
 struct DecQ8_0 {
   static constexpr bool kSigned = true, kMin = false, kSub = false;
-  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
-    const uint8_t* blk = row + b * 34;
-    d = H2F(Ld16(blk));
-    q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
+    for (int64_t b0 = 0; b0 < nb; b0 += 8)
+      _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 34, 0); })));
+  }
+  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 34 + 2));
   }
 };
 
 struct DecQ4_0 {
   static constexpr bool kSigned = true, kMin = false, kSub = false;
-  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
-    const uint8_t* blk = row + b * 18;
-    d = H2F(Ld16(blk));
-    q = _mm256_sub_epi8(Nibbles16(blk + 2), _mm256_set1_epi8(8));
+  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
+    for (int64_t b0 = 0; b0 < nb; b0 += 8)
+      _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 18, 0); })));
+  }
+  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
+    return _mm256_sub_epi8(Nibbles16(row + b * 18 + 2), _mm256_set1_epi8(8));
   }
 };
 
 struct DecQ4_1 {
   static constexpr bool kSigned = false, kMin = true, kSub = false;
-  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
-    const uint8_t* blk = row + b * 20;
-    d = H2F(Ld16(blk));
-    m = H2F(Ld16(blk + 2));
-    q = Nibbles16(blk + 4);
+  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      const __m256i w = GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 20, 0); });
+      _mm256_storeu_ps(d + b0, LowHalves(w));
+      _mm256_storeu_ps(m + b0, HighHalves(w));
+    }
+  }
+  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
+    return Nibbles16(row + b * 20 + 4);
   }
 };
 
 struct DecQ4_K {
   static constexpr bool kSigned = false, kMin = true, kSub = false;
-  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
-    const uint8_t* blk = row + (b >> 3) * 144;
-    const int j = static_cast<int>(b & 7);
-    const uint8_t* s = blk + 4;
-    int sc, mn;
-    if (j < 4) {
-      sc = s[j] & 63;
-      mn = s[j + 4] & 63;
-    } else {
-      sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-      mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = row + (b >> 3) * 144;
+      const int j = static_cast<int>(b & 7);
+      const uint8_t* s = blk + 4;
+      int sc, mn;
+      if (j < 4) {
+        sc = s[j] & 63;
+        mn = s[j + 4] & 63;
+      } else {
+        sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+      }
+      d[b] = H2F(Ld16(blk)) * static_cast<float>(sc);
+      m[b] = -H2F(Ld16(blk + 2)) * static_cast<float>(mn);
     }
-    d = H2F(Ld16(blk)) * static_cast<float>(sc);
-    m = -H2F(Ld16(blk + 2)) * static_cast<float>(mn);
-    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (j >> 1)));
+  }
+  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
+    const int j = static_cast<int>(b & 7);
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + (b >> 3) * 144 + 16 + 32 * (j >> 1)));
     if (j & 1) v = _mm256_srli_epi16(v, 4);
-    q = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
   }
 };
 
 struct DecQ6_K {
   static constexpr bool kSigned = true, kMin = false, kSub = true;
-  static inline void Dec(const uint8_t* row, int64_t b, __m256i& q, float& d, float& m, __m256i& sub) {
+  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
+    // d is the last 2 bytes of the 210-byte block: read the word at 206, take its high half.
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      _mm256_storeu_ps(d + b0, HighHalves(GatherWords(row, b0, nb, [](__m256i b) {
+                         return MulAdd32(_mm256_srli_epi32(b, 3), 210, 206);
+                       })));
+    }
+  }
+  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
     const uint8_t* blk = row + (b >> 3) * 210;
     const int j = static_cast<int>(b & 7);
     const int half = j >> 2, quarter = j & 3;
@@ -167,18 +213,25 @@ struct DecQ6_K {
     lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
     __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * half));
     hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * quarter)), _mm256_set1_epi8(3));
-    q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
     const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
     sub = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
-    d = H2F(Ld16(blk + 208));
+    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
   }
 };
 
-// R activation rows x C weight rows. Each (r, c) has its own accumulator and sees
-// exactly the same operation sequence whatever R and C are (batch invariance).
+// Weight-side data of a chunk of rows, decoded once and reused by every T tile.
+struct ChunkScales {
+  const float* d;  // [rows][stride]
+  const float* m;  // [rows][stride], zero past nb (Q4_1 / Q4_K)
+  int64_t stride;  // nb rounded up to 8
+};
+
+// R activation rows x C weight rows. Each (r, c) has its own accumulators and sees
+// exactly the same operation sequence whatever R and C are (batch invariance):
+//   y = hsum_8(sum_b cvt(int32x8 dot_b) * (dw_b * da_b))  +  hsum_8(sum_k8 m[k8] * s[k8])
 template <class D, int R, int C>
-inline void TileQ(const uint8_t* w0, uint64_t rb, const ActBlockQ8* a0, int64_t nb, float* y0,
-                  int64_t ldy) {
+inline void TileQ(const uint8_t* w0, uint64_t rb, const float* dw0, const float* mw0, int64_t sstride,
+                  const ActBlockQ8* a0, int64_t nb, const float* as0, float* y0, int64_t ldy) {
   __m256 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -188,10 +241,9 @@ inline void TileQ(const uint8_t* w0, uint64_t rb, const ActBlockQ8* a0, int64_t 
   for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
-      __m256i q, sub = ones;
-      float d, m = 0.0f;
-      D::Dec(w0 + c * rb, b, q, d, m, sub);
-      const __m256 dv = _mm256_set1_ps(d);
+      __m256i sub = ones;
+      const __m256i q = D::Quants(w0 + c * rb, b, sub);
+      const __m256 dv = _mm256_broadcast_ss(dw0 + c * sstride + b);
       __m256i qa = q;
       if constexpr (D::kSigned) qa = _mm256_sign_epi8(q, q);
 #pragma GCC unroll 4
@@ -207,53 +259,73 @@ inline void TileQ(const uint8_t* w0, uint64_t rb, const ActBlockQ8* a0, int64_t 
         const __m256i p32 = _mm256_madd_epi16(p16, D::kSub ? sub : ones);
         const __m256 scale = _mm256_mul_ps(dv, _mm256_broadcast_ss(&a->d));
         acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[r][c]);
-        if constexpr (D::kMin) {
-          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_zextps128_ps256(_mm_load_ss(&a->s)),
-                                      acc[r][c]);
-        }
       }
     }
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) y0[r * ldy + c] = HsumPs(acc[r][c]);
+    for (int c = 0; c < C; ++c) {
+      float y = HsumPs(acc[r][c]);
+      if constexpr (D::kMin) {
+        __m256 mv = _mm256_setzero_ps();
+        for (int64_t k = 0; k < sstride; k += 8) {
+          mv = _mm256_fmadd_ps(_mm256_loadu_ps(mw0 + c * sstride + k), _mm256_loadu_ps(as0 + r * sstride + k), mv);
+        }
+        y += HsumPs(mv);
+      }
+      y0[r * ldy + c] = y;
+    }
 }
 
 template <class D, int R, int C>
-inline void RowsQ(const WeightMatrix& w, const ActBlockQ8* a, int64_t nb, int64_t n0, int64_t n1,
-                  float* y) {
+inline void RowsQ(const WeightMatrix& w, const ChunkScales& cs, int64_t nc, const ActBlockQ8* a,
+                  const float* as, int64_t nb, int64_t n0, int64_t n1, float* y) {
   int64_t n = n0;
-  for (; n + C <= n1; n += C) TileQ<D, R, C>(w.data + n * w.row_bytes, w.row_bytes, a, nb, y + n, w.rows);
-  for (; n < n1; ++n) TileQ<D, R, 1>(w.data + n * w.row_bytes, w.row_bytes, a, nb, y + n, w.rows);
+  for (; n + C <= n1; n += C) {
+    TileQ<D, R, C>(w.data + n * w.row_bytes, w.row_bytes, cs.d + (n - nc) * cs.stride,
+                   cs.m + (n - nc) * cs.stride, cs.stride, a, nb, as, y + n, w.rows);
+  }
+  for (; n < n1; ++n) {
+    TileQ<D, R, 1>(w.data + n * w.row_bytes, w.row_bytes, cs.d + (n - nc) * cs.stride,
+                   cs.m + (n - nc) * cs.stride, cs.stride, a, nb, as, y + n, w.rows);
+  }
 }
 
+constexpr int64_t kQRowChunk = 16;  // weight rows kept in L1 while all T tiles pass
+
 template <class D>
-void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
-              float* y) {
+void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, int64_t T,
+              int64_t n0, int64_t n1, float* y, float* scratch) {
   const int64_t nb = w.cols / 32;
-  constexpr int64_t kRowChunk = 16;  // weight rows kept in L1 while all T tiles pass
-  for (int64_t nc = n0; nc < n1; nc += kRowChunk) {
-    const int64_t ne = nc + kRowChunk < n1 ? nc + kRowChunk : n1;
+  const int64_t ss = (nb + 7) & ~int64_t{7};
+  ChunkScales cs{scratch, scratch + kQRowChunk * ss, ss};
+  for (int64_t nc = n0; nc < n1; nc += kQRowChunk) {
+    const int64_t ne = nc + kQRowChunk < n1 ? nc + kQRowChunk : n1;
+    for (int64_t n = nc; n < ne; ++n) {
+      float* d = scratch + (n - nc) * ss;
+      float* m = scratch + kQRowChunk * ss + (n - nc) * ss;
+      D::Scales(w.data + n * w.row_bytes, nb, d, m);  // pads to ss with zeros
+    }
     int64_t t = 0;
-    for (; t + 4 <= T; t += 4) RowsQ<D, 4, 2>(w, act + t * nb, nb, nc, ne, y + t * w.rows);
+    for (; t + 4 <= T; t += 4) RowsQ<D, 4, 2>(w, cs, nc, act + t * nb, act_s + t * ss, nb, nc, ne, y + t * w.rows);
     switch (T - t) {
-      case 3: RowsQ<D, 3, 2>(w, act + t * nb, nb, nc, ne, y + t * w.rows); break;
-      case 2: RowsQ<D, 2, 2>(w, act + t * nb, nb, nc, ne, y + t * w.rows); break;
-      case 1: RowsQ<D, 1, 4>(w, act + t * nb, nb, nc, ne, y + t * w.rows); break;
+      case 3: RowsQ<D, 3, 2>(w, cs, nc, act + t * nb, act_s + t * ss, nb, nc, ne, y + t * w.rows); break;
+      case 2: RowsQ<D, 2, 2>(w, cs, nc, act + t * nb, act_s + t * ss, nb, nc, ne, y + t * w.rows); break;
+      case 1: RowsQ<D, 1, 4>(w, cs, nc, act + t * nb, act_s + t * ss, nb, nc, ne, y + t * w.rows); break;
       default: break;
     }
   }
 }
 
-void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
-             float* y, float* /*scratch*/) {
+void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, int64_t T,
+             int64_t n0, int64_t n1, float* y, float* scratch) {
   switch (w.type) {
-    case GgmlType::kQ8_0: MatMulQT<DecQ8_0>(w, act, T, n0, n1, y); return;
-    case GgmlType::kQ4_0: MatMulQT<DecQ4_0>(w, act, T, n0, n1, y); return;
-    case GgmlType::kQ4_1: MatMulQT<DecQ4_1>(w, act, T, n0, n1, y); return;
-    case GgmlType::kQ4_K: MatMulQT<DecQ4_K>(w, act, T, n0, n1, y); return;
-    case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, T, n0, n1, y); return;
+    case GgmlType::kQ8_0: MatMulQT<DecQ8_0>(w, act, act_s, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_0: MatMulQT<DecQ4_0>(w, act, act_s, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_1: MatMulQT<DecQ4_1>(w, act, act_s, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_K: MatMulQT<DecQ4_K>(w, act, act_s, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, act_s, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc only routes supported types here
   }
 }

@@ -43,7 +43,10 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   generation_.fetch_add(1);
-  generation_.notify_all();
+  {
+    std::lock_guard<std::mutex> lk(sleep_mu_);
+    sleep_cv_.notify_all();
+  }
   for (auto& t : workers_) t.join();
 }
 
@@ -54,12 +57,14 @@ void ThreadPool::DoChunks() {
     const int64_t b = c * chunk_;
     const int64_t e = b + chunk_ < n_ ? b + chunk_ : n_;
     tr_(ctx_, b, e);
+    done_chunks_.fetch_add(1, std::memory_order_release);
   }
 }
 
 void ThreadPool::WorkerLoop() {
   t_in_worker = true;
-  uint32_t seen = 0;  // generation_ at construction; a job posted before this thread ran is still seen
+  uint32_t seen = 0;  // generation_ at construction: a job posted before this thread ran is seen
+  uint64_t last = 0;
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     if (g == seen) {
@@ -68,17 +73,22 @@ void ThreadPool::WorkerLoop() {
       while ((g = generation_.load(std::memory_order_acquire)) == seen) {
         CpuRelax();
         if (++spins % 256 == 0 && std::chrono::steady_clock::now() - start > kSpinBudget) {
-          sleeping_.fetch_add(1);
-          // Re-check after announcing; wait() returns at once if it changed.
-          generation_.wait(seen);
+          std::unique_lock<std::mutex> lk(sleep_mu_);
+          sleeping_.fetch_add(1);  // seq_cst: Run() reads it after bumping generation_
+          sleep_cv_.wait(lk, [&] { return generation_.load() != seen; });
           sleeping_.fetch_sub(1);
         }
       }
     }
     seen = g;
     if (stop_.load()) return;
-    DoChunks();
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    active_.fetch_add(1);
+    const uint64_t e = job_epoch_.load();
+    if (e != 0 && e != last) {  // 0: the caller is rewriting the job; last: already done
+      DoChunks();
+      last = e;
+    }
+    active_.fetch_sub(1, std::memory_order_release);
   }
 }
 
@@ -90,6 +100,9 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline tr, void* ctx) {
     return;
   }
   std::lock_guard<std::mutex> lock(run_mu_);
+  // Retire the previous job: no worker may still be reading its fields.
+  job_epoch_.store(0);
+  while (active_.load() != 0) CpuRelax();
   // About 4 chunks per thread balances load when other processes share the cores.
   int64_t chunks = (n + grain - 1) / grain;
   const int64_t max_chunks = static_cast<int64_t>(num_threads_) * 4;
@@ -102,17 +115,21 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline tr, void* ctx) {
   chunk_ = chunk;
   num_chunks_ = (n + chunk - 1) / chunk;
   next_chunk_.store(0, std::memory_order_relaxed);
-  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: publishes the job, ordered before reading sleeping_
-  if (sleeping_.load() > 0) generation_.notify_all();
+  done_chunks_.store(0, std::memory_order_relaxed);
+  job_epoch_.store(++last_epoch_);  // seq_cst: publishes the fields above
+  generation_.fetch_add(1);         // seq_cst: ordered before reading sleeping_
+  if (sleeping_.load() > 0) {
+    std::lock_guard<std::mutex> lk(sleep_mu_);
+    sleep_cv_.notify_all();
+  }
   t_in_worker = true;  // a nested ParallelFor from inside fn runs inline
   DoChunks();
   t_in_worker = false;
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  for (int spins = 0; done_chunks_.load(std::memory_order_acquire) < num_chunks_; ++spins) {
     if (spins < 4096) {
       CpuRelax();
     } else {
-      std::this_thread::yield();  // a worker was descheduled (shared cores)
+      std::this_thread::yield();  // a worker holding a chunk was descheduled
     }
   }
 }

@@ -10,6 +10,7 @@
 #define SPECD_KERNELS_CPU_THREAD_POOL_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -59,10 +60,20 @@ class ThreadPool {
   int64_t chunk_ = 1;
   int64_t num_chunks_ = 0;
 
-  alignas(64) std::atomic<uint32_t> generation_{0};
+  // A job completes when all its chunks are done; the caller never waits for a worker
+  // that has not woken up (cores shared with other processes). job_epoch_ is 0 while
+  // the caller rewrites the job fields; active_ counts workers that may be reading them.
+  uint64_t last_epoch_ = 0;  // caller side, under run_mu_
+  alignas(64) std::atomic<uint32_t> generation_{0};  // bumped per job: wakes workers
+  alignas(64) std::atomic<uint64_t> job_epoch_{0};
   alignas(64) std::atomic<int64_t> next_chunk_{0};
-  alignas(64) std::atomic<int> pending_{0};
+  alignas(64) std::atomic<int64_t> done_chunks_{0};
+  alignas(64) std::atomic<int> active_{0};
   alignas(64) std::atomic<int> sleeping_{0};
+  // Idle workers sleep on a condition variable: libstdc++ 12's atomic::wait missed wake-ups
+  // here (a worker stayed asleep through the destructor's notify).
+  std::mutex sleep_mu_;
+  std::condition_variable sleep_cv_;
   std::atomic<bool> stop_{false};
 };
 
