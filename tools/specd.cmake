@@ -1,2 +1,3 @@
 specd_tool(specd SRCS ${CMAKE_CURRENT_SOURCE_DIR}/specd_main.cc
-  DEPS specd_engine specd_tokenizer specd_sampling absl::strings absl::str_format)
+  ${CMAKE_CURRENT_SOURCE_DIR}/specd_client.cc
+  DEPS specd_engine specd_tokenizer specd_sampling specd_proto absl::strings absl::str_format)

@@ -32,6 +32,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: specd generate -m FILE.gguf -p TEXT [options]\n"
+    "       specd client generate|tokenize|health|info --server ADDR ... (a running cluster)\n"
     "  -m, --model FILE        GGUF model file\n"
     "  -p, --prompt TEXT       prompt text\n"
     "  --chat                  wrap the prompt as a user message in the model's chat template\n"
@@ -243,12 +244,17 @@ absl::Status Generate(const GenerateArgs& a) {
 }  // namespace
 }  // namespace specd
 
+namespace specd {
+int RunClient(int argc, char** argv);  // specd_client.cc: talks to a running cluster
+}  // namespace specd
+
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(specd::kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string_view cmd = argv[1];
+  if (cmd == "client") return specd::RunClient(argc - 2, argv + 2);
   if (cmd == "generate") {
     absl::StatusOr<specd::GenerateArgs> args = specd::ParseGenerateArgs(argc - 2, argv + 2);
     if (!args.ok()) {

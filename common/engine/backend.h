@@ -18,6 +18,10 @@ class Backend {
 
   // x: [T, w.cols] -> y: [T, w.rows]
   virtual void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) = 0;
+  // Same product with float activations for every weight type (no int8 activation rounding):
+  // the "exact activations" mode used to check the model against a float64 reference.
+  virtual void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T,
+                           float* y) = 0;
   // x, out: [T, D]; w: [D]
   virtual void RmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps,
                        float* out) = 0;

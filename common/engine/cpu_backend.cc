@@ -1,5 +1,6 @@
 // Backend over the fast CPU kernels (runtime SIMD dispatch, thread pool).
 #include "common/engine/backend.h"
+#include "kernels/cpu/matmul_exact.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -12,6 +13,10 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
     kernels::cpu::MatMul(pool_, w, x, T, y);
+  }
+  void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T,
+                   float* y) override {
+    kernels::cpu::MatMulExact(pool_, w, x, T, y);
   }
   void RmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps,
                float* out) override {

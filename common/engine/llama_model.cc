@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/gguf/ggml_type.h"
+#include "common/gguf/quants.h"
 
 namespace specd::engine {
 namespace {
@@ -101,6 +102,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const gguf::GgufFil
   m->comm_ = comm;
   absl::Status st = m->LoadWeights(file, comm->rank(), comm->world_size());
   if (!st.ok()) return st;
+  if (options.reencode_weights.has_value()) {
+    st = m->ReencodeWeights(*options.reencode_weights);
+    if (!st.ok()) return st;
+  }
 
   const int64_t T = options.max_batch_tokens;
   const int64_t D = m->config_.embedding_dim;
@@ -199,6 +204,40 @@ absl::Status LlamaModel::LoadWeights(const gguf::GgufFile& f, int rank, int worl
                      Bytes(w.w_gate) + Bytes(w.w_up) + Bytes(w.w_down);
   }
   return absl::OkStatus();
+}
+
+absl::Status LlamaModel::ReencodeWeights(gguf::GgmlType type) {
+  // Row by row through f32, into one owned buffer per matrix; tied embeddings stay shared.
+  std::vector<float> row;
+  auto reencode = [&](WeightMatrix& w) -> absl::Status {
+    if (w.type == type) return absl::OkStatus();
+    absl::StatusOr<uint64_t> out_row = gguf::RowBytes(type, w.cols);
+    if (!out_row.ok()) return out_row.status();
+    auto buf = std::make_unique<uint8_t[]>(*out_row * w.rows);
+    row.resize(w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      absl::Status st = gguf::DequantizeRow(w.type, w.data + r * w.row_bytes, row.data(), w.cols);
+      if (st.ok()) st = gguf::QuantizeRow(type, row.data(), buf.get() + r * *out_row, w.cols);
+      if (!st.ok()) return st;
+    }
+    w.type = type;
+    w.data = buf.get();
+    w.row_bytes = *out_row;
+    owned_weights_.push_back(std::move(buf));
+    return absl::OkStatus();
+  };
+  const bool tied = weights_.output.data == weights_.token_embd.data;
+  absl::Status st = reencode(weights_.token_embd);
+  if (st.ok() && tied) weights_.output = weights_.token_embd;
+  if (st.ok() && !tied) st = reencode(weights_.output);
+  weight_bytes_ = Bytes(weights_.output);
+  for (LayerWeights& w : weights_.layers) {
+    for (WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+      if (st.ok()) st = reencode(*m);
+      weight_bytes_ += Bytes(*m);
+    }
+  }
+  return st;
 }
 
 KvCacheConfig LlamaModel::MakeKvCacheConfig(int32_t num_blocks, int32_t block_size,
@@ -314,9 +353,9 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
     const LayerWeights& w = weights_.layers[l];
     const kernels::PagedKvLayer layer = kv.Layer(l);
     be.RmsNorm(x_.data(), w.attn_norm, T, D, eps, h_.data());
-    be.MatMul(w.wq, h_.data(), T, q_.data());  // q: [T, Hq, d]
-    be.MatMul(w.wk, h_.data(), T, k_.data());  // k: [T, Hkv, d]
-    be.MatMul(w.wv, h_.data(), T, v_.data());  // v: [T, Hkv, d]
+    MatMul(w.wq, h_.data(), T, q_.data());  // q: [T, Hq, d]
+    MatMul(w.wk, h_.data(), T, k_.data());  // k: [T, Hkv, d]
+    MatMul(w.wv, h_.data(), T, v_.data());  // v: [T, Hkv, d]
     if (w.bq != nullptr) {
       be.AddBias(q_.data(), w.bq, T, Hq * d);
       be.AddBias(k_.data(), w.bk, T, Hkv * d);
@@ -327,16 +366,16 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
     be.WriteKv(k_.data(), v_.data(), slots_.data(), T, layer);
     be.PagedAttention(q_.data(), T, Hq, positions_.data(), block_tables_.data(), layer, scale,
                       attn_.data());
-    be.MatMul(w.wo, attn_.data(), T, o_.data());  // o: [T, D] (partial sum on this shard)
+    MatMul(w.wo, attn_.data(), T, o_.data());  // o: [T, D] (partial sum on this shard)
     st = comm_->AllReduceSum(o_.data(), T * D);
     if (!st.ok()) return st;
     be.AddInPlace(x_.data(), o_.data(), T * D);
 
     be.RmsNorm(x_.data(), w.ffn_norm, T, D, eps, h_.data());
-    be.MatMul(w.w_gate, h_.data(), T, gate_.data());  // [T, F]
-    be.MatMul(w.w_up, h_.data(), T, up_.data());      // [T, F]
+    MatMul(w.w_gate, h_.data(), T, gate_.data());  // [T, F]
+    MatMul(w.w_up, h_.data(), T, up_.data());      // [T, F]
     be.SwiGlu(gate_.data(), up_.data(), T, F, act_.data());
-    be.MatMul(w.w_down, act_.data(), T, o_.data());   // [T, D] partial
+    MatMul(w.w_down, act_.data(), T, o_.data());   // [T, D] partial
     st = comm_->AllReduceSum(o_.data(), T * D);
     if (!st.ok()) return st;
     be.AddInPlace(x_.data(), o_.data(), T * D);
@@ -349,7 +388,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
     std::copy_n(x_.data() + batch.logit_rows[r] * D, D, head_in_.data() + r * D);
   }
   be.RmsNorm(head_in_.data(), weights_.output_norm, R, D, eps, h_.data());
-  be.MatMul(weights_.output, h_.data(), R, logits);  // logits: [R, vocab]
+  MatMul(weights_.output, h_.data(), R, logits);  // logits: [R, vocab]
   return absl::OkStatus();
 }
 

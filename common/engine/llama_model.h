@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,12 @@ struct ModelOptions {
   // Run only the first N layers (then the final norm and head): self-speculation drafts.
   // 0 = all layers.
   int32_t num_layers = 0;
+  // Float activations in every matmul instead of int8 activation blocks: slower, but free of
+  // activation rounding (which makes logits differ by tenths between any two implementations).
+  bool exact_activations = false;
+  // Re-encode every 2-D weight to this type at load (dequantize + quantize into owned memory),
+  // e.g. kF16 to get a full-precision target from a quantized file. Unset = use the file's.
+  std::optional<gguf::GgmlType> reencode_weights;
 };
 
 class LlamaModel {
@@ -79,6 +86,14 @@ class LlamaModel {
   LlamaModel() = default;
   absl::Status LoadWeights(const gguf::GgufFile& file, int rank, int world);
   absl::Status Validate(const ForwardBatch& batch, const PagedKvCache& kv) const;
+  absl::Status ReencodeWeights(gguf::GgmlType type);  // options_.reencode_weights
+  void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) {
+    if (options_.exact_activations) {
+      backend_->MatMulExact(w, x, T, y);
+    } else {
+      backend_->MatMul(w, x, T, y);
+    }
+  }
 
   ModelConfig config_;
   ModelOptions options_;
@@ -87,6 +102,7 @@ class LlamaModel {
   Communicator* comm_ = nullptr;
   int32_t local_heads_ = 0, local_kv_heads_ = 0, local_ffn_ = 0;
   uint64_t weight_bytes_ = 0;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_weights_;  // re-encoded weights, if any
 
   // Workspace, sized once for max_batch_tokens: no allocation on the hot path.
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_, act_, head_in_;

@@ -1,5 +1,6 @@
 // Backend over the plain-loop reference kernels: the model-level twin of the fast backends.
 #include "common/engine/backend.h"
+#include "kernels/ref/matmul_exact.h"
 #include "kernels/ref/ops.h"
 
 namespace specd::engine {
@@ -10,6 +11,10 @@ class ReferenceBackend final : public Backend {
   std::string_view name() const override { return "ref"; }
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
     kernels::ref::MatMul(w, x, T, y);
+  }
+  void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T,
+                   float* y) override {
+    kernels::ref::MatMulExact(w, x, T, y);
   }
   void RmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps,
                float* out) override {

@@ -319,7 +319,7 @@ void EmbeddingLookup(ThreadPool& pool, const WeightMatrix& table, const int32_t*
   for (int64_t t = 0; t < T; ++t) {
     if (ids[t] < 0 || ids[t] >= table.rows) Fail("EmbeddingLookup: id out of range");
   }
-  const int64_t grain = table.cols >= kMinParallelElems ? 1 : kMinParallelElems / table.cols;
+  const int64_t grain = table.cols >= kMinParallelElems ? 1 : kMinParallelElems / (table.cols > 0 ? table.cols : 1);
   pool.ParallelFor(T, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       if (!ref::DequantizeRow(table.type, table.data + ids[t] * table.row_bytes, table.cols,

@@ -4,3 +4,9 @@ specd_test(kernel_ops_test
   DEPS specd_kernels_cpu specd_kernels_ref specd_gguf
   LABELS core
   TIMEOUT 120)
+
+# Float-activation ("exact") MatMul against its reference twin.
+specd_test(matmul_exact_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/kernels/matmul_exact_test.cc
+  DEPS specd_kernels_cpu specd_kernels_ref specd_gguf
+  LABELS core)

@@ -263,110 +263,167 @@ TEST(LlamaModelTest, MissingTensorAndUnknownArchitectureAreClearErrors) {
 
 constexpr char kModel[] = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 constexpr char kGoldens[] = "/tests/data/model/smollm2_goldens.json";
-// Logit tolerance: the reference computes in float64 with the same int8 activation contract;
-// we accumulate in float32 and our exp/normalisation differ in the last bits, which the
-// 30-layer residual stream amplifies. Observed max difference is reported by the test.
-constexpr double kLogitTolerance = 1.5;
 
-bool HaveRealModel() {
-  return std::ifstream(SourceDir() + kModel).good();
+// Exact-activation mode vs the float64 reference (same f16 KV rounding): we accumulate in
+// float32 in a different order, so logits differ in the last few bits, amplified a little by
+// 30 layers (an f16 KV rounding flip moves later logits by ~1e-2). The test prints the
+// observed maximum (0.016 on AVX2).
+constexpr double kExactTolerance = 0.03;
+// Default int8-activation mode: rounding an activation to the neighbouring int8 step flips
+// with the last float bit, and 30 layers amplify these flips; even our own reference and fast
+// kernels differ by up to ~0.6 on SmolLM2 for that reason. So the fast mode is held to a
+// loose bound and top-1 agreement where the reference is decisive.
+constexpr double kInt8Tolerance = 1.5;
+
+bool HaveRealModel() { return std::ifstream(SourceDir() + kModel).good(); }
+
+std::unique_ptr<Loaded> LoadReal(bool exact) {
+  auto l = std::make_unique<Loaded>();
+  auto f = gguf::GgufFile::Open(SourceDir() + kModel);
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return nullptr;
+  l->file = std::move(*f);
+  l->backend = MakeCpuBackend(2);
+  ModelOptions opt;
+  opt.max_batch_tokens = 256;
+  opt.max_logit_rows = 256;
+  opt.exact_activations = exact;
+  auto m = LlamaModel::Load(*l->file, l->backend.get(), &l->comm, opt);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  l->model = std::move(*m);
+  auto kv = PagedKvCache::Create(l->model->MakeKvCacheConfig(64, 16, kernels::KvDtype::kF16));
+  EXPECT_TRUE(kv.ok()) << kv.status();
+  l->kv = std::move(*kv);
+  return l;
 }
 
-TEST(LlamaModelGoldenTest, SmolLM2MatchesIndependentReference) {
+int Argmax(const float* row, int vocab) {
+  int best = 0;
+  for (int v = 1; v < vocab; ++v) best = row[v] > row[best] ? v : best;
+  return best;
+}
+
+double Margin(const nlohmann::json& top_row) {
+  return top_row[0][1].get<double>() - top_row[1][1].get<double>();
+}
+
+// Runs prompt + golden continuation in one prefill and checks logits and top-1 at every
+// position; returns the largest difference seen.
+double CheckTeacherForced(Loaded& m, const nlohmann::json& c, int64_t id, double tol,
+                          int* checked_top1) {
+  const int vocab = m.model->vocab_size();
+  std::vector<int32_t> all = c["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> greedy = c["greedy"].get<std::vector<int32_t>>();
+  all.insert(all.end(), greedy.begin(), greedy.end() - 1);
+  EXPECT_TRUE(m.kv->AddSequence(id).ok());
+  ForwardBatch b;
+  b.Add(id, 0, all.data(), static_cast<int32_t>(all.size()), true);
+  std::vector<float> logits = m.Run(b);
+  const auto& top = c["top"];
+  EXPECT_EQ(top.size(), all.size());
+  double worst = 0;
+  for (size_t p = 0; p < all.size() && p < top.size(); ++p) {
+    const float* row = logits.data() + p * vocab;
+    for (const auto& e : top[p]) {
+      const double diff = std::fabs(row[e[0].get<int>()] - e[1].get<double>());
+      worst = std::max(worst, diff);
+      EXPECT_LT(diff, tol) << "case " << id << " pos " << p << " token " << e[0];
+    }
+    if (Margin(top[p]) > 2 * tol) {
+      EXPECT_EQ(Argmax(row, vocab), top[p][0][0].get<int>()) << "case " << id << " pos " << p;
+      ++*checked_top1;
+    }
+  }
+  m.kv->FreeSequence(id);
+  return worst;
+}
+
+TEST(LlamaModelGoldenTest, SmolLM2ExactActivationsMatchIndependentReference) {
   if (!HaveRealModel()) {
     GTEST_SKIP() << "NOT RUN: " << SourceDir() << kModel
                  << " is missing (scripts/fetch_model.sh fetches it)";
   }
   std::ifstream in(SourceDir() + kGoldens);
   ASSERT_TRUE(in.good()) << "missing " << kGoldens;
-  nlohmann::json g = nlohmann::json::parse(in);
-  auto m = Load(SourceDir() + kModel, false, 512);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  auto m = LoadReal(/*exact=*/true);
   ASSERT_TRUE(m);
   const int vocab = m->model->vocab_size();
   double worst = 0;
-  int checked_top1 = 0, cases = 0;
+  int checked_top1 = 0, cases = 0, compared_tokens = 0;
   for (const auto& c : g["cases"]) {
-    std::vector<int32_t> prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    std::vector<int32_t> greedy = c["greedy"].get<std::vector<int32_t>>();
-    const int64_t id = ++cases;
+    worst = std::max(worst, CheckTeacherForced(*m, c, ++cases, kExactTolerance, &checked_top1));
+  }
 
-    // 1) Logits at every position of prompt + golden continuation, in one prefill.
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), greedy.begin(), greedy.end() - 1);
-    ASSERT_TRUE(m->kv->AddSequence(id).ok());
-    ForwardBatch b;
-    b.Add(id, 0, all.data(), static_cast<int32_t>(all.size()), true);
-    std::vector<float> logits = m->Run(b);
-    const auto& top = c["top"];
-    ASSERT_EQ(top.size(), all.size());
-    for (size_t p = 0; p < all.size(); ++p) {
-      const float* row = logits.data() + p * vocab;
-      if (std::getenv("SPECD_GOLDEN_DEBUG")) {
-        double md = 0;
-        for (const auto& e : top[p]) md = std::max(md, std::fabs(row[e[0].get<int>()] - e[1].get<double>()));
-        std::printf("case %d pos %zu maxdiff %.4f\n", (int)id, p, md);
-      }
-      for (const auto& e : top[p]) {
-        const double diff = std::fabs(row[e[0].get<int>()] - e[1].get<double>());
-        worst = std::max(worst, diff);
-        ASSERT_LT(diff, kLogitTolerance) << "case " << id << " pos " << p << " id " << e[0];
-      }
-      const double margin = top[p][0][1].get<double>() - top[p][1][1].get<double>();
-      if (margin > 2 * kLogitTolerance) {
-        int best = 0;
-        for (int v = 1; v < vocab; ++v) best = row[v] > row[best] ? v : best;
-        ASSERT_EQ(best, top[p][0][0].get<int>()) << "case " << id << " pos " << p;
-        ++checked_top1;
+  // Greedy decoding, one token per step (all cases batched together — logits are batch
+  // invariant), reproduces each reference continuation token for token up to the first step
+  // where the reference itself is undecided (top-2 margin below the tolerance): past a
+  // near-tie either continuation is the model's.
+  struct Live {
+    int64_t id;
+    const nlohmann::json* c;
+    std::vector<int32_t> prompt, greedy;
+    int32_t next = -1;
+    size_t i = 0;  // tokens of the continuation produced so far
+  };
+  std::vector<Live> live;
+  ForwardBatch b;
+  for (const auto& c : g["cases"]) {
+    Live l{static_cast<int64_t>(live.size() + 100), &c,
+           c["prompt_ids"].get<std::vector<int32_t>>(), c["greedy"].get<std::vector<int32_t>>()};
+    ASSERT_TRUE(m->kv->AddSequence(l.id).ok());
+    if (Margin(c["top"][l.prompt.size() - 1]) < kExactTolerance) continue;
+    b.Add(l.id, 0, l.prompt.data(), static_cast<int32_t>(l.prompt.size()), false);
+    live.push_back(std::move(l));
+  }
+  while (!b.slices.empty()) {
+    std::vector<float> rows = m->Run(b);
+    std::vector<Live*> stepped;
+    for (size_t r = 0; r < b.slices.size(); ++r) {
+      for (Live& l : live) {
+        if (l.id == b.slices[r].seq) stepped.push_back(&l);
       }
     }
-    m->kv->FreeSequence(id);
-
-    // 2) Greedy decoding one token per step reproduces the continuation token for token.
-    ASSERT_TRUE(m->kv->AddSequence(id).ok());
     b.Clear();
-    b.Add(id, 0, prompt.data(), static_cast<int32_t>(prompt.size()), false);
-    std::vector<int32_t> ours;
-    int32_t pos = static_cast<int32_t>(prompt.size());
-    while (ours.size() < greedy.size()) {
-      std::vector<float> row = m->Run(b);
-      int best = 0;
-      for (int v = 1; v < vocab; ++v) best = row[v] > row[best] ? v : best;
-      ours.push_back(best);
-      b.Clear();
-      b.Add(id, pos++, &ours.back(), 1, false);
+    for (size_t r = 0; r < stepped.size(); ++r) {
+      Live& l = *stepped[r];
+      l.next = Argmax(rows.data() + r * vocab, vocab);
+      ASSERT_EQ(l.next, l.greedy[l.i]) << (*l.c)["prompt"] << " token " << l.i;
+      ++compared_tokens;
+      ++l.i;
+      const size_t top_row = l.prompt.size() - 1 + l.i;
+      if (l.i < l.greedy.size() && Margin((*l.c)["top"][top_row]) >= kExactTolerance) {
+        b.Add(l.id, static_cast<int32_t>(top_row), &l.next, 1, false);
+      }
     }
-    EXPECT_EQ(ours, greedy) << "case " << id << ": " << c["prompt"];
-    m->kv->FreeSequence(id);
   }
   EXPECT_GE(cases, 8);
-  std::printf("goldens: %d cases, max |logit diff| %.5f, top-1 checked at %d positions\n",
-              cases, worst, checked_top1);
+  // Near-ties are rare: most of every continuation must be compared.
+  EXPECT_GE(compared_tokens, cases * 64 * 6 / 10) << "too many near-ties for a real comparison";
+  std::printf("exact mode: %d cases, max |logit diff| %.5f (tolerance %.3f), top-1 checked at %d "
+              "positions, %d greedy tokens compared token for token\n",
+              cases, worst, kExactTolerance, checked_top1, compared_tokens);
 }
 
-}  // namespace
-}  // namespace specd::engine
-namespace specd::engine {
-namespace {
-TEST(LlamaModelGoldenTest, DISABLED_RefVsCpuRealModel) {
-  std::ifstream in(SourceDir() + kGoldens);
-  nlohmann::json g = nlohmann::json::parse(in);
-  auto a = Load(SourceDir() + kModel, true, 64);
-  auto b = Load(SourceDir() + kModel, false, 64);
-  const int vocab = a->model->vocab_size();
-  std::vector<int32_t> prompt = g["cases"][1]["prompt_ids"].get<std::vector<int32_t>>();
-  ForwardBatch fb;
-  ASSERT_TRUE(a->kv->AddSequence(1).ok());
-  ASSERT_TRUE(b->kv->AddSequence(1).ok());
-  fb.Add(1, 0, prompt.data(), prompt.size(), true);
-  auto la = a->Run(fb), lb = b->Run(fb);
-  for (size_t p = 0; p < prompt.size(); ++p) {
-    double md = 0, mg = 0;
-    for (const auto& e : g["cases"][1]["top"][p]) {
-      md = std::max(md, (double)std::fabs(la[p * vocab + e[0].get<int>()] - lb[p * vocab + e[0].get<int>()]));
-      mg = std::max(mg, std::fabs(la[p * vocab + e[0].get<int>()] - e[1].get<double>()));
-    }
-    std::printf("pos %zu ref-vs-cpu %.4f ref-vs-golden %.4f\n", p, md, mg);
+TEST(LlamaModelGoldenTest, SmolLM2Int8ActivationsStayCloseToReference) {
+  if (!HaveRealModel()) {
+    GTEST_SKIP() << "NOT RUN: " << SourceDir() << kModel
+                 << " is missing (scripts/fetch_model.sh fetches it)";
   }
+  std::ifstream in(SourceDir() + kGoldens);
+  ASSERT_TRUE(in.good());
+  const nlohmann::json g = nlohmann::json::parse(in);
+  auto m = LoadReal(/*exact=*/false);
+  ASSERT_TRUE(m);
+  double worst = 0;
+  int checked_top1 = 0, cases = 0;
+  for (const auto& c : g["cases"]) {
+    worst = std::max(worst, CheckTeacherForced(*m, c, ++cases, kInt8Tolerance, &checked_top1));
+  }
+  std::printf("int8 mode: %d cases, max |logit diff| %.4f (tolerance %.2f), top-1 checked at %d "
+              "positions\n", cases, worst, kInt8Tolerance, checked_top1);
 }
+
 }  // namespace
 }  // namespace specd::engine

@@ -1,0 +1,71 @@
+// Every Prometheus metric of the cluster, defined in this one file so names stay consistent:
+// specd_<component>_<what>_<unit>. Each process owns one Metrics object (a registry it can
+// serve over HTTP); components only touch the members they need.
+#ifndef SPECD_SERVICES_COMMON_METRICS_H_
+#define SPECD_SERVICES_COMMON_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace specd::services {
+
+class Metrics {
+ private:
+  // First: the metric references below point into families it owns.
+  std::shared_ptr<prometheus::Registry> registry_;
+
+ public:
+  Metrics();
+  // Serves /metrics on 0.0.0.0:port (port 0: not served).
+  absl::Status Serve(int port);
+  prometheus::Registry& registry() { return *registry_; }
+  // The text exposition of everything registered (what /metrics returns).
+  std::string Text() const;
+
+  // --- router ---
+  prometheus::Family<prometheus::Counter>& router_requests;          // {code}
+  prometheus::Histogram& router_request_latency;
+  prometheus::Histogram& router_ttft;
+  prometheus::Histogram& router_itl;
+  prometheus::Histogram& router_queue_time;
+  prometheus::Gauge& router_running;
+  prometheus::Gauge& router_waiting;
+  prometheus::Histogram& router_batch_size;
+  prometheus::Histogram& router_step_tokens;
+  prometheus::Counter& router_prompt_tokens;
+  prometheus::Counter& router_generated_tokens;
+  prometheus::Counter& router_preemptions;
+  prometheus::Family<prometheus::Counter>& router_draft_proposed;    // {position}
+  prometheus::Family<prometheus::Counter>& router_draft_accepted;    // {position}
+  prometheus::Histogram& router_accepted_length;
+  prometheus::Histogram& router_chosen_k;
+  prometheus::Family<prometheus::Histogram>& router_rpc_latency;     // {hop}
+  prometheus::Family<prometheus::Counter>& router_rpc_errors;        // {hop, code}
+  prometheus::Gauge& router_draft_available;
+  prometheus::Family<prometheus::Gauge>& router_kv_blocks;           // {service, state}
+
+  // --- draft and target services ({component}) ---
+  prometheus::Family<prometheus::Counter>& service_requests;         // {component, method, code}
+  prometheus::Family<prometheus::Histogram>& service_step_latency;   // {component}
+  prometheus::Family<prometheus::Histogram>& service_step_tokens;    // {component}
+  prometheus::Family<prometheus::Gauge>& service_kv_blocks;          // {component, state}
+
+ private:
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+// Latency buckets in seconds (100 us .. 60 s) and count buckets (1 .. 1024).
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
+const prometheus::Histogram::BucketBoundaries& CountBuckets();
+
+}  // namespace specd::services
+
+#endif  // SPECD_SERVICES_COMMON_METRICS_H_

@@ -1,0 +1,75 @@
+// What the draft and target services share: a GGUF model with its tokenizer, backend, paged
+// KV cache, and the committed-token history of every sequence the router has placed here.
+#ifndef SPECD_SERVICES_COMMON_MODEL_HOST_H_
+#define SPECD_SERVICES_COMMON_MODEL_HOST_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/node_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/engine/backend.h"
+#include "common/engine/communicator.h"
+#include "common/engine/llama_model.h"
+#include "common/engine/paged_kv_cache.h"
+#include "common/gguf/gguf_file.h"
+#include "common/tokenizer/tokenizer.h"
+#include "specd/internal/v1/common.pb.h"
+
+namespace specd::services {
+
+struct ModelHostOptions {
+  std::string model_path;
+  int32_t threads = 0;            // 0 = all cores
+  int32_t kv_blocks = 1024;
+  int32_t kv_block_size = 16;
+  int32_t max_batch_tokens = 512;
+  int32_t num_layers = 0;         // 0 = all (fewer: self-speculation drafts)
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+};
+
+class ModelHost {
+ public:
+  // `comm` may be null (one rank); otherwise it must outlive the host.
+  static absl::StatusOr<std::unique_ptr<ModelHost>> Load(const ModelHostOptions& options,
+                                                         engine::Communicator* comm = nullptr);
+
+  engine::LlamaModel& model() { return *model_; }
+  engine::PagedKvCache& kv() { return *kv_; }
+  const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
+  absl::Span<const int32_t> eos_ids() const { return eos_ids_; }
+  const ModelHostOptions& options() const { return options_; }
+  int32_t vocab_size() const { return model_->vocab_size(); }
+  int32_t context_length() const { return model_->config().context_length; }
+  uint64_t instance_id() const { return instance_id_; }
+
+  // The committed tokens of `seq` (nullptr if unknown).
+  std::vector<int32_t>* History(engine::SeqId seq);
+  // Adds `seq` with an empty history and KV.
+  absl::Status AddSequence(engine::SeqId seq);
+  void Release(engine::SeqId seq);
+
+  specd::internal::v1::ServiceInfo Info() const;
+  specd::internal::v1::KvUsage Usage() const;
+
+ private:
+  ModelHost() = default;
+  ModelHostOptions options_;
+  engine::LocalCommunicator local_comm_;
+  std::unique_ptr<gguf::GgufFile> file_;
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+  std::unique_ptr<engine::Backend> backend_;
+  std::unique_ptr<engine::LlamaModel> model_;
+  std::unique_ptr<engine::PagedKvCache> kv_;
+  std::vector<int32_t> eos_ids_;
+  uint64_t instance_id_ = 0;
+  // node_hash_map: History() pointers stay valid while other sequences are added.
+  absl::node_hash_map<engine::SeqId, std::vector<int32_t>> history_;
+};
+
+}  // namespace specd::services
+
+#endif  // SPECD_SERVICES_COMMON_MODEL_HOST_H_

@@ -1,0 +1,49 @@
+#include "services/common/proto_convert.h"
+
+namespace specd::services {
+
+sampling::SamplingParams FromProto(const specd::internal::v1::SamplingParams& p) {
+  sampling::SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p();
+  s.min_p = p.min_p();
+  s.repetition_penalty = p.repetition_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.seed = p.seed();
+  s.num_logprobs = p.num_logprobs();
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.ignore_eos = p.ignore_eos();
+  return s;
+}
+
+void ToProto(const sampling::SamplingParams& s, specd::internal::v1::SamplingParams* out) {
+  out->set_temperature(s.temperature);
+  out->set_top_k(s.top_k);
+  out->set_top_p(s.top_p);
+  out->set_min_p(s.min_p);
+  out->set_repetition_penalty(s.repetition_penalty);
+  out->set_presence_penalty(s.presence_penalty);
+  out->set_frequency_penalty(s.frequency_penalty);
+  out->set_seed(s.seed);
+  out->set_num_logprobs(s.num_logprobs);
+  out->mutable_stop_token_ids()->Assign(s.stop_token_ids.begin(), s.stop_token_ids.end());
+  out->set_ignore_eos(s.ignore_eos);
+}
+
+sampling::SparseProposal FromProto(const specd::internal::v1::Proposal& p) {
+  sampling::SparseProposal s;
+  s.token = p.token();
+  s.ids.assign(p.ids().begin(), p.ids().end());
+  s.probs.assign(p.probs().begin(), p.probs().end());
+  return s;
+}
+
+void ToProto(const sampling::SparseProposal& s, specd::internal::v1::Proposal* out) {
+  out->set_token(s.token);
+  out->mutable_ids()->Assign(s.ids.begin(), s.ids.end());
+  out->mutable_probs()->Assign(s.probs.begin(), s.probs.end());
+}
+
+}  // namespace specd::services

@@ -1,0 +1,88 @@
+// main() of a worker service (specd-target, specd-draft): flags/env, model load, gRPC server
+// with health + reflection, metrics, and SIGTERM handling (health NOT_SERVING, then in-flight
+// calls get a grace period).
+#ifndef SPECD_SERVICES_COMMON_WORKER_MAIN_H_
+#define SPECD_SERVICES_COMMON_WORKER_MAIN_H_
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "services/common/flags.h"
+#include "services/common/grpc_server.h"
+#include "services/common/metrics.h"
+#include "services/common/model_host.h"
+#include "services/common/worker_service.h"
+
+namespace specd::services {
+
+template <typename Worker, typename Base, typename StepReq, typename StepResp>
+int WorkerMain(int argc, char** argv, const std::string& component, const std::string& env) {
+  BlockTerminationSignals();
+  std::string listen = component == "target" ? "0.0.0.0:50052" : "0.0.0.0:50053";
+  ModelHostOptions mo;
+  int32_t metrics_port = 0;
+  int32_t world_size = 1;
+  double grace_s = 10;
+  GrpcSettings grpc_settings;
+  FlagSet flags("specd-" + component);
+  flags.Add("listen", env + "_LISTEN", &listen, "address to serve on: host:port or unix:/path");
+  flags.Add("model", env + "_MODEL", &mo.model_path, "GGUF model file");
+  flags.Add("threads", env + "_THREADS", &mo.threads, "CPU threads (0 = all cores)");
+  flags.Add("kv-blocks", env + "_KV_BLOCKS", &mo.kv_blocks, "KV cache blocks");
+  flags.Add("kv-block-size", env + "_KV_BLOCK_SIZE", &mo.kv_block_size, "tokens per KV block");
+  flags.Add("max-batch-tokens", env + "_MAX_BATCH_TOKENS", &mo.max_batch_tokens,
+            "most tokens one forward pass carries");
+  flags.Add("layers", env + "_LAYERS", &mo.num_layers,
+            "run only the first N layers (self-speculation drafts); 0 = all");
+  flags.Add("world-size", env + "_WORLD_SIZE", &world_size, "tensor-parallel ranks");
+  flags.Add("metrics-port", env + "_METRICS_PORT", &metrics_port,
+            "Prometheus /metrics HTTP port (0 = off)");
+  flags.Add("drain-grace-s", env + "_DRAIN_GRACE_S", &grace_s,
+            "seconds in-flight calls get after SIGTERM");
+  grpc_settings.AddFlags(flags);
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
+    if (s.code() == absl::StatusCode::kCancelled) return 0;
+    std::fprintf(stderr, "specd-%s: %s\n%s", component.c_str(), std::string(s.message()).c_str(),
+                 flags.Usage().c_str());
+    return 2;
+  }
+  if (world_size != 1) {
+    // The worker is written rank-0-drives-all through Communicator, but only the single-rank
+    // communicator exists so far.
+    std::fprintf(stderr, "specd-%s: --world-size %d: tensor parallelism is not available yet\n",
+                 component.c_str(), world_size);
+    return 2;
+  }
+  auto host = ModelHost::Load(mo);
+  if (!host.ok()) {
+    std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), host.status().ToString().c_str());
+    return 1;
+  }
+  Metrics metrics;
+  if (absl::Status s = metrics.Serve(metrics_port); !s.ok()) {
+    std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), s.ToString().c_str());
+    return 1;
+  }
+  WorkerService<Worker, Base, StepReq, StepResp> service(
+      component, std::make_unique<Worker>(std::move(*host)), &metrics);
+  int port = 0;
+  auto server = StartServer(listen, {&service}, grpc_settings, &port);
+  if (!server.ok()) {
+    std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), server.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "specd-%s: serving %s on %s (port %d)\n", component.c_str(),
+               mo.model_path.c_str(), listen.c_str(), port);
+  const int sig = WaitForTermination();
+  std::fprintf(stderr, "specd-%s: signal %d: draining\n", component.c_str(), sig);
+  (*server)->GetHealthCheckService()->SetServingStatus(false);
+  (*server)->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+  return 0;
+}
+
+}  // namespace specd::services
+
+#endif  // SPECD_SERVICES_COMMON_WORKER_MAIN_H_

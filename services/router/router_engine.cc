@@ -1,0 +1,579 @@
+#include "services/router/router_engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/check.h"
+#include "services/common/proto_convert.h"
+
+namespace specd::router {
+
+struct RouterEngine::Request {
+  int64_t id = 0;
+  ValidatedRequest req;
+  std::shared_ptr<RequestSink> sink;
+  absl::Time deadline, t_submit, t_scheduled = absl::InfiniteFuture(),
+                       t_first = absl::InfiniteFuture(), t_last;
+  std::vector<int32_t> tokens;  // committed: prompt + generated
+  int32_t n_prompt = 0;
+  int32_t target_pos = 0;       // committed tokens the target holds
+  int32_t draft_pos = 0;        // committed tokens the draft surely holds
+  bool cancelled = false;       // guarded by mu_
+  bool on_services = false;     // may hold KV on the services (loop thread)
+  AdaptiveK k;
+  std::unique_ptr<TextStream> text;
+  specd::v1::FinishReason reason = specd::v1::FINISH_REASON_UNSPECIFIED;
+  int32_t target_steps = 0, drafted = 0, accepted = 0;
+  bool done = false;
+};
+
+namespace {
+
+std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+RouterEngine::RouterEngine(const RouterOptions& options, std::unique_ptr<TargetBackend> target,
+                           std::unique_ptr<DraftBackend> draft, const tok::Tokenizer& tokenizer,
+                           services::Metrics* metrics)
+    : options_(options),
+      target_(std::move(target)),
+      draft_(std::move(draft)),
+      tokenizer_(tokenizer),
+      metrics_(metrics) {}
+
+RouterEngine::~RouterEngine() { Stop(); }
+
+absl::Status RouterEngine::Start() {
+  absl::StatusOr<iv1::ServiceInfo> info = target_->GetInfo();
+  if (!info.ok()) {
+    return absl::UnavailableError(absl::StrCat("target service: ", info.status().message()));
+  }
+  if (info->vocab_fingerprint() != tokenizer_.Fingerprint()) {
+    return absl::FailedPreconditionError(
+        "the target's vocabulary differs from the router's tokenizer model");
+  }
+  target_info_ = *info;
+  MaybeReconnectDraft();
+  loop_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void RouterEngine::MaybeReconnectDraft() {
+  if (draft_ == nullptr) return;
+  absl::StatusOr<iv1::ServiceInfo> info = draft_->GetInfo();
+  absl::MutexLock l(&mu_);
+  if (!info.ok()) {
+    draft_up_ = false;
+    draft_retry_at_ = absl::Now() + options_.draft_retry;
+  } else if (info->vocab_fingerprint() != tokenizer_.Fingerprint()) {
+    // A draft with another vocabulary can never propose usable tokens: never use it.
+    std::fprintf(stderr, "specd-router: draft vocabulary differs from the target's; ignoring it\n");
+    draft_up_ = false;
+    draft_retry_at_ = absl::InfiniteFuture();
+  } else {
+    draft_up_ = true;
+    draft_blocks_ = info->kv_num_blocks();
+    draft_context_ = info->context_length();
+  }
+  metrics_->router_draft_available.Set(draft_up_ ? 1 : 0);
+}
+
+ModelLimits RouterEngine::limits() const {
+  ModelLimits l;
+  l.vocab_size = target_info_.vocab_size();
+  l.context_length = target_info_.context_length();
+  l.max_new_tokens = options_.max_new_tokens_limit;
+  l.draft_available = draft_available();
+  return l;
+}
+
+bool RouterEngine::draft_available() const {
+  absl::MutexLock l(&mu_);
+  return draft_up_;
+}
+
+int64_t RouterEngine::running() const {
+  absl::MutexLock l(&mu_);
+  return running_.size();
+}
+
+int64_t RouterEngine::waiting() const {
+  absl::MutexLock l(&mu_);
+  return waiting_.size();
+}
+
+absl::StatusOr<int64_t> RouterEngine::Submit(ValidatedRequest request,
+                                             std::shared_ptr<RequestSink> sink,
+                                             absl::Time deadline) {
+  auto r = std::make_shared<Request>();
+  r->t_submit = absl::Now();
+  r->deadline = deadline;
+  if (!request.seed_set) {
+    static thread_local std::mt19937_64 gen{std::random_device{}()};
+    request.params.seed = gen();
+  }
+  r->n_prompt = static_cast<int32_t>(request.prompt.size());
+  r->tokens = request.prompt;
+  r->text = std::make_unique<TextStream>(tokenizer_, request.stop);
+  r->k = AdaptiveK(options_.adaptive_k);
+  r->req = std::move(request);
+  r->sink = std::move(sink);
+  absl::MutexLock l(&mu_);
+  if (draining_ || stop_) return absl::UnavailableError("the router is shutting down");
+  if (!CanEnqueue(waiting_.size(), options_.scheduler)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the queue is full (", options_.scheduler.max_queue, " requests waiting); retry later"));
+  }
+  r->id = next_id_++;
+  waiting_.push_back(r);
+  by_id_[r->id] = r;
+  metrics_->router_waiting.Set(waiting_.size());
+  return r->id;
+}
+
+void RouterEngine::Cancel(int64_t id) {
+  absl::MutexLock l(&mu_);
+  auto it = by_id_.find(id);
+  if (it != by_id_.end()) it->second->cancelled = true;
+}
+
+void RouterEngine::BeginDrain() {
+  absl::MutexLock l(&mu_);
+  draining_ = true;
+}
+
+bool RouterEngine::WaitIdle(absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return waiting_.empty() && running_.empty();
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+void RouterEngine::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (stop_ && !loop_.joinable()) return;
+    stop_ = true;
+  }
+  if (loop_.joinable()) loop_.join();
+  FailAll(absl::UnavailableError("the router stopped"));
+}
+
+void RouterEngine::FailAll(const absl::Status& status) {
+  std::vector<RequestPtr> all;
+  std::vector<int64_t> ids;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& r : running_) all.push_back(r);
+    for (auto& r : waiting_) all.push_back(r);
+    for (auto& r : all) {
+      if (Remove(r)) ids.push_back(r->id);
+    }
+  }
+  for (auto& r : all) Finish(r, status);
+  if (!ids.empty()) ReleaseOnServices(ids);
+}
+
+bool RouterEngine::Remove(const RequestPtr& r) {
+  auto rit = std::find(running_.begin(), running_.end(), r);
+  if (rit != running_.end()) running_.erase(rit);
+  auto wit = std::find(waiting_.begin(), waiting_.end(), r);
+  if (wit != waiting_.end()) waiting_.erase(wit);
+  by_id_.erase(r->id);
+  const bool held = r->on_services;
+  r->on_services = false;
+  return held;
+}
+
+void RouterEngine::ReleaseOnServices(const std::vector<int64_t>& ids) {
+  const absl::Time t0 = absl::Now();
+  if (absl::Status s = target_->Release(ids); !s.ok()) {
+    metrics_->router_rpc_errors.Add({{"hop", "target"}, {"code", CodeName(s.code())}}).Increment();
+  }
+  metrics_->router_rpc_latency.Add({{"hop", "target_release"}}, services::LatencyBuckets())
+      .Observe(Seconds(absl::Now() - t0));
+  if (draft_ != nullptr && draft_available()) {
+    if (absl::Status s = draft_->Release(ids); !s.ok()) {
+      metrics_->router_rpc_errors.Add({{"hop", "draft"}, {"code", CodeName(s.code())}}).Increment();
+    }
+  }
+}
+
+void RouterEngine::Finish(const RequestPtr& r, absl::Status status) {
+  if (r->done) return;
+  r->done = true;
+  const absl::Time now = absl::Now();
+  specd::v1::Completion c;
+  c.set_finish_reason(r->reason);
+  c.set_stop(r->text->matched_stop());
+  c.mutable_usage()->set_prompt_tokens(r->n_prompt);
+  const int32_t generated = static_cast<int32_t>(r->tokens.size()) - r->n_prompt;
+  c.mutable_usage()->set_completion_tokens(generated);
+  specd::v1::Timings* t = c.mutable_timings();
+  if (r->t_scheduled != absl::InfiniteFuture()) {
+    t->set_queue_ms(absl::ToDoubleMilliseconds(r->t_scheduled - r->t_submit));
+  }
+  if (r->t_first != absl::InfiniteFuture()) {
+    t->set_ttft_ms(absl::ToDoubleMilliseconds(r->t_first - r->t_submit));
+    if (generated > 1) {
+      t->set_mean_itl_ms(absl::ToDoubleMilliseconds(r->t_last - r->t_first) / (generated - 1));
+    }
+  }
+  t->set_total_ms(absl::ToDoubleMilliseconds(now - r->t_submit));
+  specd::v1::SpeculationStats* sp = c.mutable_speculation();
+  sp->set_target_steps(r->target_steps);
+  sp->set_draft_tokens(r->drafted);
+  sp->set_accepted_tokens(r->accepted);
+  if (r->target_steps > 0) {
+    sp->set_mean_accepted_length(static_cast<double>(generated) / r->target_steps);
+  }
+  c.set_seed(r->req.params.seed);
+  c.set_request_id(r->req.request_id);
+  metrics_->router_requests.Add({{"code", CodeName(status.code())}}).Increment();
+  metrics_->router_request_latency.Observe(Seconds(now - r->t_submit));
+  r->sink->OnDone(std::move(status), std::move(c));
+}
+
+int32_t RouterEngine::WantK(Request& r, bool draft_up, int32_t running) {
+  if (!draft_up || r.req.spec_mode == SpecMode::kOff) return 0;
+  const int32_t left = r.req.max_new_tokens - (static_cast<int32_t>(r.tokens.size()) - r.n_prompt);
+  int32_t k = r.req.fixed_k > 0 ? r.req.fixed_k
+              : options_.default_k > 0 ? options_.default_k
+                                       : r.k.Next(running);
+  // Drafts past the last token we may emit, or the context, are wasted work.
+  k = std::min(k, left - 1);
+  k = std::min<int32_t>(k, target_info_.context_length() - static_cast<int32_t>(r.tokens.size()) - 1);
+  return std::max(k, 0);
+}
+
+void RouterEngine::Loop() {
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !waiting_.empty() || !running_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+    }
+    Iterate();
+  }
+}
+
+void RouterEngine::Iterate() {
+  const absl::Time now = absl::Now();
+  if (draft_ != nullptr && now >= draft_retry_at_ && !draft_available()) MaybeReconnectDraft();
+
+  std::vector<RequestPtr> ended;  // cancelled or expired
+  std::vector<int64_t> release;
+  Schedule sched;
+  absl::flat_hash_map<int64_t, RequestPtr> plan_req;
+  bool draft_up;
+  {
+    absl::MutexLock l(&mu_);
+    std::vector<RequestPtr> all(running_.begin(), running_.end());
+    all.insert(all.end(), waiting_.begin(), waiting_.end());
+    for (const RequestPtr& r : all) {
+      if (r->cancelled || now > r->deadline) {
+        if (Remove(r)) release.push_back(r->id);
+        ended.push_back(r);
+      }
+    }
+    draft_up = draft_up_;
+    SchedulerState st;
+    for (const RequestPtr& r : running_) {
+      st.running.push_back({r->id, static_cast<int32_t>(r->tokens.size()), r->target_pos,
+                            WantK(*r, draft_up, static_cast<int32_t>(running_.size()))});
+    }
+    for (const RequestPtr& r : waiting_) {
+      st.waiting.push_back({r->id, static_cast<int32_t>(r->tokens.size()), 0, 0});
+    }
+    SchedulerConfig config = options_.scheduler;
+    config.block_size = target_info_.kv_block_size();
+    config.target_blocks = target_info_.kv_num_blocks();
+    config.draft_blocks = draft_up ? draft_blocks_ : 0;
+    sched = ScheduleIteration(st, config);
+    if (std::getenv("SPECD_ROUTER_DEBUG") != nullptr) {
+      std::string line = absl::StrCat("run=", st.running.size(), " wait=", st.waiting.size(), " plans:");
+      for (const SeqPlan& p : sched.plans) absl::StrAppend(&line, " ", p.id, "[", p.start, ",", p.end, ")k", p.k, p.emit ? "e" : "");
+      for (const SeqView& v : st.running) absl::StrAppend(&line, " R", v.id, "c", v.committed, "t", v.target_pos);
+      absl::StrAppend(&line, " preempt=", sched.preempt.size(), " admit=", sched.admit.size());
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    for (int64_t id : sched.preempt) {
+      RequestPtr r = by_id_[id];
+      running_.erase(std::find(running_.begin(), running_.end(), r));
+      waiting_.push_front(r);
+      if (r->on_services) release.push_back(id);
+      r->on_services = false;
+      r->target_pos = 0;
+      r->draft_pos = 0;
+      metrics_->router_preemptions.Increment();
+    }
+    for (int64_t id : sched.admit) {
+      RequestPtr r = waiting_.front();
+      SPECD_CHECK(r->id == id, "scheduler admitted out of order");
+      waiting_.pop_front();
+      running_.push_back(r);
+      if (r->t_scheduled == absl::InfiniteFuture()) {
+        r->t_scheduled = now;
+        metrics_->router_queue_time.Observe(Seconds(now - r->t_submit));
+        metrics_->router_prompt_tokens.Increment(r->n_prompt);
+      }
+    }
+    for (const SeqPlan& p : sched.plans) plan_req[p.id] = by_id_[p.id];
+    metrics_->router_running.Set(running_.size());
+    metrics_->router_waiting.Set(waiting_.size());
+  }
+  // Release first: once a client hears "cancelled", the KV is already free everywhere.
+  if (!release.empty()) ReleaseOnServices(release);
+  for (const RequestPtr& r : ended) {
+    Finish(r, r->cancelled ? absl::CancelledError("cancelled by the client")
+                           : absl::DeadlineExceededError("the request's deadline passed"));
+  }
+  if (sched.plans.empty()) {
+    absl::SleepFor(options_.retry_backoff);
+    return;
+  }
+
+  // 1. Draft step for decode rows that want drafts.
+  absl::flat_hash_map<int64_t, const iv1::DraftSequenceResult*> drafts;
+  iv1::DraftStepResponse draft_resp;
+  iv1::DraftStepRequest dreq;
+  for (SeqPlan& p : sched.plans) {
+    if (!p.emit || p.k == 0) continue;
+    Request& r = *plan_req[p.id];
+    iv1::DraftSequenceStep* d = dreq.add_sequences();
+    d->set_seq_id(p.id);
+    d->set_start_pos(r.draft_pos);
+    d->mutable_tokens()->Assign(r.tokens.begin() + r.draft_pos, r.tokens.end());
+    d->set_num_draft_tokens(p.k);
+    d->set_num_prompt_tokens(r.n_prompt);
+    services::ToProto(r.req.params, d->mutable_sampling());
+    metrics_->router_chosen_k.Observe(p.k);
+  }
+  if (dreq.sequences_size() > 0) {
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<iv1::DraftStepResponse> resp = draft_->Step(dreq);
+    metrics_->router_rpc_latency.Add({{"hop", "draft"}}, services::LatencyBuckets())
+        .Observe(Seconds(absl::Now() - t0));
+    if (!resp.ok()) {
+      metrics_->router_rpc_errors.Add({{"hop", "draft"}, {"code", CodeName(resp.status().code())}})
+          .Increment();
+      {
+        absl::MutexLock l(&mu_);
+        draft_up_ = false;
+      }
+      draft_retry_at_ = absl::Now() + options_.draft_retry;
+      metrics_->router_draft_available.Set(0);
+    } else {
+      draft_resp = std::move(*resp);
+      for (const iv1::DraftSequenceResult& d : draft_resp.sequences()) drafts[d.seq_id()] = &d;
+      metrics_->router_kv_blocks.Add({{"service", "draft"}, {"state", "used"}})
+          .Set(draft_resp.kv().used_blocks());
+    }
+  }
+
+  // 2. Target step: prompt chunks and verification rows in one ragged pass.
+  iv1::TargetStepRequest treq;
+  int32_t step_tokens = 0;
+  for (SeqPlan& p : sched.plans) {
+    Request& r = *plan_req[p.id];
+    iv1::TargetSequenceStep* t = treq.add_sequences();
+    t->set_seq_id(p.id);
+    t->set_start_pos(p.start);
+    t->mutable_tokens()->Assign(r.tokens.begin() + p.start, r.tokens.begin() + p.end);
+    t->set_emit(p.emit);
+    t->set_num_prompt_tokens(r.n_prompt);
+    services::ToProto(r.req.params, t->mutable_sampling());
+    auto it = drafts.find(p.id);
+    if (p.k > 0 && it != drafts.end() && !it->second->needs_prefill()) {
+      *t->mutable_proposals() = it->second->proposals();
+    } else if (p.k > 0 && it != drafts.end()) {
+      r.draft_pos = 0;  // the draft lost it: resend everything next time
+    }
+    p.k = t->proposals_size();
+    step_tokens += p.tokens();
+    r.on_services = true;
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<iv1::TargetStepResponse> resp = target_->Step(treq);
+  const absl::Time t1 = absl::Now();
+  metrics_->router_rpc_latency.Add({{"hop", "target"}}, services::LatencyBuckets())
+      .Observe(Seconds(t1 - t0));
+  if (!resp.ok()) {
+    const absl::StatusCode code = resp.status().code();
+    metrics_->router_rpc_errors.Add({{"hop", "target"}, {"code", CodeName(code)}}).Increment();
+    if (code == absl::StatusCode::kResourceExhausted) {
+      // Our KV estimate was off (e.g. the service holds stale sequences): preempt the youngest.
+      std::vector<int64_t> ids;
+      {
+        absl::MutexLock l(&mu_);
+        if (running_.size() > 1) {
+          RequestPtr r = running_.back();
+          running_.pop_back();
+          waiting_.push_front(r);
+          if (r->on_services) ids.push_back(r->id);
+          r->on_services = false;
+          r->target_pos = 0;
+          r->draft_pos = 0;
+          metrics_->router_preemptions.Increment();
+        }
+      }
+      if (!ids.empty()) ReleaseOnServices(ids);
+      absl::SleepFor(options_.retry_backoff);
+      return;
+    }
+    if (code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kInternal) {
+      // A router bug, not the client's: fail what was in the step, keep serving the rest.
+      for (auto& [id, r] : plan_req) {
+        {
+          absl::MutexLock l(&mu_);
+          Remove(r);
+        }
+        Finish(r, absl::InternalError(absl::StrCat("target step: ", resp.status().message())));
+      }
+      return;
+    }
+    // Unavailable / deadline: the target is (re)starting. Keep the requests; re-prefill when
+    // it is back (it answers needs_prefill for sequences it lost).
+    if (target_down_since_ == absl::InfiniteFuture()) target_down_since_ = t1;
+    if (t1 - target_down_since_ > options_.target_down_timeout) {
+      target_down_since_ = absl::InfiniteFuture();
+      FailAll(absl::UnavailableError(
+          absl::StrCat("the target service is unavailable: ", resp.status().message())));
+      return;
+    }
+    absl::SleepFor(options_.retry_backoff);
+    return;
+  }
+  target_down_since_ = absl::InfiniteFuture();
+  if (resp->instance_id() != target_info_.instance_id()) {
+    target_info_.set_instance_id(resp->instance_id());
+  }
+  metrics_->router_batch_size.Observe(sched.plans.size());
+  metrics_->router_step_tokens.Observe(step_tokens);
+  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "used"}})
+      .Set(resp->kv().used_blocks());
+  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "free"}})
+      .Set(resp->kv().free_blocks());
+
+  std::vector<RequestPtr> finished;
+  absl::flat_hash_map<int64_t, int32_t> k_of;
+  for (const SeqPlan& p : sched.plans) k_of[p.id] = p.k;
+  for (const iv1::TargetSequenceResult& res : resp->sequences()) {
+    auto it = plan_req.find(res.seq_id());
+    if (it == plan_req.end()) continue;
+    Request& r = *it->second;
+    const SeqPlan* plan = nullptr;
+    for (const SeqPlan& p : sched.plans) {
+      if (p.id == res.seq_id()) plan = &p;
+    }
+    if (res.needs_prefill()) {
+      r.target_pos = 0;  // the target restarted or lost it: recompute from the history
+      continue;
+    }
+    if (!plan->emit) {
+      r.target_pos = plan->end;
+      continue;
+    }
+    const int32_t k = k_of[res.seq_id()];
+    if (k > 0) r.draft_pos = static_cast<int32_t>(r.tokens.size());
+    if (EmitTokens(r, res, k)) finished.push_back(it->second);
+    r.target_pos = static_cast<int32_t>(r.tokens.size()) - 1;
+  }
+  if (!finished.empty()) {
+    std::vector<int64_t> ids;
+    {
+      absl::MutexLock l(&mu_);
+      for (const RequestPtr& r : finished) {
+        if (Remove(r)) ids.push_back(r->id);
+      }
+      metrics_->router_running.Set(running_.size());
+    }
+    ReleaseOnServices(ids);
+    for (const RequestPtr& r : finished) Finish(r, absl::OkStatus());
+  }
+}
+
+bool RouterEngine::EmitTokens(Request& r, const iv1::TargetSequenceResult& res, int32_t drafted) {
+  const absl::Time now = absl::Now();
+  specd::v1::GenerateStreamResponse chunk;
+  bool finished = false;
+  int32_t emitted = 0;
+  const auto& stop_ids = r.req.params.stop_token_ids;
+  for (const iv1::TokenResult& t : res.tokens()) {
+    const int32_t tok = t.token();
+    if (!r.req.params.ignore_eos && tokenizer_.IsEndOfGeneration(tok)) {
+      r.reason = specd::v1::FINISH_REASON_EOS;
+      finished = true;
+      break;
+    }
+    r.tokens.push_back(tok);
+    ++emitted;
+    chunk.add_token_ids(tok);
+    if (r.req.params.num_logprobs > 0) {
+      specd::v1::TokenLogprobs* lp = chunk.add_logprobs();
+      lp->set_token_id(tok);
+      lp->set_logprob(t.logprob());
+      for (int j = 0; j < t.top_ids_size(); ++j) {
+        specd::v1::TokenLogprob* e = lp->add_top();
+        e->set_token_id(t.top_ids(j));
+        e->set_logprob(t.top_logprobs(j));
+      }
+    }
+    chunk.mutable_text()->append(r.text->Append(tok));
+    const int32_t generated = static_cast<int32_t>(r.tokens.size()) - r.n_prompt;
+    if (r.text->stopped()) {
+      r.reason = specd::v1::FINISH_REASON_STOP_STRING;
+      finished = true;
+    } else if (std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
+      r.reason = specd::v1::FINISH_REASON_STOP_TOKEN;
+      finished = true;
+    } else if (generated >= r.req.max_new_tokens ||
+               static_cast<int32_t>(r.tokens.size()) >= target_info_.context_length()) {
+      r.reason = specd::v1::FINISH_REASON_LENGTH;
+      finished = true;
+    }
+    if (finished) break;
+  }
+  if (finished) chunk.mutable_text()->append(r.text->Finish());
+  // Statistics.
+  ++r.target_steps;
+  if (drafted > 0) {
+    r.drafted += drafted;
+    r.accepted += res.num_accepted();
+    r.k.Observe(drafted, res.num_accepted());
+    for (int i = 0; i < drafted; ++i) {
+      const std::string pos = std::to_string(i + 1);
+      metrics_->router_draft_proposed.Add({{"position", pos}}).Increment();
+      if (i < res.accepted_size() && res.accepted(i)) {
+        metrics_->router_draft_accepted.Add({{"position", pos}}).Increment();
+      }
+    }
+    metrics_->router_accepted_length.Observe(res.tokens_size());
+  }
+  if (emitted > 0) {
+    metrics_->router_generated_tokens.Increment(emitted);
+    if (r.t_first == absl::InfiniteFuture()) {
+      r.t_first = now;
+      metrics_->router_ttft.Observe(Seconds(now - r.t_submit));
+      for (int i = 1; i < emitted; ++i) metrics_->router_itl.Observe(0);
+    } else {
+      const double per = Seconds(now - r.t_last) / emitted;
+      for (int i = 0; i < emitted; ++i) metrics_->router_itl.Observe(per);
+    }
+    r.t_last = now;
+  }
+  if (emitted > 0 || !chunk.text().empty()) r.sink->OnChunk(std::move(chunk));
+  return finished;
+}
+
+}  // namespace specd::router

@@ -1,0 +1,129 @@
+// specd-router: the public Generation API in front of specd-target and (optionally)
+// specd-draft. Configured by flags or SPECD_ROUTER_* variables.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "common/gguf/gguf_file.h"
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
+#include "services/common/flags.h"
+#include "services/common/grpc_server.h"
+#include "services/common/metrics.h"
+#include "services/router/grpc_backends.h"
+#include "services/router/router_engine.h"
+#include "services/router/router_service.h"
+
+namespace specd::router {
+namespace {
+
+int Main(int argc, char** argv) {
+  services::BlockTerminationSignals();
+  std::string listen = "0.0.0.0:50051", target = "localhost:50052", draft, model;
+  RouterOptions o;
+  int32_t metrics_port = 0;
+  double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30,
+         startup_timeout_s = 300;
+  services::GrpcSettings gs;
+  services::FlagSet f("specd-router");
+  f.Add("listen", "SPECD_ROUTER_LISTEN", &listen, "address to serve on: host:port or unix:/path");
+  f.Add("target", "SPECD_ROUTER_TARGET", &target, "specd-target address");
+  f.Add("draft", "SPECD_ROUTER_DRAFT", &draft, "specd-draft address (empty: no draft)");
+  f.Add("model", "SPECD_ROUTER_MODEL", &model,
+        "GGUF file the tokenizer comes from (the target's model)");
+  f.Add("max-batch-tokens", "SPECD_ROUTER_MAX_BATCH_TOKENS", &o.scheduler.max_batch_tokens,
+        "target tokens per iteration (at most the target's --max-batch-tokens)");
+  f.Add("max-running", "SPECD_ROUTER_MAX_RUNNING", &o.scheduler.max_running,
+        "most sequences running at once");
+  f.Add("max-queue", "SPECD_ROUTER_MAX_QUEUE", &o.scheduler.max_queue,
+        "most requests waiting; beyond it RESOURCE_EXHAUSTED");
+  f.Add("max-new-tokens-limit", "SPECD_ROUTER_MAX_NEW_TOKENS_LIMIT", &o.max_new_tokens_limit,
+        "largest max_new_tokens accepted");
+  f.Add("num-draft-tokens", "SPECD_ROUTER_NUM_DRAFT_TOKENS", &o.default_k,
+        "draft tokens per step when the request does not say (0 = adaptive)");
+  f.Add("step-timeout-s", "SPECD_ROUTER_STEP_TIMEOUT_S", &step_timeout_s,
+        "deadline of one Step RPC");
+  f.Add("target-down-timeout-s", "SPECD_ROUTER_TARGET_DOWN_TIMEOUT_S", &target_down_timeout_s,
+        "how long requests wait for an unavailable target before failing UNAVAILABLE");
+  f.Add("drain-grace-s", "SPECD_ROUTER_DRAIN_GRACE_S", &drain_grace_s,
+        "after SIGTERM, how long in-flight requests may finish");
+  f.Add("startup-timeout-s", "SPECD_ROUTER_STARTUP_TIMEOUT_S", &startup_timeout_s,
+        "how long to wait for the target at start");
+  f.Add("metrics-port", "SPECD_ROUTER_METRICS_PORT", &metrics_port,
+        "Prometheus /metrics HTTP port (0 = off)");
+  gs.AddFlags(f);
+  if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
+    if (s.code() == absl::StatusCode::kCancelled) return 0;
+    std::fprintf(stderr, "specd-router: %s\n%s", std::string(s.message()).c_str(),
+                 f.Usage().c_str());
+    return 2;
+  }
+  if (model.empty()) {
+    std::fprintf(stderr, "specd-router: --model (the target's GGUF, for the tokenizer) is required\n");
+    return 2;
+  }
+  o.target_down_timeout = absl::Seconds(target_down_timeout_s);
+  auto file = gguf::GgufFile::Open(model);
+  if (!file.ok()) {
+    std::fprintf(stderr, "specd-router: %s\n", file.status().ToString().c_str());
+    return 1;
+  }
+  auto tokenizer = tok::Tokenizer::FromGguf(**file);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "specd-router: %s\n", tokenizer.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<tok::ChatTemplate> chat = tok::ChatTemplate::FromGguf(**file);
+  services::Metrics metrics;
+  if (absl::Status s = metrics.Serve(metrics_port); !s.ok()) {
+    std::fprintf(stderr, "specd-router: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  const absl::Duration step_timeout = absl::Seconds(step_timeout_s);
+  std::unique_ptr<DraftBackend> draft_backend;
+  if (!draft.empty()) {
+    draft_backend =
+        std::make_unique<GrpcDraftBackend>(services::MakeChannel(draft, gs), step_timeout);
+  }
+  RouterEngine engine(o,
+                      std::make_unique<GrpcTargetBackend>(services::MakeChannel(target, gs),
+                                                          step_timeout),
+                      std::move(draft_backend), **tokenizer, &metrics);
+  const absl::Time give_up = absl::Now() + absl::Seconds(startup_timeout_s);
+  for (;;) {
+    absl::Status s = engine.Start();
+    if (s.ok()) break;
+    if (s.code() != absl::StatusCode::kUnavailable || absl::Now() > give_up) {
+      std::fprintf(stderr, "specd-router: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  GenerationService service(&engine, tokenizer->get(), chat.ok() ? &*chat : nullptr,
+                            std::filesystem::path(model).filename().string(), draft);
+  int port = 0;
+  auto server = services::StartServer(listen, {&service}, gs, &port);
+  if (!server.ok()) {
+    std::fprintf(stderr, "specd-router: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "specd-router: serving on %s (port %d); target %s, draft %s\n",
+               listen.c_str(), port, target.c_str(), draft.empty() ? "none" : draft.c_str());
+  const int sig = services::WaitForTermination();
+  std::fprintf(stderr, "specd-router: signal %d: draining\n", sig);
+  (*server)->GetHealthCheckService()->SetServingStatus(false);
+  engine.BeginDrain();
+  const bool idle = engine.WaitIdle(absl::Seconds(drain_grace_s));
+  std::fprintf(stderr, "specd-router: drained%s\n", idle ? "" : " (grace period over)");
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  engine.Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace specd::router
+
+int main(int argc, char** argv) { return specd::router::Main(argc, argv); }

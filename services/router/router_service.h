@@ -1,0 +1,48 @@
+// The public specd.v1.Generation service: validation, then the RouterEngine. Generate and
+// GenerateStream use the callback API; a client disconnect cancels the request.
+#ifndef SPECD_SERVICES_ROUTER_ROUTER_SERVICE_H_
+#define SPECD_SERVICES_ROUTER_ROUTER_SERVICE_H_
+
+#include <string>
+
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
+#include "services/router/router_engine.h"
+#include "specd/v1/generation.grpc.pb.h"
+
+namespace specd::router {
+
+class GenerationService final : public specd::v1::Generation::CallbackService {
+ public:
+  // `chat` may be null. All pointers must outlive the service.
+  GenerationService(RouterEngine* engine, const tok::Tokenizer* tokenizer,
+                    const tok::ChatTemplate* chat, std::string target_model,
+                    std::string draft_model)
+      : engine_(engine),
+        tokenizer_(tokenizer),
+        chat_(chat),
+        target_model_(std::move(target_model)),
+        draft_model_(std::move(draft_model)) {}
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
+                                     const specd::v1::GenerateRequest* req,
+                                     specd::v1::GenerateResponse* resp) override;
+  grpc::ServerWriteReactor<specd::v1::GenerateStreamResponse>* GenerateStream(
+      grpc::CallbackServerContext* ctx, const specd::v1::GenerateRequest* req) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const specd::v1::TokenizeRequest* req,
+                                     specd::v1::TokenizeResponse* resp) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
+                                         const specd::v1::GetModelInfoRequest* req,
+                                         specd::v1::ModelInfo* resp) override;
+
+ private:
+  RouterEngine* engine_;
+  const tok::Tokenizer* tokenizer_;
+  const tok::ChatTemplate* chat_;
+  std::string target_model_, draft_model_;
+};
+
+}  // namespace specd::router
+
+#endif  // SPECD_SERVICES_ROUTER_ROUTER_SERVICE_H_

@@ -1,0 +1,97 @@
+#include "services/router/scheduler.h"
+
+#include <algorithm>
+
+namespace specd::router {
+
+int32_t BlocksFor(int64_t tokens, int32_t block_size) {
+  return static_cast<int32_t>((tokens + block_size - 1) / block_size);
+}
+
+Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& config) {
+  Schedule out;
+  const int32_t bs = config.block_size;
+  std::vector<SeqView> running = state.running;
+  std::vector<int32_t> k(running.size(), 0);
+  for (size_t i = 0; i < running.size(); ++i) {
+    const bool decoding = running[i].committed - running[i].target_pos == 1;
+    k[i] = decoding ? std::max(0, running[i].want_k) : 0;
+  }
+  auto target_blocks = [&](size_t i) { return BlocksFor(running[i].committed + k[i], bs); };
+
+  // Target KV: drop drafts, then preempt the youngest, until the running set fits.
+  auto target_used = [&]() {
+    int64_t used = 0;
+    for (size_t i = 0; i < running.size(); ++i) used += target_blocks(i);
+    return used;
+  };
+  if (target_used() > config.target_blocks) std::fill(k.begin(), k.end(), 0);
+  while (!running.empty() && target_used() > config.target_blocks) {
+    out.preempt.push_back(running.back().id);
+    running.pop_back();
+    k.pop_back();
+  }
+  // Draft KV: only drafts are at stake.
+  if (config.draft_blocks > 0) {
+    int64_t used = 0;
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (k[i] == 0) continue;
+      const int32_t b = BlocksFor(running[i].committed + k[i], bs);
+      if (used + b > config.draft_blocks) {
+        k[i] = 0;
+      } else {
+        used += b;
+      }
+    }
+  } else {
+    std::fill(k.begin(), k.end(), 0);
+  }
+
+  // Decode rows first (oldest first), shrinking k to fit the budget.
+  int32_t budget = config.max_batch_tokens;
+  std::vector<bool> planned(running.size(), false);
+  for (size_t i = 0; i < running.size() && budget > 0; ++i) {
+    const SeqView& s = running[i];
+    if (s.committed - s.target_pos != 1) continue;
+    const int32_t kk = std::min(k[i], budget - 1);
+    out.plans.push_back({s.id, s.target_pos, s.committed, true, kk});
+    budget -= 1 + kk;
+    planned[i] = true;
+  }
+  // Prompt chunks of running sequences (oldest first).
+  for (size_t i = 0; i < running.size() && budget > 0; ++i) {
+    const SeqView& s = running[i];
+    if (planned[i] || s.committed - s.target_pos <= 1) continue;
+    const int32_t end = std::min(s.committed, s.target_pos + budget);
+    out.plans.push_back({s.id, s.target_pos, end, end == s.committed, 0});
+    budget -= end - s.target_pos;
+  }
+  // Admission, strictly FCFS. A preempted sequence waits at least one iteration (it heads the
+  // queue next time), so this iteration's preemptions do not bounce straight back.
+  int64_t target_free = config.target_blocks - target_used();
+  int64_t draft_free = config.draft_blocks;
+  if (config.draft_blocks > 0) {
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (k[i] > 0) draft_free -= BlocksFor(running[i].committed + k[i], bs);
+    }
+  }
+  size_t n_running = running.size();
+  if (out.preempt.empty()) {
+    for (const SeqView& s : state.waiting) {
+      if (budget <= 0 || n_running >= static_cast<size_t>(config.max_running)) break;
+      const int32_t need = BlocksFor(s.committed + 1, bs);
+      if (need > target_free) break;
+      // The draft's room only decides whether this sequence drafts, never whether it runs.
+      if (config.draft_blocks > 0 && need <= draft_free) draft_free -= need;
+      target_free -= need;
+      out.admit.push_back(s.id);
+      ++n_running;
+      const int32_t end = std::min(s.committed, s.target_pos + budget);
+      out.plans.push_back({s.id, s.target_pos, end, end == s.committed, 0});
+      budget -= end - s.target_pos;
+    }
+  }
+  return out;
+}
+
+}  // namespace specd::router

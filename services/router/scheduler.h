@@ -1,0 +1,74 @@
+// The router's iteration-level scheduler (continuous batching, Orca-style) as a pure function
+// of state: the loop hands it what every request looks like now and gets back what to do this
+// iteration. No clocks, no I/O, so it is tested as timelines.
+//
+// Policy:
+//  * FCFS: waiting requests are admitted strictly in order (the head blocks the rest), while
+//    running < max_running, the token budget has room and both services have KV room for the
+//    whole committed history (+1 token).
+//  * Token budget per iteration (the target's max batch tokens): running decode rows first
+//    ([last, d1..dk] = 1 + k tokens; k shrinks before a row is left out), then prompt chunks
+//    (chunked prefill) of running and newly admitted sequences, mixed in the same step.
+//  * KV: a sequence is charged for committed + k tokens on the target (and on the draft when it
+//    drafts). Over target capacity, drafts are dropped first, then the most recently admitted
+//    running sequence is preempted (recompute: released everywhere, back to the head of the
+//    queue with its history, re-prefilled later). Over draft capacity, only drafts are dropped.
+#ifndef SPECD_SERVICES_ROUTER_SCHEDULER_H_
+#define SPECD_SERVICES_ROUTER_SCHEDULER_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace specd::router {
+
+struct SchedulerConfig {
+  int32_t max_batch_tokens = 512;  // target tokens per iteration
+  int32_t max_running = 64;
+  int32_t max_queue = 256;         // waiting requests beyond this are refused at once
+  int32_t block_size = 16;
+  int32_t target_blocks = 1024;
+  int32_t draft_blocks = 0;        // 0: no draft service
+};
+
+// One request as the scheduler sees it.
+struct SeqView {
+  int64_t id = 0;
+  int32_t committed = 0;   // prompt + generated tokens
+  int32_t target_pos = 0;  // committed tokens whose KV the target holds
+  int32_t want_k = 0;      // drafts wanted this step (0 = none); only for decode rows
+};
+
+struct SchedulerState {
+  std::vector<SeqView> running;  // admission order (oldest first)
+  std::vector<SeqView> waiting;  // FCFS order
+};
+
+// Target work for one sequence: tokens [start, end) of its committed history, and with `emit`
+// (end == committed) the verification of k drafts.
+struct SeqPlan {
+  int64_t id = 0;
+  int32_t start = 0;
+  int32_t end = 0;
+  bool emit = false;
+  int32_t k = 0;
+  int32_t tokens() const { return end - start + k; }
+};
+
+struct Schedule {
+  std::vector<int64_t> preempt;  // running -> head of waiting (in this order), KV released
+  std::vector<int64_t> admit;    // waiting -> running (in this order)
+  std::vector<SeqPlan> plans;    // this iteration's target step
+};
+
+int32_t BlocksFor(int64_t tokens, int32_t block_size);
+
+Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& config);
+
+// Whether a new request may join a queue of `waiting` requests.
+inline bool CanEnqueue(int64_t waiting, const SchedulerConfig& config) {
+  return waiting < config.max_queue;
+}
+
+}  // namespace specd::router
+
+#endif  // SPECD_SERVICES_ROUTER_SCHEDULER_H_

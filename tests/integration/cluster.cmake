@@ -1,0 +1,10 @@
+# Real processes on loopback (label: integration).
+if(NOT SPECD_CORE_ONLY)
+  specd_library(specd_cluster_harness
+    SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_harness.cc
+    DEPS specd_proto specd_testing GTest::gtest)
+  specd_test(cluster_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_test.cc
+    DEPS specd_cluster_harness specd_engine specd_sampling LABELS integration TIMEOUT 300)
+  add_dependencies(cluster_test specd-target specd-draft specd-router)
+endif()

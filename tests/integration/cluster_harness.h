@@ -1,0 +1,79 @@
+// Starts real specd-target / specd-draft / specd-router processes on loopback (Unix sockets
+// for the internal hops, a free TCP port for the router) over tiny generated models, for
+// integration tests.
+#ifndef SPECD_TESTS_INTEGRATION_CLUSTER_HARNESS_H_
+#define SPECD_TESTS_INTEGRATION_CLUSTER_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "specd/internal/v1/draft.grpc.pb.h"
+#include "specd/internal/v1/target.grpc.pb.h"
+#include "specd/v1/generation.grpc.pb.h"
+
+namespace specd::testing {
+
+int FreeTcpPort();
+
+class Process {
+ public:
+  Process(std::vector<std::string> argv, std::string log_path);
+  ~Process();
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Exit status (as waitpid reports it) or -1 after `timeout_s`.
+  int Wait(double timeout_s);
+  bool running();
+  const std::string& log_path() const { return log_; }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::string log_;
+};
+
+struct ClusterOptions {
+  bool with_draft = true;
+  std::vector<std::string> router_flags;   // extra flags
+  std::vector<std::string> target_flags;
+  int target_kv_blocks = 512;
+};
+
+class Cluster {
+ public:
+  explicit Cluster(ClusterOptions options = {});
+  ~Cluster();
+
+  void StartTarget();
+  void StartDraft();
+  void StartRouter();
+  // Waits until `address` answers health SERVING.
+  bool WaitHealthy(const std::string& address, double timeout_s);
+  // Health status of `address` (-1: no answer).
+  int Health(const std::string& address);
+
+  specd::v1::Generation::Stub& router() { return *router_stub_; }
+  specd::internal::v1::ServiceInfo TargetInfo();
+  specd::internal::v1::ServiceInfo DraftInfo();
+  // GET /metrics of the router.
+  std::string RouterMetrics();
+
+  std::string dir, target_model, draft_model, target_addr, draft_addr, router_addr;
+  int router_port = 0, router_metrics_port = 0;
+  std::unique_ptr<Process> target, draft, router_proc;
+  ClusterOptions options;
+
+ private:
+  std::unique_ptr<specd::v1::Generation::Stub> router_stub_;
+};
+
+std::string HttpGet(int port, const std::string& path);
+
+}  // namespace specd::testing
+
+#endif  // SPECD_TESTS_INTEGRATION_CLUSTER_HARNESS_H_

@@ -1,0 +1,364 @@
+// The cluster as real processes: stream == unary, cluster greedy == in-process greedy with and
+// without speculation, bad input, cancellation freeing KV on both services, overload, metrics,
+// draft killed under load, target restart, SIGTERM drain.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/engine/backend.h"
+#include "common/engine/llama_model.h"
+#include "common/gguf/gguf_file.h"
+#include "common/sampling/sampler.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_harness.h"
+
+namespace specd::testing {
+namespace {
+
+using specd::v1::GenerateRequest;
+using specd::v1::GenerateResponse;
+using specd::v1::GenerateStreamResponse;
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(3 + (i * 37 + salt * 11) % 200);
+  return p;
+}
+
+std::vector<int32_t> ReferenceGreedy(const std::string& path, const std::vector<int32_t>& prompt,
+                                     int n) {
+  auto file = gguf::GgufFile::Open(path);
+  engine::LocalCommunicator comm;
+  auto be = engine::MakeCpuBackend(1);
+  auto model = engine::LlamaModel::Load(**file, be.get(), &comm, {});
+  auto kv = engine::PagedKvCache::Create((*model)->MakeKvCacheConfig(64, 16, kernels::KvDtype::kF16));
+  EXPECT_TRUE((*kv)->AddSequence(0).ok());
+  std::vector<int32_t> seq = prompt, out;
+  std::vector<float> logits((*model)->vocab_size());
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0;
+  int32_t pos = 0;
+  for (int i = 0; i < n; ++i) {
+    engine::ForwardBatch b;
+    b.Add(0, pos, seq.data() + pos, static_cast<int32_t>(seq.size()) - pos, false);
+    EXPECT_TRUE((*model)->Forward(b, **kv, logits.data()).ok());
+    pos = static_cast<int32_t>(seq.size());
+    auto s = sampling::Sample(logits, {}, greedy, sampling::CounterRng(0), pos);
+    seq.push_back(s->token);
+    out.push_back(s->token);
+  }
+  return out;
+}
+
+GenerateRequest Req(const std::vector<int32_t>& prompt, int n, specd::v1::SpeculationMode mode,
+                    int k = 0, float temperature = 0) {
+  GenerateRequest r;
+  r.mutable_tokens()->mutable_ids()->Assign(prompt.begin(), prompt.end());
+  r.mutable_sampling()->set_max_new_tokens(n);
+  r.mutable_sampling()->set_temperature(temperature);
+  r.mutable_sampling()->set_ignore_eos(true);
+  r.mutable_sampling()->set_seed(77);
+  r.mutable_speculation()->set_mode(mode);
+  r.mutable_speculation()->set_num_draft_tokens(k);
+  return r;
+}
+
+grpc::Status Unary(Cluster& c, const GenerateRequest& r, GenerateResponse* out,
+                   double timeout_s = 120) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  return c.router().Generate(&ctx, r, out);
+}
+
+struct Streamed {
+  grpc::Status status;
+  std::string text;
+  std::vector<int32_t> ids;
+  specd::v1::Completion completion;
+  int messages = 0;
+};
+
+Streamed Stream(Cluster& c, const GenerateRequest& r) {
+  Streamed s;
+  grpc::ClientContext ctx;
+  auto reader = c.router().GenerateStream(&ctx, r);
+  GenerateStreamResponse m;
+  while (reader->Read(&m)) {
+    ++s.messages;
+    s.text += m.text();
+    s.ids.insert(s.ids.end(), m.token_ids().begin(), m.token_ids().end());
+    if (m.has_completion()) s.completion = m.completion();
+  }
+  s.status = reader->Finish();
+  return s;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions o;
+    o.router_flags = {"--max-running", "8", "--max-queue", "8", "--drain-grace-s", "60"};
+    cluster_ = new Cluster(o);
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  static Cluster* cluster_;
+};
+Cluster* ClusterTest::cluster_ = nullptr;
+
+TEST_F(ClusterTest, HealthyAndModelInfo) {
+  Cluster& c = *cluster_;
+  EXPECT_EQ(c.Health(c.router_addr), 1);
+  EXPECT_EQ(c.Health(c.target_addr), 1);
+  EXPECT_EQ(c.Health(c.draft_addr), 1);
+  grpc::ClientContext ctx;
+  specd::v1::ModelInfo info;
+  ASSERT_TRUE(c.router().GetModelInfo(&ctx, {}, &info).ok());
+  EXPECT_EQ(info.target_model(), "target.gguf");
+  EXPECT_TRUE(info.draft_available());
+  EXPECT_GT(info.vocab_size(), 256);
+  grpc::ClientContext tctx;
+  specd::v1::TokenizeRequest tr;
+  tr.set_prompt("hello world");
+  specd::v1::TokenizeResponse tresp;
+  ASSERT_TRUE(c.router().Tokenize(&tctx, tr, &tresp).ok());
+  EXPECT_GT(tresp.token_ids_size(), 0);
+  std::string joined;
+  for (const std::string& p : tresp.pieces()) joined += p;
+  EXPECT_EQ(joined, "hello world");
+}
+
+TEST_F(ClusterTest, StreamEqualsUnary) {
+  Cluster& c = *cluster_;
+  for (auto mode : {specd::v1::SPECULATION_MODE_OFF, specd::v1::SPECULATION_MODE_DRAFT}) {
+    const GenerateRequest r = Req(Prompt(17, 1), 40, mode, 3, /*temperature=*/0.8f);
+    GenerateResponse u;
+    ASSERT_TRUE(Unary(c, r, &u).ok());
+    Streamed s = Stream(c, r);
+    ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+    EXPECT_EQ(s.text, u.text());
+    EXPECT_EQ(s.ids, std::vector<int32_t>(u.token_ids().begin(), u.token_ids().end()));
+    EXPECT_GT(s.messages, 2);
+    EXPECT_EQ(s.completion.usage().completion_tokens(), 40);
+    EXPECT_EQ(u.completion().finish_reason(), specd::v1::FINISH_REASON_LENGTH);
+  }
+}
+
+TEST_F(ClusterTest, GreedyEqualsInProcessWithAndWithoutSpeculation) {
+  Cluster& c = *cluster_;
+  const auto prompt = Prompt(33, 2);
+  const auto want = ReferenceGreedy(c.target_model, prompt, 48);
+  for (auto [mode, k] : {std::pair{specd::v1::SPECULATION_MODE_OFF, 0},
+                         std::pair{specd::v1::SPECULATION_MODE_DRAFT, 4},
+                         std::pair{specd::v1::SPECULATION_MODE_AUTO, 0}}) {
+    GenerateResponse u;
+    ASSERT_TRUE(Unary(c, Req(prompt, 48, mode, k), &u).ok());
+    EXPECT_EQ(std::vector<int32_t>(u.token_ids().begin(), u.token_ids().end()), want) << mode;
+    if (mode == specd::v1::SPECULATION_MODE_DRAFT) {
+      EXPECT_GT(u.completion().speculation().draft_tokens(), 0);
+    }
+  }
+}
+
+TEST_F(ClusterTest, BadInputIsInvalidArgumentAndServicesStayHealthy) {
+  Cluster& c = *cluster_;
+  std::vector<std::pair<GenerateRequest, std::string>> bad;
+  GenerateRequest r;
+  bad.push_back({r, "input"});
+  r.set_prompt(std::string("\xff\xfe", 2));
+  bad.push_back({r, "prompt"});
+  r.set_prompt("");
+  bad.push_back({r, "prompt"});
+  r = Req(Prompt(5, 3), 0, specd::v1::SPECULATION_MODE_OFF);
+  bad.push_back({r, "sampling.max_new_tokens"});
+  r = Req(Prompt(5, 3), 1 << 20, specd::v1::SPECULATION_MODE_OFF);
+  bad.push_back({r, "sampling.max_new_tokens"});
+  r = Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
+  r.mutable_sampling()->set_temperature(-1);
+  bad.push_back({r, "sampling.temperature"});
+  r = Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
+  r.mutable_sampling()->set_top_p(0);
+  bad.push_back({r, "sampling.top_p"});
+  r = Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
+  r.mutable_tokens()->add_ids(1 << 30);
+  bad.push_back({r, "tokens.ids[5]"});
+  r = Req(std::vector<int32_t>(600, 5), 5, specd::v1::SPECULATION_MODE_OFF);
+  bad.push_back({r, "prompt"});
+  for (auto& [req, field] : bad) {
+    GenerateResponse u;
+    grpc::Status s = Unary(c, req, &u);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_EQ(s.error_message().rfind(field, 0), 0u) << s.error_message();
+    Streamed st = Stream(c, req);
+    EXPECT_EQ(st.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+  }
+  EXPECT_EQ(c.Health(c.router_addr), 1);
+  EXPECT_EQ(c.Health(c.target_addr), 1);
+  GenerateResponse u;
+  EXPECT_TRUE(Unary(c, Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF), &u).ok());
+}
+
+TEST_F(ClusterTest, CancelMidStreamFreesKvOnBothServices) {
+  Cluster& c = *cluster_;
+  grpc::ClientContext ctx;
+  auto reader = c.router().GenerateStream(&ctx, Req(Prompt(40, 4), 400,
+                                                    specd::v1::SPECULATION_MODE_DRAFT, 3));
+  GenerateStreamResponse m;
+  ASSERT_TRUE(reader->Read(&m));
+  ASSERT_TRUE(reader->Read(&m));
+  EXPECT_GT(c.TargetInfo().kv_used_blocks(), 0);
+  ctx.TryCancel();
+  while (reader->Read(&m)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  bool freed = false;
+  for (int i = 0; i < 100 && !freed; ++i) {
+    freed = c.TargetInfo().kv_used_blocks() == 0 && c.DraftInfo().kv_used_blocks() == 0;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(freed);
+}
+
+TEST_F(ClusterTest, OverloadIsResourceExhaustedWithin50ms) {
+  Cluster& c = *cluster_;
+  std::atomic<int> ok{0}, exhausted{0}, other{0}, slow_refusals{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 40; ++i) {
+    threads.emplace_back([&, i] {
+      GenerateResponse u;
+      const auto t0 = std::chrono::steady_clock::now();
+      grpc::Status s = Unary(c, Req(Prompt(10, i), 60, specd::v1::SPECULATION_MODE_OFF), &u);
+      const auto dt = std::chrono::steady_clock::now() - t0;
+      if (s.ok()) {
+        ++ok;
+      } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        ++exhausted;
+        if (dt > std::chrono::milliseconds(50)) ++slow_refusals;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(exhausted.load(), 0);
+  EXPECT_GE(ok.load(), 16);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(slow_refusals.load(), 0);
+}
+
+TEST_F(ClusterTest, MetricsCountersMoved) {
+  Cluster& c = *cluster_;
+  const std::string m = c.RouterMetrics();
+  ASSERT_NE(m.find("specd_router_requests_total{code=\"OK\"}"), std::string::npos) << m.substr(0, 500);
+  for (const char* name :
+       {"specd_router_time_to_first_token_seconds_count", "specd_router_generated_tokens_total",
+        "specd_router_draft_proposed_tokens_total", "specd_router_rpc_latency_seconds_count",
+        "specd_router_requests_total{code=\"INVALID_ARGUMENT\"}",
+        "specd_router_requests_total{code=\"RESOURCE_EXHAUSTED\"}"}) {
+    EXPECT_NE(m.find(name), std::string::npos) << name;
+  }
+  const size_t at = m.find("specd_router_generated_tokens_total ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stod(m.substr(at + 36)), 100.0);
+}
+
+// From here on the tests break things; they run last.
+TEST_F(ClusterTest, KillDraftUnderLoadZeroFailedThenResumes) {
+  Cluster& c = *cluster_;
+  const auto prompt = Prompt(20, 5);
+  const auto want = ReferenceGreedy(c.target_model, prompt, 80);
+  std::atomic<int> failed{0}, mismatched{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&] {
+      GenerateResponse u;
+      grpc::Status s = Unary(c, Req(prompt, 80, specd::v1::SPECULATION_MODE_DRAFT, 3), &u);
+      if (!s.ok()) {
+        ++failed;
+      } else if (std::vector<int32_t>(u.token_ids().begin(), u.token_ids().end()) != want) {
+        ++mismatched;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  c.draft->Signal(SIGKILL);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(mismatched.load(), 0);
+  // Bring it back: the router starts drafting again.
+  c.draft->Wait(5);
+  c.StartDraft();
+  ASSERT_TRUE(c.WaitHealthy(c.draft_addr, 30));
+  bool drafting = false;
+  for (int i = 0; i < 50 && !drafting; ++i) {
+    GenerateResponse u;
+    ASSERT_TRUE(Unary(c, Req(prompt, 20, specd::v1::SPECULATION_MODE_DRAFT, 3), &u).ok());
+    drafting = u.completion().speculation().draft_tokens() > 0;
+    if (!drafting) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(drafting);
+}
+
+TEST_F(ClusterTest, TargetRestartRePrefillsWithSeededOutputUnchanged) {
+  Cluster& c = *cluster_;
+  const GenerateRequest r = Req(Prompt(30, 6), 150, specd::v1::SPECULATION_MODE_DRAFT, 3, 0.9f);
+  GenerateResponse baseline;
+  ASSERT_TRUE(Unary(c, r, &baseline).ok());
+  grpc::ClientContext ctx;
+  auto reader = c.router().GenerateStream(&ctx, r);
+  Streamed s;
+  GenerateStreamResponse m;
+  int n = 0;
+  while (reader->Read(&m)) {
+    s.text += m.text();
+    s.ids.insert(s.ids.end(), m.token_ids().begin(), m.token_ids().end());
+    if (++n == 3) {  // mid-stream: the target dies and comes back empty
+      c.target->Signal(SIGKILL);
+      c.target->Wait(5);
+      c.StartTarget();
+    }
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(s.ids, std::vector<int32_t>(baseline.token_ids().begin(), baseline.token_ids().end()));
+  EXPECT_EQ(s.text, baseline.text());
+}
+
+TEST_F(ClusterTest, SigtermDrainsInFlightAndRefusesNew) {
+  Cluster& c = *cluster_;
+  std::atomic<int> failed{0}, finished{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] {
+      GenerateResponse u;
+      grpc::Status s = Unary(c, Req(Prompt(12, i), 120, specd::v1::SPECULATION_MODE_AUTO), &u);
+      if (s.ok() && u.token_ids_size() == 120) {
+        ++finished;
+      } else {
+        ++failed;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  c.router_proc->Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(c.Health(c.router_addr), 2);  // NOT_SERVING while draining
+  GenerateResponse u;
+  grpc::Status refused = Unary(c, Req(Prompt(5, 9), 5, specd::v1::SPECULATION_MODE_OFF), &u, 5);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(finished.load(), 6);
+  const int st = c.router_proc->Wait(30);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+}
+
+}  // namespace
+}  // namespace specd::testing

@@ -1,0 +1,368 @@
+// RouterEngine over in-process workers (no network): outputs against plain greedy decoding,
+// streaming, stop strings, cancellation, deadlines, queue bound, preemption, and the fault
+// paths (draft down and back, target restart).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/engine/backend.h"
+#include "common/engine/llama_model.h"
+#include "common/gguf/gguf_file.h"
+#include "common/sampling/sampler.h"
+#include "common/testing/tiny_model.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "services/common/metrics.h"
+#include "services/router/router_engine.h"
+
+namespace specd::router {
+namespace {
+
+std::string TinyModel(uint64_t seed) {
+  const std::string path =
+      ::testing::TempDir() + "/router_tiny_" + std::to_string(seed) + ".gguf";
+  testing::TinyModelSpec spec;
+  spec.seed = seed;
+  EXPECT_TRUE(testing::WriteTinyModel(spec, path).ok());
+  return path;
+}
+
+std::unique_ptr<services::ModelHost> Host(const std::string& path, int kv_blocks) {
+  services::ModelHostOptions o;
+  o.model_path = path;
+  o.threads = 1;
+  o.kv_blocks = kv_blocks;
+  o.max_batch_tokens = 128;
+  auto h = services::ModelHost::Load(o);
+  EXPECT_TRUE(h.ok()) << h.status();
+  return std::move(*h);
+}
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(3 + (i * 37 + salt * 11) % 200);
+  return p;
+}
+
+std::vector<int32_t> ReferenceGreedy(const std::string& path, const std::vector<int32_t>& prompt,
+                                     int n) {
+  auto file = gguf::GgufFile::Open(path);
+  engine::LocalCommunicator comm;
+  auto be = engine::MakeCpuBackend(1);
+  auto model = engine::LlamaModel::Load(**file, be.get(), &comm, {});
+  auto kv = engine::PagedKvCache::Create((*model)->MakeKvCacheConfig(64, 16, kernels::KvDtype::kF16));
+  EXPECT_TRUE((*kv)->AddSequence(0).ok());
+  std::vector<int32_t> seq = prompt, out;
+  std::vector<float> logits((*model)->vocab_size());
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0;
+  int32_t pos = 0;
+  for (int i = 0; i < n; ++i) {
+    engine::ForwardBatch b;
+    b.Add(0, pos, seq.data() + pos, static_cast<int32_t>(seq.size()) - pos, false);
+    EXPECT_TRUE((*model)->Forward(b, **kv, logits.data()).ok());
+    pos = static_cast<int32_t>(seq.size());
+    auto s = sampling::Sample(logits, {}, greedy, sampling::CounterRng(0), pos);
+    seq.push_back(s->token);
+    out.push_back(s->token);
+  }
+  return out;
+}
+
+class Collect : public RequestSink {
+ public:
+  void OnChunk(specd::v1::GenerateStreamResponse chunk) override {
+    absl::MutexLock l(&mu_);
+    text_ += chunk.text();
+    tokens_.insert(tokens_.end(), chunk.token_ids().begin(), chunk.token_ids().end());
+    ++chunks_;
+    if (!first_.HasBeenNotified()) first_.Notify();
+  }
+  void OnDone(absl::Status status, specd::v1::Completion c) override {
+    {
+      absl::MutexLock l(&mu_);
+      status_ = status;
+      completion_ = c;
+    }
+    done_.Notify();
+  }
+  void Wait() { EXPECT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(120))); }
+  void WaitFirst() { first_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
+  absl::Status status() { absl::MutexLock l(&mu_); return status_; }
+  std::vector<int32_t> tokens() { absl::MutexLock l(&mu_); return tokens_; }
+  std::string text() { absl::MutexLock l(&mu_); return text_; }
+  specd::v1::Completion completion() { absl::MutexLock l(&mu_); return completion_; }
+
+ private:
+  absl::Mutex mu_;
+  std::string text_;
+  std::vector<int32_t> tokens_;
+  int chunks_ = 0;
+  absl::Status status_;
+  specd::v1::Completion completion_;
+  absl::Notification done_, first_;
+};
+
+class RouterEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    target_path_ = new std::string(TinyModel(21));
+    draft_path_ = new std::string(TinyModel(22));
+    file_ = gguf::GgufFile::Open(*target_path_)->release();
+    tokenizer_ = tok::Tokenizer::FromGguf(*file_)->release();
+  }
+
+  void Make(RouterOptions options = {}, int target_blocks = 256, bool with_draft = true,
+            const std::string* draft_model = nullptr) {
+    auto t = std::make_unique<LocalTargetBackend>(
+        std::make_unique<services::TargetWorker>(Host(*target_path_, target_blocks)));
+    target_ = t.get();
+    std::unique_ptr<LocalDraftBackend> d;
+    if (with_draft) {
+      d = std::make_unique<LocalDraftBackend>(std::make_unique<services::DraftWorker>(
+          Host(draft_model ? *draft_model : *draft_path_, 256)));
+      draft_ = d.get();
+    }
+    if (options.scheduler.max_batch_tokens > 128) options.scheduler.max_batch_tokens = 128;
+    options.draft_retry = absl::Milliseconds(50);
+    engine_ = std::make_unique<RouterEngine>(options, std::move(t), std::move(d), *tokenizer_,
+                                             &metrics_);
+    ASSERT_TRUE(engine_->Start().ok());
+  }
+
+  ValidatedRequest Req(const std::vector<int32_t>& prompt, int n, SpecMode mode, int k = 0) {
+    ValidatedRequest r;
+    r.prompt = prompt;
+    r.max_new_tokens = n;
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+    r.seed_set = true;
+    r.spec_mode = mode;
+    r.fixed_k = k;
+    return r;
+  }
+
+  std::shared_ptr<Collect> Run(ValidatedRequest r) {
+    auto sink = std::make_shared<Collect>();
+    auto id = engine_->Submit(std::move(r), sink);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return sink;
+  }
+
+  static std::string* target_path_;
+  static std::string* draft_path_;
+  static gguf::GgufFile* file_;
+  static tok::Tokenizer* tokenizer_;
+  services::Metrics metrics_;
+  LocalTargetBackend* target_ = nullptr;
+  LocalDraftBackend* draft_ = nullptr;
+  std::unique_ptr<RouterEngine> engine_;
+};
+std::string* RouterEngineTest::target_path_ = nullptr;
+std::string* RouterEngineTest::draft_path_ = nullptr;
+gguf::GgufFile* RouterEngineTest::file_ = nullptr;
+tok::Tokenizer* RouterEngineTest::tokenizer_ = nullptr;
+
+TEST_F(RouterEngineTest, GreedyEqualsPlainWithAndWithoutSpeculation) {
+  Make();
+  const auto prompt = Prompt(20, 1);
+  const auto want = ReferenceGreedy(*target_path_, prompt, 24);
+  for (auto [mode, k] : {std::pair{SpecMode::kOff, 0}, std::pair{SpecMode::kDraft, 4},
+                         std::pair{SpecMode::kAuto, 0}}) {
+    auto sink = Run(Req(prompt, 24, mode, k));
+    sink->Wait();
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    EXPECT_EQ(sink->tokens(), want);
+    const auto c = sink->completion();
+    EXPECT_EQ(c.finish_reason(), specd::v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(c.usage().completion_tokens(), 24);
+    EXPECT_EQ(c.usage().prompt_tokens(), 20);
+    if (mode == SpecMode::kDraft) {
+      EXPECT_GT(c.speculation().draft_tokens(), 0);
+    }
+    EXPECT_EQ(sink->text(), tokenizer_->Decode(want, /*skip_special=*/true));
+  }
+}
+
+TEST_F(RouterEngineTest, SelfDraftAcceptsEverything) {
+  Make({}, 256, true, target_path_);
+  const auto prompt = Prompt(9, 2);
+  auto sink = Run(Req(prompt, 30, SpecMode::kDraft, 4));
+  sink->Wait();
+  EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, prompt, 30));
+  const auto c = sink->completion();
+  EXPECT_EQ(c.speculation().accepted_tokens(), c.speculation().draft_tokens());
+  EXPECT_GT(c.speculation().mean_accepted_length(), 3.0);
+}
+
+TEST_F(RouterEngineTest, ConcurrentRequestsWithChunkedPrefill) {
+  RouterOptions o;
+  o.scheduler.max_batch_tokens = 16;  // forces chunked prefill mixed with decode rows
+  Make(o);
+  std::vector<std::shared_ptr<Collect>> sinks;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(Prompt(10 + 7 * i, i));
+    sinks.push_back(Run(Req(prompts.back(), 12, i % 2 ? SpecMode::kDraft : SpecMode::kOff, 3)));
+  }
+  for (int i = 0; i < 6; ++i) {
+    sinks[i]->Wait();
+    ASSERT_TRUE(sinks[i]->status().ok());
+    EXPECT_EQ(sinks[i]->tokens(), ReferenceGreedy(*target_path_, prompts[i], 12)) << i;
+  }
+}
+
+TEST_F(RouterEngineTest, StopStringSpanningTokens) {
+  Make();
+  const auto prompt = Prompt(12, 3);
+  const auto want = ReferenceGreedy(*target_path_, prompt, 40);
+  // A stop string that starts inside token 5's text and ends inside a later token.
+  std::string before = tokenizer_->Decode(std::vector<int32_t>(want.begin(), want.begin() + 5), true);
+  std::string full = tokenizer_->Decode(want, true);
+  ASSERT_GT(full.size(), before.size() + 4);
+  size_t start = before.size() > 0 ? before.size() - 1 : 0;
+  std::string stop = full.substr(start, 4);
+  const size_t first = full.find(stop);
+  auto r = Req(prompt, 40, SpecMode::kDraft, 3);
+  r.stop = {stop};
+  auto sink = Run(r);
+  sink->Wait();
+  EXPECT_EQ(sink->completion().finish_reason(), specd::v1::FINISH_REASON_STOP_STRING);
+  EXPECT_EQ(sink->text(), full.substr(0, first));
+  EXPECT_EQ(sink->completion().stop(), stop);
+}
+
+TEST_F(RouterEngineTest, CancelReleasesKvOnBothServices) {
+  Make();
+  ValidatedRequest r = Req(Prompt(30, 4), 400, SpecMode::kDraft, 2);
+  auto sink = std::make_shared<Collect>();
+  auto id = engine_->Submit(r, sink);
+  ASSERT_TRUE(id.ok());
+  sink->WaitFirst();
+  EXPECT_GT(target_->Info().kv_used_blocks(), 0);
+  engine_->Cancel(*id);
+  sink->Wait();
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(target_->Info().kv_used_blocks(), 0);
+  EXPECT_EQ(draft_->Info().kv_used_blocks(), 0);
+}
+
+TEST_F(RouterEngineTest, DeadlineExceeded) {
+  Make();
+  target_->set_down(true);  // nothing can progress: the deadline must end the request
+  auto sink = std::make_shared<Collect>();
+  ASSERT_TRUE(engine_->Submit(Req(Prompt(30, 5), 400, SpecMode::kOff), sink,
+                              absl::Now() + absl::Milliseconds(30)).ok());
+  sink->Wait();
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kDeadlineExceeded);
+  target_->set_down(false);
+  EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(target_->Info().kv_used_blocks(), 0);
+}
+
+TEST_F(RouterEngineTest, FullQueueIsResourceExhaustedAtOnce) {
+  RouterOptions o;
+  o.scheduler.max_running = 1;
+  o.scheduler.max_queue = 2;
+  Make(o);
+  std::vector<std::shared_ptr<Collect>> ok;
+  int refused = 0;
+  for (int i = 0; i < 8; ++i) {
+    auto sink = std::make_shared<Collect>();
+    const absl::Time t0 = absl::Now();
+    auto id = engine_->Submit(Req(Prompt(8, i), 50, SpecMode::kOff), sink);
+    if (!id.ok()) {
+      EXPECT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_LT(absl::Now() - t0, absl::Milliseconds(50));
+      ++refused;
+    } else {
+      ok.push_back(sink);
+    }
+  }
+  EXPECT_GE(refused, 4);
+  for (auto& s : ok) {
+    s->Wait();
+    EXPECT_TRUE(s->status().ok());
+  }
+}
+
+TEST_F(RouterEngineTest, PreemptionByRecomputeKeepsOutputs) {
+  RouterOptions o;
+  Make(o, /*target_blocks=*/10);  // 160 tokens for 4 requests growing to 70 tokens each
+  std::vector<std::shared_ptr<Collect>> sinks;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(Prompt(20, 10 + i));
+    sinks.push_back(Run(Req(prompts.back(), 50, SpecMode::kDraft, 3)));
+  }
+  for (int i = 0; i < 4; ++i) {
+    sinks[i]->Wait();
+    ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
+    EXPECT_EQ(sinks[i]->tokens(), ReferenceGreedy(*target_path_, prompts[i], 50)) << i;
+  }
+  EXPECT_GT(metrics_.router_preemptions.Value(), 0);
+}
+
+TEST_F(RouterEngineTest, DraftDownDegradesAndResumes) {
+  Make();
+  const auto prompt = Prompt(15, 6);
+  const auto want = ReferenceGreedy(*target_path_, prompt, 60);
+  draft_->set_down(true);
+  auto sink = Run(Req(prompt, 60, SpecMode::kDraft, 3));
+  sink->Wait();
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->tokens(), want);
+  EXPECT_EQ(sink->completion().speculation().draft_tokens(), 0);
+  EXPECT_FALSE(engine_->draft_available());
+  draft_->set_down(false);
+  absl::SleepFor(absl::Milliseconds(80));  // past the retry interval
+  auto again = Run(Req(prompt, 60, SpecMode::kDraft, 3));
+  again->Wait();
+  ASSERT_TRUE(again->status().ok());
+  EXPECT_EQ(again->tokens(), want);
+  EXPECT_GT(again->completion().speculation().draft_tokens(), 0);
+  EXPECT_TRUE(engine_->draft_available());
+}
+
+TEST_F(RouterEngineTest, TargetRestartRePrefillsSeededOutputUnchanged) {
+  auto sampled = [&](const std::vector<int32_t>& prompt) {
+    ValidatedRequest r = Req(prompt, 60, SpecMode::kDraft, 3);
+    r.params.temperature = 0.9f;
+    r.params.top_p = 0.95f;
+    r.params.seed = 1234;
+    return r;
+  };
+  const auto prompt = Prompt(25, 7);
+  Make();
+  auto baseline = Run(sampled(prompt));
+  baseline->Wait();
+  ASSERT_TRUE(baseline->status().ok());
+
+  auto sink = Run(sampled(prompt));
+  sink->WaitFirst();
+  target_->set_down(true);  // crash ...
+  absl::SleepFor(absl::Milliseconds(60));
+  target_->Replace(std::make_unique<services::TargetWorker>(Host(*target_path_, 256)));
+  target_->set_down(false);  // ... and restart with an empty KV cache
+  sink->Wait();
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->tokens(), baseline->tokens());
+  EXPECT_EQ(sink->text(), baseline->text());
+}
+
+TEST_F(RouterEngineTest, DrainRefusesNewAndFinishesInFlight) {
+  Make();
+  auto sink = Run(Req(Prompt(10, 8), 30, SpecMode::kOff));
+  engine_->BeginDrain();
+  auto refused = engine_->Submit(Req(Prompt(10, 9), 5, SpecMode::kOff), std::make_shared<Collect>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(60)));
+  EXPECT_TRUE(sink->status().ok());
+  EXPECT_EQ(sink->tokens().size(), 30u);
+}
+
+}  // namespace
+}  // namespace specd::router

@@ -1,0 +1,200 @@
+// The router's scheduler as timelines: a small simulator applies each Schedule the way the
+// router loop does (drafts always accepted) and checks the policy's promises every iteration.
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/router/scheduler.h"
+
+namespace specd::router {
+namespace {
+
+struct Sim {
+  Sim() { config.draft_blocks = 1024; }
+  SchedulerConfig config;
+  SchedulerState state;
+  std::map<int64_t, int32_t> goal;  // committed length at which a request finishes
+  std::vector<int64_t> admitted_order, finished_order;
+  int preemptions = 0;
+  int iterations = 0;
+
+  void Submit(int64_t id, int32_t prompt, int32_t new_tokens, int32_t want_k = 0) {
+    ASSERT_TRUE(CanEnqueue(state.waiting.size(), config));
+    state.waiting.push_back({id, prompt, 0, want_k});
+    goal[id] = prompt + new_tokens;
+  }
+
+  SeqView* Find(int64_t id) {
+    for (SeqView& s : state.running) {
+      if (s.id == id) return &s;
+    }
+    return nullptr;
+  }
+
+  Schedule Step() {
+    ++iterations;
+    Schedule s = ScheduleIteration(state, config);
+    for (int64_t id : s.preempt) {
+      auto it = std::find_if(state.running.begin(), state.running.end(),
+                             [&](const SeqView& v) { return v.id == id; });
+      EXPECT_NE(it, state.running.end());
+      SeqView v = *it;
+      v.target_pos = 0;
+      state.running.erase(it);
+      state.waiting.insert(state.waiting.begin(), v);
+      ++preemptions;
+    }
+    for (int64_t id : s.admit) {
+      EXPECT_FALSE(state.waiting.empty());
+      EXPECT_EQ(state.waiting.front().id, id) << "admission must be FCFS";
+      state.running.push_back(state.waiting.front());
+      state.waiting.erase(state.waiting.begin());
+      admitted_order.push_back(id);
+    }
+    // Promises of every iteration.
+    int32_t tokens = 0;
+    int64_t blocks = 0;
+    for (const SeqPlan& p : s.plans) {
+      tokens += p.tokens();
+      EXPECT_NE(Find(p.id), nullptr) << "plan for a sequence that is not running";
+    }
+    EXPECT_LE(tokens, config.max_batch_tokens);
+    EXPECT_LE(static_cast<int32_t>(state.running.size()), config.max_running);
+    for (const SeqPlan& p : s.plans) {
+      SeqView* v = Find(p.id);
+      EXPECT_EQ(p.start, v->target_pos);
+      blocks += BlocksFor(v->committed + p.k, config.block_size);
+      if (p.emit) {
+        v->committed += 1 + p.k;
+        v->target_pos = v->committed - 1;
+      } else {
+        v->target_pos = p.end;
+      }
+    }
+    EXPECT_LE(blocks, config.target_blocks + 1);  // +1: a row may grow into one new block
+    for (auto it = state.running.begin(); it != state.running.end();) {
+      if (it->committed >= goal[it->id]) {
+        finished_order.push_back(it->id);
+        it = state.running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return s;
+  }
+
+  void RunToEnd(int limit = 10000) {
+    while ((!state.running.empty() || !state.waiting.empty()) && iterations < limit) Step();
+    EXPECT_TRUE(state.running.empty() && state.waiting.empty()) << "starved after " << limit;
+  }
+};
+
+TEST(SchedulerTest, AdmitsFcfsUpToMaxRunning) {
+  Sim sim;
+  sim.config.max_running = 2;
+  for (int i = 1; i <= 4; ++i) sim.Submit(i, 10, 5);
+  Schedule s = sim.Step();
+  EXPECT_EQ(s.admit, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(sim.state.waiting.size(), 2u);
+  sim.RunToEnd();
+  EXPECT_EQ(sim.admitted_order, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+TEST(SchedulerTest, BoundedQueueRefusesAtOnce) {
+  SchedulerConfig c;
+  c.max_queue = 3;
+  EXPECT_TRUE(CanEnqueue(2, c));
+  EXPECT_FALSE(CanEnqueue(3, c));
+}
+
+TEST(SchedulerTest, ChunkedPrefillMixesWithDecodeRows) {
+  Sim sim;
+  sim.config.max_batch_tokens = 16;
+  sim.Submit(1, 4, 50, /*want_k=*/3);
+  sim.Step();  // prefill of 1 (4 tokens) in one chunk
+  sim.Step();  // 1 decodes
+  sim.Submit(2, 40, 5);
+  Schedule s = sim.Step();
+  // 1's verification row (1 + 3) and a 12-token chunk of 2's prompt share the step.
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[0].id, 1);
+  EXPECT_TRUE(s.plans[0].emit);
+  EXPECT_EQ(s.plans[0].k, 3);
+  EXPECT_EQ(s.plans[1].id, 2);
+  EXPECT_EQ(s.plans[1].end - s.plans[1].start, 12);
+  EXPECT_FALSE(s.plans[1].emit);
+  s = sim.Step();
+  EXPECT_EQ(s.plans[1].start, 12);
+  EXPECT_EQ(s.plans[1].end, 24);
+  sim.Step();
+  s = sim.Step();  // last chunk: 36..40 emits the first token
+  EXPECT_EQ(s.plans[1].end, 40);
+  EXPECT_TRUE(s.plans[1].emit);
+  sim.RunToEnd();
+}
+
+TEST(SchedulerTest, DraftsShrinkToFitTheBudget) {
+  Sim sim;
+  sim.config.max_batch_tokens = 6;
+  sim.Submit(1, 2, 100, 4);
+  sim.Submit(2, 2, 100, 4);
+  sim.Step();
+  Schedule s = sim.Step();
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[0].k, 4);
+  EXPECT_EQ(s.plans[1].k, 0);  // 6 - 5 = 1 token left: a plain decode row
+}
+
+TEST(SchedulerTest, HeadOfQueueWaitsForKvRoom) {
+  Sim sim;
+  sim.config.block_size = 4;
+  sim.config.target_blocks = 10;
+  sim.Submit(1, 20, 8);   // 6 blocks at admission
+  sim.Submit(2, 16, 4);   // 5 blocks: does not fit next to 1
+  sim.Submit(3, 1, 1);    // would fit, but FCFS keeps it behind 2
+  Schedule s = sim.Step();
+  EXPECT_EQ(s.admit, (std::vector<int64_t>{1}));
+  sim.RunToEnd();
+  EXPECT_EQ(sim.admitted_order, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(sim.preemptions, 0);
+}
+
+TEST(SchedulerTest, PreemptsYoungestByRecomputeAndEveryoneFinishes) {
+  Sim sim;
+  sim.config.block_size = 4;
+  sim.config.target_blocks = 12;
+  sim.config.max_batch_tokens = 64;
+  for (int i = 1; i <= 3; ++i) sim.Submit(i, 8, 12);  // each grows to 20 tokens = 5 blocks
+  sim.Step();
+  EXPECT_EQ(sim.state.running.size(), 3u);  // 3 x 3 blocks fit at first
+  sim.RunToEnd();
+  EXPECT_GT(sim.preemptions, 0);
+  EXPECT_EQ(sim.finished_order.size(), 3u);
+  EXPECT_EQ(sim.finished_order.front(), 1);  // the oldest is never the victim
+}
+
+TEST(SchedulerTest, DraftKvOnlyDropsDrafts) {
+  Sim sim;
+  sim.config.block_size = 4;
+  sim.config.draft_blocks = 3;
+  sim.Submit(1, 6, 30, 2);
+  sim.Submit(2, 6, 30, 2);
+  sim.Step();
+  Schedule s = sim.Step();
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[0].k, 2);
+  EXPECT_EQ(s.plans[1].k, 0);  // no draft room left: target-only, still running
+  EXPECT_TRUE(sim.Step().preempt.empty());
+}
+
+TEST(SchedulerTest, NoDraftServiceMeansNoDrafts) {
+  Sim sim;
+  sim.config.draft_blocks = 0;
+  sim.Submit(1, 3, 10, 4);
+  sim.Step();
+  EXPECT_EQ(sim.Step().plans[0].k, 0);
+}
+
+}  // namespace
+}  // namespace specd::router

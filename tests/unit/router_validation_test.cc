@@ -1,0 +1,150 @@
+// Every bad GenerateRequest field gets INVALID_ARGUMENT naming it; stop strings spanning
+// tokens are cut exactly; adaptive k responds to acceptance and load.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "common/gguf/gguf_file.h"
+#include "common/testing/tiny_model.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "services/router/adaptive_k.h"
+#include "services/router/request_validation.h"
+#include "services/router/text_stream.h"
+
+namespace specd::router {
+namespace {
+
+class ValidationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = ::testing::TempDir() + "/router_validation_tiny.gguf";
+    ASSERT_TRUE(testing::WriteTinyModel({}, path).ok());
+    file_ = gguf::GgufFile::Open(path)->release();
+    tokenizer_ = tok::Tokenizer::FromGguf(*file_)->release();
+  }
+  ModelLimits Limits() {
+    ModelLimits l;
+    l.vocab_size = tokenizer_->vocab_size();
+    l.context_length = 512;
+    l.max_new_tokens = 256;
+    return l;
+  }
+  specd::v1::GenerateRequest Good() {
+    specd::v1::GenerateRequest r;
+    r.set_prompt("hello world");
+    r.mutable_sampling()->set_max_new_tokens(8);
+    return r;
+  }
+  // Expects INVALID_ARGUMENT whose message starts with `field`.
+  void ExpectBad(const specd::v1::GenerateRequest& r, const std::string& field) {
+    auto v = ValidateRequest(r, *tokenizer_, nullptr, Limits());
+    ASSERT_FALSE(v.ok()) << field;
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << v.status();
+    EXPECT_EQ(std::string(v.status().message()).rfind(field, 0), 0u)
+        << "message \"" << v.status().message() << "\" should name " << field;
+  }
+  static gguf::GgufFile* file_;
+  static tok::Tokenizer* tokenizer_;
+};
+gguf::GgufFile* ValidationTest::file_ = nullptr;
+tok::Tokenizer* ValidationTest::tokenizer_ = nullptr;
+
+TEST_F(ValidationTest, GoodRequestPasses) {
+  auto v = ValidateRequest(Good(), *tokenizer_, nullptr, Limits());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->prompt.empty());
+  EXPECT_EQ(v->max_new_tokens, 8);
+  EXPECT_EQ(v->spec_mode, SpecMode::kAuto);
+}
+
+TEST_F(ValidationTest, EveryBadFieldIsNamed) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  specd::v1::GenerateRequest r;
+  ExpectBad(r, "input");
+  r = Good(); r.set_prompt(""); ExpectBad(r, "prompt");
+  r = Good(); r.set_prompt(std::string("ab\xff\xfe", 4)); ExpectBad(r, "prompt");
+  r = Good(); r.set_prompt(std::string("\xc3", 1)); ExpectBad(r, "prompt");
+  r = Good(); r.set_prompt(std::string(5000, 'a') + " b"); ExpectBad(r, "prompt");  // > context
+  r = Good(); r.mutable_tokens()->Clear(); r.mutable_tokens(); ExpectBad(r, "tokens.ids");
+  r = Good(); r.mutable_tokens()->add_ids(1); r.mutable_tokens()->add_ids(-3);
+  ExpectBad(r, "tokens.ids[1]");
+  r = Good(); r.mutable_tokens()->add_ids(tokenizer_->vocab_size()); ExpectBad(r, "tokens.ids[0]");
+  r = Good(); r.mutable_chat()->add_messages()->set_role("user"); ExpectBad(r, "chat");
+  r = Good(); r.mutable_sampling()->set_max_new_tokens(0); ExpectBad(r, "sampling.max_new_tokens");
+  r = Good(); r.mutable_sampling()->set_max_new_tokens(-5); ExpectBad(r, "sampling.max_new_tokens");
+  r = Good(); r.mutable_sampling()->set_max_new_tokens(1 << 30);
+  ExpectBad(r, "sampling.max_new_tokens");
+  r = Good(); r.mutable_sampling()->set_temperature(-0.5f); ExpectBad(r, "sampling.temperature");
+  r = Good(); r.mutable_sampling()->set_temperature(nan); ExpectBad(r, "sampling.temperature");
+  r = Good(); r.mutable_sampling()->set_top_p(0); ExpectBad(r, "sampling.top_p");
+  r = Good(); r.mutable_sampling()->set_top_p(1.5f); ExpectBad(r, "sampling.top_p");
+  r = Good(); r.mutable_sampling()->set_top_k(-1); ExpectBad(r, "sampling.top_k");
+  r = Good(); r.mutable_sampling()->set_min_p(2); ExpectBad(r, "sampling.min_p");
+  r = Good(); r.mutable_sampling()->set_repetition_penalty(0);
+  ExpectBad(r, "sampling.repetition_penalty");
+  r = Good(); r.mutable_sampling()->set_presence_penalty(3); ExpectBad(r, "sampling.presence_penalty");
+  r = Good(); r.mutable_sampling()->set_frequency_penalty(-3);
+  ExpectBad(r, "sampling.frequency_penalty");
+  r = Good(); r.mutable_sampling()->set_logprobs(21); ExpectBad(r, "sampling.logprobs");
+  r = Good(); r.mutable_sampling()->add_stop(""); ExpectBad(r, "sampling.stop[0]");
+  r = Good(); r.mutable_sampling()->add_stop("ok"); r.mutable_sampling()->add_stop("\xff");
+  ExpectBad(r, "sampling.stop[1]");
+  r = Good(); r.mutable_sampling()->add_stop_token_ids(-1); ExpectBad(r, "sampling.stop_token_ids[0]");
+  r = Good(); r.mutable_speculation()->set_num_draft_tokens(17);
+  ExpectBad(r, "speculation.num_draft_tokens");
+  r = Good(); r.mutable_speculation()->set_mode(static_cast<specd::v1::SpeculationMode>(42));
+  ExpectBad(r, "speculation.mode");
+  r = Good(); r.set_request_id(std::string(300, 'x')); ExpectBad(r, "request_id");
+}
+
+TEST_F(ValidationTest, UnservedSpeculationModesAreUnimplemented) {
+  auto r = Good();
+  r.mutable_speculation()->set_mode(specd::v1::SPECULATION_MODE_NGRAM);
+  EXPECT_EQ(ValidateRequest(r, *tokenizer_, nullptr, Limits()).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(ValidationTest, StopStringSpanningTokensIsCutExactly) {
+  auto ids = tokenizer_->Encode("the cat sat on the mat", false, false);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GT(ids->size(), 3u);
+  TextStream ts(*tokenizer_, {"t on t"});
+  std::string out;
+  for (int32_t id : *ids) {
+    out += ts.Append(id);
+    if (ts.stopped()) break;
+  }
+  out += ts.Finish();
+  EXPECT_TRUE(ts.stopped());
+  EXPECT_EQ(out, "the cat sa");
+  EXPECT_EQ(ts.matched_stop(), "t on t");
+
+  TextStream none(*tokenizer_, {"zzz", "mat!"});
+  std::string all;
+  for (int32_t id : *ids) all += none.Append(id);
+  all += none.Finish();
+  EXPECT_FALSE(none.stopped());
+  EXPECT_EQ(all, "the cat sat on the mat");
+}
+
+TEST(AdaptiveKTest, FollowsAcceptanceAndLoad) {
+  AdaptiveKConfig c;
+  EXPECT_GE(ChooseK(0.9, 1, c), 4);
+  EXPECT_LE(ChooseK(0.3, 1, c), 1);
+  EXPECT_EQ(ChooseK(0.02, 1, c), 0);
+  EXPECT_LT(ChooseK(0.9, 64, c), ChooseK(0.9, 1, c));
+  EXPECT_EQ(ChooseK(0.6, 256, c), 0);
+  AdaptiveK k(c);
+  for (int i = 0; i < 30; ++i) k.Observe(4, 4);
+  EXPECT_GT(k.acceptance(), 0.9);
+  EXPECT_GE(k.Next(1), 4);
+  for (int i = 0; i < 30; ++i) k.Observe(4, 0);
+  EXPECT_LT(k.acceptance(), 0.05);
+  int probes = 0;
+  for (int i = 0; i < 32; ++i) probes += k.Next(1) > 0;
+  EXPECT_EQ(probes, 2);  // one probe per probe_every steps
+}
+
+}  // namespace
+}  // namespace specd::router

@@ -1,0 +1,223 @@
+// TargetWorker / DraftWorker driven directly (no network): prefill, chunked prefill, plain and
+// speculative greedy decoding against an in-process reference, re-prefill, release.
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/engine/backend.h"
+#include "common/engine/llama_model.h"
+#include "common/gguf/gguf_file.h"
+#include "common/sampling/sampler.h"
+#include "common/testing/tiny_model.h"
+#include "gtest/gtest.h"
+#include "services/common/model_host.h"
+#include "services/common/proto_convert.h"
+#include "services/draft/draft_worker.h"
+#include "services/target/target_worker.h"
+
+namespace specd::services {
+namespace {
+
+namespace iv1 = specd::internal::v1;
+
+std::string TinyModel(uint64_t seed) {
+  const std::string path = ::testing::TempDir() + "/svc_worker_tiny_" + std::to_string(seed) + ".gguf";
+  testing::TinyModelSpec spec;
+  spec.seed = seed;
+  EXPECT_TRUE(testing::WriteTinyModel(spec, path).ok());
+  return path;
+}
+
+std::unique_ptr<ModelHost> Host(const std::string& path, int kv_blocks = 64) {
+  ModelHostOptions o;
+  o.model_path = path;
+  o.threads = 1;
+  o.kv_blocks = kv_blocks;
+  o.max_batch_tokens = 64;
+  absl::StatusOr<std::unique_ptr<ModelHost>> h = ModelHost::Load(o);
+  EXPECT_TRUE(h.ok()) << h.status();
+  return std::move(*h);
+}
+
+sampling::SamplingParams Greedy() {
+  sampling::SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  return p;
+}
+
+std::vector<int32_t> Prompt() {
+  std::vector<int32_t> p;
+  for (int i = 0; i < 23; ++i) p.push_back(3 + (i * 37) % 200);
+  return p;
+}
+
+// Plain greedy decoding through the engine directly.
+std::vector<int32_t> ReferenceGreedy(const std::string& path, const std::vector<int32_t>& prompt,
+                                     int n) {
+  auto file = gguf::GgufFile::Open(path);
+  engine::LocalCommunicator comm;
+  auto be = engine::MakeCpuBackend(1);
+  auto model = engine::LlamaModel::Load(**file, be.get(), &comm, {});
+  auto kv = engine::PagedKvCache::Create((*model)->MakeKvCacheConfig(64, 16, kernels::KvDtype::kF16));
+  EXPECT_TRUE((*kv)->AddSequence(0).ok());
+  std::vector<int32_t> seq = prompt, out;
+  std::vector<float> logits((*model)->vocab_size());
+  int32_t pos = 0;
+  for (int i = 0; i < n; ++i) {
+    engine::ForwardBatch b;
+    b.Add(0, pos, seq.data() + pos, static_cast<int32_t>(seq.size()) - pos, false);
+    EXPECT_TRUE((*model)->Forward(b, **kv, logits.data()).ok());
+    pos = static_cast<int32_t>(seq.size());
+    auto s = sampling::Sample(logits, {}, Greedy(), sampling::CounterRng(0), pos);
+    seq.push_back(s->token);
+    out.push_back(s->token);
+  }
+  return out;
+}
+
+iv1::TargetSequenceStep* AddTarget(iv1::TargetStepRequest& r, int64_t id, int32_t start,
+                                   const std::vector<int32_t>& toks, bool emit, int32_t n_prompt) {
+  iv1::TargetSequenceStep* s = r.add_sequences();
+  s->set_seq_id(id);
+  s->set_start_pos(start);
+  s->mutable_tokens()->Assign(toks.begin(), toks.end());
+  s->set_emit(emit);
+  s->set_num_prompt_tokens(n_prompt);
+  ToProto(Greedy(), s->mutable_sampling());
+  return s;
+}
+
+// Decodes `n` tokens for one sequence; k = 0 means no draft.
+std::vector<int32_t> Decode(TargetWorker& target, DraftWorker* draft, int k, int chunk, int n,
+                            int* target_steps = nullptr) {
+  const std::vector<int32_t> prompt = Prompt();
+  std::vector<int32_t> committed = prompt;
+  int32_t target_pos = 0;
+  int steps = 0;
+  while (static_cast<int>(committed.size() - prompt.size()) < n) {
+    iv1::TargetStepRequest req;
+    const int32_t end = std::min<int32_t>(committed.size(), target_pos + chunk);
+    const bool emit = end == static_cast<int32_t>(committed.size());
+    iv1::TargetSequenceStep* s =
+        AddTarget(req, 7, target_pos, std::vector<int32_t>(committed.begin() + target_pos,
+                                                           committed.begin() + end),
+                  emit, prompt.size());
+    if (emit && draft != nullptr && committed.size() > prompt.size()) {
+      iv1::DraftStepRequest dr;
+      iv1::DraftSequenceStep* d = dr.add_sequences();
+      d->set_seq_id(7);
+      d->set_start_pos(0);
+      d->mutable_tokens()->Assign(committed.begin(), committed.end());
+      d->set_num_draft_tokens(k);
+      d->set_num_prompt_tokens(prompt.size());
+      ToProto(Greedy(), d->mutable_sampling());
+      auto dres = draft->Step(dr);
+      EXPECT_TRUE(dres.ok()) << dres.status();
+      EXPECT_EQ(dres->sequences(0).proposals_size(), k);
+      *s->mutable_proposals() = dres->sequences(0).proposals();
+    }
+    auto res = target.Step(req);
+    EXPECT_TRUE(res.ok()) << res.status();
+    if (!res.ok()) break;
+    EXPECT_FALSE(res->sequences(0).needs_prefill());
+    if (!emit) {
+      target_pos = end;
+      continue;
+    }
+    ++steps;
+    for (const iv1::TokenResult& t : res->sequences(0).tokens()) committed.push_back(t.token());
+    target_pos = static_cast<int32_t>(committed.size()) - 1;
+  }
+  if (target_steps != nullptr) *target_steps = steps;
+  committed.resize(prompt.size() + n);
+  return std::vector<int32_t>(committed.begin() + prompt.size(), committed.end());
+}
+
+class WorkersTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    target_path_ = new std::string(TinyModel(11));
+    draft_path_ = new std::string(TinyModel(12));
+  }
+  static std::string* target_path_;
+  static std::string* draft_path_;
+};
+std::string* WorkersTest::target_path_ = nullptr;
+std::string* WorkersTest::draft_path_ = nullptr;
+
+TEST_F(WorkersTest, PlainGreedyMatchesEngine) {
+  TargetWorker target(Host(*target_path_));
+  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 20);
+  EXPECT_EQ(Decode(target, nullptr, 0, 64, 20), want);
+}
+
+TEST_F(WorkersTest, ChunkedPrefillMatches) {
+  TargetWorker target(Host(*target_path_));
+  EXPECT_EQ(Decode(target, nullptr, 0, 5, 12), ReferenceGreedy(*target_path_, Prompt(), 12));
+}
+
+TEST_F(WorkersTest, SpeculativeGreedyMatchesPlain) {
+  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
+  for (int k : {1, 3, 6}) {
+    TargetWorker target(Host(*target_path_));
+    DraftWorker draft(Host(*draft_path_));
+    EXPECT_EQ(Decode(target, &draft, k, 64, 30), want) << "k=" << k;
+  }
+  // A draft identical to the target accepts everything: k+1 tokens per step.
+  TargetWorker target(Host(*target_path_));
+  DraftWorker self(Host(*target_path_));
+  int steps = 0;
+  EXPECT_EQ(Decode(target, &self, 4, 64, 30, &steps), want);
+  EXPECT_LE(steps, 1 + (29 + 4) / 5);
+}
+
+TEST_F(WorkersTest, UnknownSequenceNeedsPrefillAndReleaseFreesBlocks) {
+  TargetWorker target(Host(*target_path_));
+  iv1::TargetStepRequest req;
+  AddTarget(req, 5, 10, {1, 2, 3}, true, 3);
+  auto res = target.Step(req);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_TRUE(res->sequences(0).needs_prefill());
+  EXPECT_EQ(res->sequences(0).tokens_size(), 0);
+
+  iv1::TargetStepRequest ok;
+  AddTarget(ok, 5, 0, Prompt(), true, Prompt().size());
+  res = target.Step(ok);
+  ASSERT_TRUE(res.ok());
+  EXPECT_GT(res->kv().used_blocks(), 0);
+  iv1::ReleaseRequest rel;
+  rel.add_seq_ids(5);
+  EXPECT_EQ(target.Release(rel).kv().used_blocks(), 0);
+}
+
+TEST_F(WorkersTest, MalformedStepsAreInvalidArgument) {
+  TargetWorker target(Host(*target_path_));
+  iv1::TargetStepRequest bad_token;
+  AddTarget(bad_token, 1, 0, {1, 999999}, true, 2);
+  EXPECT_EQ(target.Step(bad_token).status().code(), absl::StatusCode::kInvalidArgument);
+  iv1::TargetStepRequest dup;
+  AddTarget(dup, 1, 0, {1}, true, 1);
+  AddTarget(dup, 1, 0, {1}, true, 1);
+  EXPECT_EQ(target.Step(dup).status().code(), absl::StatusCode::kInvalidArgument);
+  iv1::TargetStepRequest big;
+  AddTarget(big, 1, 0, std::vector<int32_t>(65, 1), true, 65);
+  EXPECT_EQ(target.Step(big).status().code(), absl::StatusCode::kInvalidArgument);
+  iv1::TargetStepRequest bad_params;
+  AddTarget(bad_params, 1, 0, {1}, true, 1)->mutable_sampling()->set_top_p(0);
+  EXPECT_EQ(target.Step(bad_params).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(WorkersTest, KvExhaustionIsResourceExhausted) {
+  TargetWorker target(Host(*target_path_, /*kv_blocks=*/2));
+  iv1::TargetStepRequest req;
+  AddTarget(req, 1, 0, std::vector<int32_t>(40, 5), true, 40);
+  EXPECT_EQ(target.Step(req).status().code(), absl::StatusCode::kResourceExhausted);
+  iv1::TargetStepRequest small;
+  AddTarget(small, 1, 0, std::vector<int32_t>(20, 5), true, 20);
+  EXPECT_TRUE(target.Step(small).ok());
+}
+
+}  // namespace
+}  // namespace specd::services

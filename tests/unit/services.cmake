@@ -1,0 +1,21 @@
+# The cluster's services (not in the core-only build: they need gRPC/protobuf).
+if(NOT SPECD_CORE_ONLY)
+  specd_test(service_workers_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/service_workers_test.cc
+    DEPS specd_target_worker specd_draft_worker specd_testing LABELS services TIMEOUT 300)
+endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(router_scheduler_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/router_scheduler_test.cc
+    DEPS specd_router_core LABELS services)
+endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(router_engine_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/router_engine_test.cc
+    DEPS specd_router_core specd_testing LABELS services TIMEOUT 600)
+endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(router_validation_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/router_validation_test.cc
+    DEPS specd_router_core specd_testing LABELS services)
+endif()

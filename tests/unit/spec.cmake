@@ -1,0 +1,15 @@
+# Speculative decoding engine (common/spec): drafters, adaptive k, SpecEngine.
+specd_test(spec_adaptive_k_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_adaptive_k_test.cc
+  DEPS specd_spec
+  LABELS core)
+specd_test(spec_engine_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_engine_test.cc
+  DEPS specd_spec specd_testing
+  LABELS core
+  TIMEOUT 300)
+specd_test(spec_lossless_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_lossless_test.cc
+  DEPS specd_spec specd_testing
+  LABELS core
+  TIMEOUT 600)

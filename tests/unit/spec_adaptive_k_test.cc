@@ -1,0 +1,131 @@
+// Adaptive k decisions and the n-gram lookup, as pure functions.
+#include "common/spec/adaptive_k.h"
+
+#include <vector>
+
+#include "common/spec/ngram_drafter.h"
+#include "gtest/gtest.h"
+
+namespace specd::spec {
+namespace {
+
+// Memory-bound up to `knee` tokens (flat cost), compute-bound after (cost grows per token).
+CostCurve Knee(double flat_ms, double knee, double per_token_ms) {
+  return CostCurve({{1, flat_ms * 1e-3},
+                    {knee, flat_ms * 1e-3},
+                    {knee + 100, (flat_ms + 100 * per_token_ms) * 1e-3}});
+}
+
+std::vector<KCandidate> Batch(int n, double alpha, int cap = 8) {
+  return std::vector<KCandidate>(n, KCandidate{alpha, cap});
+}
+
+TEST(AdaptiveKTest, ExpectedTokens) {
+  EXPECT_DOUBLE_EQ(ExpectedTokens(0.5, 0), 1.0);
+  EXPECT_DOUBLE_EQ(ExpectedTokens(0.5, 2), 1.75);
+  EXPECT_DOUBLE_EQ(ExpectedTokens(1.0, 4), 5.0);
+}
+
+TEST(AdaptiveKTest, CostCurveInterpolatesAndTracksLoad) {
+  CostCurve c({{1, 1.0}, {9, 3.0}});
+  EXPECT_DOUBLE_EQ(c.Predict(5), 2.0);
+  EXPECT_DOUBLE_EQ(c.Predict(13), 4.0);  // extrapolates the last segment
+  for (int i = 0; i < 200; ++i) c.Observe(5, 4.0);  // the machine got 2x slower
+  EXPECT_NEAR(c.load_factor(), 2.0, 1e-3);
+  EXPECT_NEAR(c.Predict(9), 6.0, 1e-2);
+}
+
+TEST(AdaptiveKTest, MemoryBoundTargetAndGoodDraftSpeculateDeep) {
+  const CostCurve verify = Knee(10, 64, 0.5), draft = Knee(1, 64, 0.02);
+  const auto k = ChooseK(Batch(1, 0.9), 0, 8, verify, draft);
+  EXPECT_GE(k[0], 6);
+}
+
+TEST(AdaptiveKTest, PoorAcceptanceSpeculatesLittle) {
+  const CostCurve verify = Knee(10, 64, 0.5), draft = Knee(3, 64, 0.02);
+  EXPECT_LE(ChooseK(Batch(1, 0.1), 0, 8, verify, draft)[0], 1);
+  EXPECT_GT(ChooseK(Batch(1, 0.8), 0, 8, verify, draft)[0],
+            ChooseK(Batch(1, 0.3), 0, 8, verify, draft)[0]);
+}
+
+TEST(AdaptiveKTest, ComputeBoundTargetDoesNotSpeculate) {
+  // Verify cost proportional to tokens: a draft token costs as much as a plain step.
+  const CostCurve verify({{1, 0.01}, {100, 1.0}}), draft = Knee(1, 64, 0.02);
+  EXPECT_EQ(ChooseK(Batch(1, 0.7), 0, 8, verify, draft)[0], 0);
+}
+
+TEST(AdaptiveKTest, KShrinksAsTheBatchGrows) {
+  const CostCurve verify = Knee(10, 32, 0.5), draft = Knee(1, 32, 0.05);
+  int prev = 100;
+  std::vector<int> means;
+  for (int b : {1, 4, 16, 64}) {
+    const auto k = ChooseK(Batch(b, 0.7), 0, 8, verify, draft);
+    int sum = 0;
+    for (int x : k) sum += x;
+    means.push_back(sum / b);
+    EXPECT_LE(sum / b, prev) << "batch " << b;
+    prev = sum / b;
+  }
+  EXPECT_GE(means.front(), 3);
+  EXPECT_EQ(means.back(), 0);  // 64 sequences fill the memory-bound region alone
+}
+
+TEST(AdaptiveKTest, BigPrefillInTheStepShrinksK) {
+  const CostCurve verify = Knee(10, 32, 0.5), draft = Knee(1, 32, 0.05);
+  EXPECT_GT(ChooseK(Batch(2, 0.7), 0, 8, verify, draft)[0], 0);
+  EXPECT_EQ(ChooseK(Batch(2, 0.7), 200, 8, verify, draft)[0], 0);
+}
+
+TEST(AdaptiveKTest, CapsAndFreeDraftingAreRespected) {
+  const CostCurve verify = Knee(10, 64, 0.5);
+  // Free drafting (n-gram) with a flat verify: draft to the cap.
+  auto k = ChooseK({{0.6, 3}, {0.6, 0}, {0.6, 8}}, 0, 8, verify, CostCurve());
+  EXPECT_EQ(k[0], 3);
+  EXPECT_EQ(k[1], 0);
+  EXPECT_EQ(k[2], 8);
+  EXPECT_EQ(ChooseK(Batch(2, 0.9), 0, 0, verify, CostCurve())[0], 0);  // max_k 0
+}
+
+TEST(AdaptiveKTest, AcceptanceEstimateMovesWithEvidence) {
+  AcceptanceEstimate a;
+  EXPECT_NEAR(a.alpha(), AcceptanceEstimate::kPrior, 1e-12);
+  for (int i = 0; i < 10; ++i) a.Update(4, 4);
+  EXPECT_GT(a.alpha(), 0.9);
+  for (int i = 0; i < 10; ++i) a.Update(4, 0);
+  EXPECT_LT(a.alpha(), 0.25);
+  const double before = a.alpha();
+  a.Update(0, 0);  // nothing drafted: no evidence
+  EXPECT_EQ(a.alpha(), before);
+}
+
+TEST(NgramDrafterTest, LongestRecentSuffixMatch) {
+  auto d = NgramDrafter::Create({});
+  ASSERT_TRUE(d.ok());
+  // "1 2 3 4 5 ... 1 2 3" -> continue with 4 5.
+  EXPECT_EQ((*d)->Lookup({1, 2, 3, 4, 5, 9, 1, 2, 3}, 2), (std::vector<int32_t>{4, 5}));
+  // The longer match wins over a more recent shorter one: "7 8" occurs twice, "6 7 8" once.
+  EXPECT_EQ((*d)->Lookup({6, 7, 8, 1, 7, 8, 2, 6, 7, 8}, 1), (std::vector<int32_t>{1}));
+  // Most recent occurrence of the same length.
+  EXPECT_EQ((*d)->Lookup({5, 1, 5, 2, 5}, 1), (std::vector<int32_t>{2}));
+  // Continuation stops at the end of the sequence.
+  EXPECT_EQ((*d)->Lookup({3, 3}, 4), (std::vector<int32_t>{3}));
+  EXPECT_TRUE((*d)->Lookup({1, 2, 3}, 4).empty());
+  EXPECT_TRUE((*d)->Lookup({1, 2, 1}, 0).empty());
+
+  std::vector<int32_t> seq = {1, 2, 3, 4, 1, 2};
+  const sampling::SamplingParams p;
+  const sampling::PenaltyState h;
+  const sampling::CounterRng rng(1);
+  std::vector<DraftInput> in = {{7, seq, &p, &h, &rng, 3}};
+  std::vector<DraftOutput> out(1);
+  ASSERT_TRUE((*d)->Propose(in, absl::MakeSpan(out)).ok());
+  ASSERT_EQ(out[0].proposals.size(), 3u);
+  EXPECT_EQ(out[0].proposals[0].token, 3);
+  EXPECT_EQ(out[0].proposals[1].token, 4);
+  EXPECT_EQ(out[0].proposals[2].token, 1);
+  EXPECT_EQ(out[0].proposals[0].ids, (std::vector<int32_t>{3}));
+  EXPECT_EQ(out[0].proposals[0].probs, (std::vector<float>{1.0f}));
+}
+
+}  // namespace
+}  // namespace specd::spec

@@ -1,0 +1,394 @@
+// SpecEngine on tiny random-weight models: greedy speculation == plain greedy for every drafter
+// and k (alone, batched, adaptive, under KV pressure), seeded sampling independent of batching,
+// KV rollback bookkeeping on both models, cancellation, and the errors.
+#include "common/spec/spec_engine.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/spec/model_drafter.h"
+#include "common/spec/ngram_drafter.h"
+#include "common/testing/tiny_model.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/unit/spec_test_util.h"
+
+namespace specd::spec {
+namespace {
+
+using test::EngineGenerate;
+using test::LoadModel;
+using test::PlainGenerate;
+
+std::string TinyPath(const std::string& name, testing::TinyModelSpec spec) {
+  const std::string path = ::testing::TempDir() + "/spec_" + name + ".gguf";
+  absl::Status st = testing::WriteTinyModel(spec, path);
+  EXPECT_TRUE(st.ok()) << st;
+  return path;
+}
+
+// Prompts with some repetition so the n-gram drafter finds matches.
+std::vector<std::vector<int32_t>> Prompts(int n, int vocab) {
+  std::vector<std::vector<int32_t>> p;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> t;
+    const int len = 3 + (i * 7) % 19;
+    for (int j = 0; j < len; ++j) t.push_back((i * 31 + (j % 5) * 17 + 3) % vocab);
+    p.push_back(t);
+  }
+  return p;
+}
+
+std::vector<sampling::SamplingParams> Greedy(size_t n) {
+  sampling::SamplingParams g;
+  g.temperature = 0.0f;
+  g.ignore_eos = true;
+  return std::vector<sampling::SamplingParams>(n, g);
+}
+
+class SpecEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = engine::MakeCpuBackend(2);
+    testing::TinyModelSpec t;
+    t.seed = 1;
+    t.num_layers = 3;
+    t.weight_scale = 0.3f;  // peaked distributions: the draft agrees often, not always
+    target_path_ = TinyPath("target", t);
+    testing::TinyModelSpec d = t;
+    d.seed = 1;
+    d.num_layers = 3;
+    d.weight_type = gguf::GgmlType::kQ4_1;  // a quantized sibling: mostly agrees
+    draft_path_ = TinyPath("draft", d);
+    target_ = LoadModel(target_path_, backend_.get(), 256, 256);
+    ASSERT_TRUE(target_);
+    auto tk = tok::Tokenizer::FromGguf(*target_->file);
+    ASSERT_TRUE(tk.ok());
+    identity_ = {target_path_, (*tk)->Fingerprint(), (*tk)->vocab_size()};
+    vocab_ = target_->model->vocab_size();
+  }
+
+  std::unique_ptr<Drafter> MakeDrafter(const std::string& kind) {
+    ModelDrafterOptions o;
+    o.kv_blocks = 256;
+    if (kind == "model") {
+      auto d = ModelDrafter::CreateFromFile(draft_path_, identity_, backend_.get(), o);
+      EXPECT_TRUE(d.ok()) << d.status();
+      return d.ok() ? std::move(*d) : nullptr;
+    }
+    if (kind == "same") {
+      auto d = ModelDrafter::CreateFromFile(target_path_, identity_, backend_.get(), o);
+      EXPECT_TRUE(d.ok()) << d.status();
+      return d.ok() ? std::move(*d) : nullptr;
+    }
+    if (kind == "self") {
+      auto d = ModelDrafter::CreateSelf(*target_->file, 1, backend_.get(), o);
+      EXPECT_TRUE(d.ok()) << d.status();
+      return d.ok() ? std::move(*d) : nullptr;
+    }
+    auto d = NgramDrafter::Create({});
+    EXPECT_TRUE(d.ok());
+    return std::move(*d);
+  }
+
+  std::unique_ptr<SpecEngine> MakeEngine(Drafter* d, SpecEngineOptions o) {
+    auto e = SpecEngine::Create(target_->model.get(), d, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+
+  std::unique_ptr<engine::Backend> backend_;
+  std::string target_path_, draft_path_;
+  std::unique_ptr<test::LoadedModel> target_;
+  TargetIdentity identity_;
+  int32_t vocab_ = 0;
+};
+
+TEST_F(SpecEngineTest, GreedyEqualsPlainForEveryDrafterAndK) {
+  const auto prompts = Prompts(12, vocab_);
+  const auto params = Greedy(prompts.size());
+  constexpr int kNew = 20;
+  const auto plain = PlainGenerate(*target_->model, prompts, params, kNew, {});
+  for (const std::string kind : {"model", "same", "self", "ngram"}) {
+    for (int k : {1, 4, 8}) {
+      for (int running : {1, 12}) {
+        auto d = MakeDrafter(kind);
+        SpecEngineOptions o;
+        o.k = k;
+        o.max_running = running;
+        auto e = MakeEngine(d.get(), o);
+        ASSERT_TRUE(e);
+        const auto got = EngineGenerate(*e, prompts, params, kNew);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          ASSERT_EQ(got[i], plain[i]) << kind << " k=" << k << " running=" << running
+                                      << " prompt " << i;
+        }
+        if (kind == "same") {
+          // The same weights draft: every draft is accepted.
+          EXPECT_EQ(e->stats().accepted, e->stats().drafted) << k;
+        }
+        EXPECT_GT(e->stats().drafted, 0) << kind << " k=" << k;
+        EXPECT_EQ(e->kv_cache().num_used_blocks(), 0);
+        if (d->kv_cache() != nullptr) {
+          EXPECT_EQ(d->kv_cache()->num_used_blocks(), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(SpecEngineTest, AdaptiveKAndKvPressureKeepGreedyOutput) {
+  const auto prompts = Prompts(10, vocab_);
+  const auto params = Greedy(prompts.size());
+  constexpr int kNew = 40;
+  const auto plain = PlainGenerate(*target_->model, prompts, params, kNew, {});
+  {
+    auto d = MakeDrafter("model");
+    SpecEngineOptions o;
+    o.k = 8;
+    o.adaptive_k = true;
+    o.max_running = 10;
+    auto e = MakeEngine(d.get(), o);
+    ASSERT_TRUE(e);
+    EXPECT_FALSE(e->verify_cost().empty());
+    EXPECT_FALSE(e->draft_cost().empty());
+    EXPECT_EQ(EngineGenerate(*e, prompts, params, kNew), plain);
+  }
+  {
+    // 10 sequences of up to ~60 tokens need ~40 blocks; give 12: admission waits and running
+    // sequences get preempted and recomputed, with identical output.
+    auto d = MakeDrafter("model");
+    SpecEngineOptions o;
+    o.k = 4;
+    o.kv_blocks = 12;
+    o.max_running = 10;
+    auto e = MakeEngine(d.get(), o);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(EngineGenerate(*e, prompts, params, kNew), plain);
+    EXPECT_GT(e->stats().preemptions, 0);
+    EXPECT_EQ(e->kv_cache().num_used_blocks(), 0);
+    EXPECT_EQ(d->kv_cache()->num_used_blocks(), 0);
+  }
+}
+
+TEST_F(SpecEngineTest, SeededSamplingIsIndependentOfBatching) {
+  const auto prompts = Prompts(6, vocab_);
+  std::vector<sampling::SamplingParams> params(prompts.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].temperature = 0.9f;
+    params[i].top_k = 40;
+    params[i].repetition_penalty = 1.1f;
+    params[i].seed = 1000 + i;
+    params[i].ignore_eos = true;
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto d = MakeDrafter("model");
+    SpecEngineOptions o;
+    o.k = 4;
+    auto e = MakeEngine(d.get(), o);
+    alone.push_back(EngineGenerate(*e, {prompts[i]}, {params[i]}, 30)[0]);
+  }
+  // Batched: the same tokens. (Under KV pressure the engine drops drafts for a step, and a
+  // different k schedule gives different — equally distributed — samples; only greedy output
+  // is independent of k. AdaptiveKAndKvPressureKeepGreedyOutput covers that.)
+  {
+    auto d = MakeDrafter("model");
+    SpecEngineOptions o;
+    o.k = 4;
+    auto e = MakeEngine(d.get(), o);
+    EXPECT_EQ(EngineGenerate(*e, prompts, params, 30), alone);
+  }
+  // k = 0 is plain sampling: the same tokens as the independent plain decoder.
+  auto e = MakeEngine(nullptr, SpecEngineOptions{});
+  EXPECT_EQ(EngineGenerate(*e, prompts, params, 30),
+            PlainGenerate(*target_->model, prompts, params, 30, {}));
+}
+
+// After every step each sequence's KV holds exactly what a fresh run of its committed tokens
+// would: the target all but the last emitted token, the draft that or one less (when every
+// draft was accepted, d_k was never fed to it), with whole blocks freed on rollback.
+TEST_F(SpecEngineTest, RollbackLeavesExactKvBlocksOnBothModels) {
+  for (const std::string kind : {"model", "self"}) {
+    auto d = MakeDrafter(kind);
+    SpecEngineOptions o;
+    o.k = 6;
+    auto e = MakeEngine(d.get(), o);
+    ASSERT_TRUE(e);
+    const auto prompts = Prompts(8, vocab_);
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SpecRequest r;
+      r.prompt = prompts[i];
+      r.params.temperature = i % 2 ? 0.0f : 1.0f;
+      r.params.seed = i;
+      r.params.ignore_eos = true;
+      r.max_new_tokens = 50;
+      ids.push_back(*e->Admit(r));
+    }
+    const engine::PagedKvCache& tkv = e->kv_cache();
+    const engine::PagedKvCache& dkv = *d->kv_cache();
+    int checked = 0;
+    while (e->HasWork()) {
+      ASSERT_TRUE(e->Step().ok());
+      int64_t target_blocks = 0, draft_blocks = 0;
+      for (RequestId id : ids) {
+        const int64_t n = e->CommittedLength(id);
+        if (n < 0) continue;  // finished
+        ASSERT_EQ(*tkv.Length(id), n - 1);
+        ASSERT_EQ(tkv.NumBlocksOf(id), tkv.BlocksFor(n - 1));
+        target_blocks += tkv.BlocksFor(n - 1);
+        const int64_t dl = d->CachedLength(id);
+        ASSERT_TRUE(dl == n - 1 || dl == n - 2) << kind << " draft " << dl << " committed " << n;
+        ASSERT_EQ(dkv.NumBlocksOf(id), dkv.BlocksFor(dl));
+        draft_blocks += dkv.BlocksFor(dl);
+        ++checked;
+      }
+      ASSERT_EQ(tkv.num_used_blocks(), target_blocks);
+      ASSERT_EQ(dkv.num_used_blocks(), draft_blocks);
+    }
+    EXPECT_GT(checked, 50);
+    EXPECT_EQ(tkv.num_used_blocks(), 0);
+    EXPECT_EQ(dkv.num_used_blocks(), 0);
+    EXPECT_LT(e->stats().accepted, e->stats().drafted) << "rejections must occur";
+  }
+}
+
+TEST_F(SpecEngineTest, CancellationFreesKvWithinOneStep) {
+  auto d = MakeDrafter("model");
+  SpecEngineOptions o;
+  o.k = 4;
+  auto e = MakeEngine(d.get(), o);
+  const auto prompts = Prompts(3, vocab_);
+  std::vector<RequestId> ids;
+  std::vector<FinishReason> streamed(4, FinishReason::kNone);
+  e->SetStreamCallback([&](RequestId id, absl::Span<const int32_t>, FinishReason f) {
+    if (f != FinishReason::kNone) streamed[id] = f;
+  });
+  for (const auto& p : prompts) {
+    SpecRequest r;
+    r.prompt = p;
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+    r.max_new_tokens = 100;
+    ids.push_back(*e->Admit(r));
+  }
+  ASSERT_TRUE(e->Step().ok());
+  ASSERT_TRUE(e->Step().ok());
+  EXPECT_GT(e->kv_cache().NumBlocksOf(ids[1]), 0);
+  ASSERT_TRUE(e->Cancel(ids[1]).ok());
+  ASSERT_TRUE(e->Step().ok());
+  EXPECT_FALSE(e->kv_cache().HasSequence(ids[1]));
+  EXPECT_FALSE(d->kv_cache()->HasSequence(ids[1]));
+  auto r = e->TakeResult(ids[1]);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finish, FinishReason::kCancelled);
+  EXPECT_EQ(streamed[ids[1]], FinishReason::kCancelled);
+  EXPECT_EQ(e->Cancel(ids[1]).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(e->TakeResult(ids[0]).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(e->RunToCompletion().ok());
+  EXPECT_EQ(e->TakeResult(ids[0])->tokens.size(), 100u);
+  EXPECT_EQ(streamed[ids[0]], FinishReason::kLength);
+}
+
+TEST_F(SpecEngineTest, StopTokenEndsTheRequest) {
+  const auto prompts = Prompts(4, vocab_);
+  auto params = Greedy(prompts.size());
+  const auto plain = PlainGenerate(*target_->model, prompts, params, 30, {});
+  // Make the 5th greedy token of each prompt a stop token.
+  for (size_t i = 0; i < prompts.size(); ++i) params[i].stop_token_ids = {plain[i][4]};
+  const auto expect = PlainGenerate(*target_->model, prompts, params, 30, {});
+  auto d = MakeDrafter("same");
+  SpecEngineOptions o;
+  o.k = 8;
+  auto e = MakeEngine(d.get(), o);
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SpecRequest r{prompts[i], params[i], 30, -1};
+    ids.push_back(*e->Admit(r));
+  }
+  ASSERT_TRUE(e->RunToCompletion().ok());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto r = e->TakeResult(ids[i]);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->tokens, expect[i]);
+    EXPECT_LE(r->tokens.size(), 5u);
+    EXPECT_EQ(r->finish, FinishReason::kStop);
+  }
+}
+
+TEST_F(SpecEngineTest, VocabularyMismatchNamesBothModels) {
+  testing::TinyModelSpec s;
+  s.tokenizer_from = test::SourceDir() + "/tests/data/tokenizer/tiny_spm.gguf";
+  const std::string other = TinyPath("other_vocab", s);
+  auto d = ModelDrafter::CreateFromFile(other, identity_, backend_.get(), {});
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find(other), std::string::npos) << d.status();
+  EXPECT_NE(d.status().message().find(target_path_), std::string::npos) << d.status();
+  EXPECT_NE(d.status().message().find("vocabular"), std::string::npos) << d.status();
+}
+
+TEST_F(SpecEngineTest, BadParamsAreInvalidArgumentNamingTheField) {
+  auto d = MakeDrafter("ngram");
+  SpecEngineOptions o;
+  o.k = 4;
+  auto e = MakeEngine(d.get(), o);
+  auto admit = [&](auto mutate) {
+    SpecRequest r;
+    r.prompt = {1, 2, 3};
+    r.max_new_tokens = 8;
+    mutate(r);
+    return e->Admit(std::move(r)).status();
+  };
+  auto expect = [](const absl::Status& st, const std::string& field) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field << ": " << st;
+    EXPECT_NE(st.message().find(field), std::string::npos) << field << ": " << st;
+  };
+  expect(admit([](SpecRequest& r) { r.params.temperature = -1; }), "temperature");
+  expect(admit([](SpecRequest& r) { r.params.top_p = 0; }), "top_p");
+  expect(admit([](SpecRequest& r) { r.params.min_p = 2; }), "min_p");
+  expect(admit([](SpecRequest& r) { r.params.repetition_penalty = 0; }), "repetition_penalty");
+  expect(admit([](SpecRequest& r) { r.prompt.clear(); }), "prompt");
+  expect(admit([&](SpecRequest& r) { r.prompt = {vocab_}; }), "prompt[0]");
+  expect(admit([](SpecRequest& r) { r.max_new_tokens = 0; }), "max_new_tokens");
+  expect(admit([](SpecRequest& r) { r.max_new_tokens = 1 << 20; }), "max_new_tokens");
+  expect(admit([](SpecRequest& r) { r.k = 5; }), "k");
+  EXPECT_TRUE(admit([](SpecRequest&) {}).ok());
+
+  SpecEngineOptions bad;
+  bad.max_running = 0;
+  expect(SpecEngine::Create(target_->model.get(), d.get(), bad).status(), "max_running");
+  bad = SpecEngineOptions{};
+  bad.max_batch_tokens = 100000;
+  expect(SpecEngine::Create(target_->model.get(), d.get(), bad).status(), "max_batch_tokens");
+  bad = SpecEngineOptions{};
+  bad.k = -1;
+  expect(SpecEngine::Create(target_->model.get(), d.get(), bad).status(), "k must");
+  expect(ModelDrafter::CreateSelf(*target_->file, 0, backend_.get(), {}).status(),
+         "self_draft_layers");
+  expect(ModelDrafter::CreateSelf(*target_->file, 3, backend_.get(), {}).status(),
+         "self_draft_layers");
+  NgramDrafterOptions n;
+  n.min_ngram = 0;
+  expect(NgramDrafter::Create(n).status(), "min_ngram");
+  n = NgramDrafterOptions{};
+  n.max_ngram = 0;
+  expect(NgramDrafter::Create(n).status(), "max_ngram");
+}
+
+TEST_F(SpecEngineTest, QueueFullIsResourceExhausted) {
+  SpecEngineOptions o;
+  o.max_waiting = 2;
+  auto e = MakeEngine(nullptr, o);
+  SpecRequest r;
+  r.prompt = {1, 2};
+  r.max_new_tokens = 4;
+  ASSERT_TRUE(e->Admit(r).ok());
+  ASSERT_TRUE(e->Admit(r).ok());
+  EXPECT_EQ(e->Admit(r).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace specd::spec

@@ -1,0 +1,246 @@
+// Losslessness through the real engine: on a tiny GGUF model pair (target and a different draft
+// model with the same vocabulary), the distribution of the first 3 generated tokens under
+// speculation (ModelDrafter, KV rollback, VerifyDraft) matches plain sampling, for temperature
+// alone, top-k, top-p, min-p and a repetition penalty. A deliberately wrong verifier (accepts
+// with p(d) ignoring q, resamples from p) must fail the same test.
+//
+// Test: two-sample chi-square homogeneity on the joint (t1, t2, t3) and on each marginal, cells
+// with fewer than 20 observations (both samples together) pooled into one. With N = 100k per
+// side the statistic is compared through the Wilson–Hilferty normal approximation; a test fails
+// at z > 4.75 (one-sided p ~ 1e-6). False-failure reasoning: 5 configurations x 4 tests = 20
+// tests, so a correct engine fails with probability < 2e-5 for a random choice of seeds; the
+// seeds are fixed, so the outcome is deterministic. The wrong verifier's bias (p(t)(q(t) -
+// sum q p) per token) is large for a draft that disagrees with the target, and must give z
+// well above the threshold.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/sampling/target_distribution.h"
+#include "common/spec/model_drafter.h"
+#include "common/spec/spec_engine.h"
+#include "common/testing/tiny_model.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/unit/spec_test_util.h"
+
+namespace specd::spec {
+namespace {
+
+constexpr int kSamples = 100000;
+constexpr int kNew = 3;
+constexpr double kZFail = 4.75;
+
+struct ChiSquare {
+  double stat = 0, z = 0, tv = 0;
+  int df = 0;
+};
+
+// a, b: counts per category, equal totals.
+ChiSquare TwoSample(const std::map<int64_t, int>& a, const std::map<int64_t, int>& b) {
+  std::map<int64_t, std::pair<int, int>> cells;
+  for (auto [c, n] : a) cells[c].first += n;
+  for (auto [c, n] : b) cells[c].second += n;
+  ChiSquare r;
+  double pa = 0, pb = 0, tv = 0;
+  int cats = 0;
+  double na = 0, nb = 0;
+  for (auto [c, ab] : cells) {
+    na += ab.first;
+    nb += ab.second;
+  }
+  for (auto [c, ab] : cells) {
+    tv += std::fabs(ab.first / na - ab.second / nb);
+    if (ab.first + ab.second < 20) {
+      pa += ab.first;
+      pb += ab.second;
+      continue;
+    }
+    const double d = ab.first - ab.second;
+    r.stat += d * d / (ab.first + ab.second);
+    ++cats;
+  }
+  if (pa + pb > 0) {
+    r.stat += (pa - pb) * (pa - pb) / (pa + pb);
+    ++cats;
+  }
+  r.tv = tv / 2;
+  r.df = std::max(1, cats - 1);
+  const double v = 2.0 / (9.0 * r.df);
+  r.z = (std::cbrt(r.stat / r.df) - (1 - v)) / std::sqrt(v);
+  return r;
+}
+
+class SpecLosslessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    backend_ = engine::MakeCpuBackend(2).release();
+    testing::TinyModelSpec t;
+    t.num_layers = 1;
+    t.embedding_dim = 32;
+    t.ffn_dim = 64;
+    t.num_heads = 2;
+    t.num_kv_heads = 1;
+    t.weight_type = gguf::GgmlType::kF16;
+    t.embedding_type = gguf::GgmlType::kF16;
+    t.weight_scale = 0.6f;  // peaked enough that the top tokens carry most mass
+    t.seed = 11;
+    target_path_ = new std::string(::testing::TempDir() + "/lossless_target.gguf");
+    ASSERT_TRUE(testing::WriteTinyModel(t, *target_path_).ok());
+    testing::TinyModelSpec d = t;
+    d.seed = 12;  // a different model: q differs from p, so rejections are frequent
+    draft_path_ = new std::string(::testing::TempDir() + "/lossless_draft.gguf");
+    ASSERT_TRUE(testing::WriteTinyModel(d, *draft_path_).ok());
+    target_ = test::LoadModel(*target_path_, backend_, 1024, 1024).release();
+    ASSERT_NE(target_, nullptr);
+  }
+
+  // Token triples of kSamples requests (seeds seed0 + i), speculative or plain.
+  std::vector<std::vector<int32_t>> Run(const sampling::SamplingParams& base, bool speculative,
+                                        uint64_t seed0, bool wrong_verifier = false) {
+    auto tk = tok::Tokenizer::FromGguf(*target_->file);
+    EXPECT_TRUE(tk.ok());
+    std::unique_ptr<Drafter> drafter;
+    if (speculative) {
+      ModelDrafterOptions o;
+      o.kv_blocks = 700;
+      o.max_sequences = 256;
+      o.max_batch_tokens = 1024;
+      auto d = ModelDrafter::CreateFromFile(
+          *draft_path_, {*target_path_, (*tk)->Fingerprint(), (*tk)->vocab_size()}, backend_, o);
+      EXPECT_TRUE(d.ok()) << d.status();
+      drafter = std::move(*d);
+    }
+    SpecEngineOptions o;
+    o.k = 2;
+    o.max_running = 256;
+    o.max_batch_tokens = 1024;
+    o.max_waiting = kSamples;
+    o.kv_blocks = 700;
+    if (wrong_verifier) {
+      o.verifier = [](const sampling::SamplingParams& params, const sampling::CounterRng& rng,
+                      const sampling::VerifyInput& in)
+          -> absl::StatusOr<sampling::VerifyResult> {
+        // WRONG on purpose: accept with probability p(d) (q ignored), resample from p.
+        sampling::VerifyResult r;
+        r.num_drafted = static_cast<int32_t>(in.proposals.size());
+        r.accepted.assign(in.proposals.size(), false);
+        sampling::PenaltyState h = *in.history;
+        for (size_t i = 0; i <= in.proposals.size(); ++i) {
+          auto p = sampling::BuildTargetDistribution(
+              in.target_logits.subspan(i * in.vocab_size, in.vocab_size), h, params);
+          if (!p.ok()) return p.status();
+          const int64_t pos = in.position + static_cast<int64_t>(i);
+          if (i < in.proposals.size()) {
+            const int32_t d = in.proposals[i].token;
+            if (rng.Uniform(pos, sampling::RngPurpose::kAccept) < p->Prob(d)) {
+              r.accepted[i] = true;
+              ++r.num_accepted;
+              r.tokens.push_back(d);
+              r.logprobs.push_back(0);
+              h.AddGenerated(d);
+              continue;
+            }
+          }
+          r.tokens.push_back(p->Sample(rng.Uniform(pos, sampling::RngPurpose::kSample)));
+          r.logprobs.push_back(0);
+          break;
+        }
+        return r;
+      };
+    }
+    auto e = SpecEngine::Create(target_->model.get(), drafter.get(), o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    std::vector<std::vector<int32_t>> prompts(kSamples, std::vector<int32_t>{1, 65, 66});
+    std::vector<sampling::SamplingParams> params(kSamples, base);
+    for (int i = 0; i < kSamples; ++i) params[i].seed = seed0 + i;
+    auto out = test::EngineGenerate(**e, prompts, params, kNew);
+    if (speculative) {
+      // The test is only meaningful if speculation really happened, with rejections.
+      EXPECT_GT((*e)->stats().drafted, kSamples);
+      EXPECT_LT((*e)->stats().accepted, (*e)->stats().drafted * 0.9);
+      EXPECT_GT((*e)->stats().accepted, (*e)->stats().drafted * 0.1);
+    }
+    return out;
+  }
+
+  // Returns the largest z over the joint and the three marginals.
+  double Compare(const std::vector<std::vector<int32_t>>& a,
+                 const std::vector<std::vector<int32_t>>& b, const std::string& what) {
+    const int64_t V = target_->model->vocab_size();
+    double worst = -1e9;
+    for (int pos = -1; pos < kNew; ++pos) {
+      std::map<int64_t, int> ca, cb;
+      auto key = [&](const std::vector<int32_t>& t) -> int64_t {
+        if (pos >= 0) return t.size() > static_cast<size_t>(pos) ? t[pos] : -1;
+        int64_t k = 0;
+        for (int j = 0; j < kNew; ++j) k = k * (V + 1) + (j < static_cast<int>(t.size()) ? t[j] : V);
+        return k;
+      };
+      for (const auto& t : a) ++ca[key(t)];
+      for (const auto& t : b) ++cb[key(t)];
+      const ChiSquare c = TwoSample(ca, cb);
+      std::printf("%-28s %-7s chi2 %10.1f df %5d z %7.2f TV %.4f\n", what.c_str(),
+                  pos < 0 ? "joint" : absl::StrFormat("t%d", pos + 1).c_str(), c.stat, c.df,
+                  c.z, c.tv);
+      worst = std::max(worst, c.z);
+    }
+    return worst;
+  }
+
+  static engine::Backend* backend_;
+  static std::string* target_path_;
+  static std::string* draft_path_;
+  static test::LoadedModel* target_;
+};
+
+engine::Backend* SpecLosslessTest::backend_ = nullptr;
+std::string* SpecLosslessTest::target_path_ = nullptr;
+std::string* SpecLosslessTest::draft_path_ = nullptr;
+test::LoadedModel* SpecLosslessTest::target_ = nullptr;
+
+struct Config {
+  const char* name;
+  sampling::SamplingParams params;
+};
+
+std::vector<Config> Configs() {
+  auto p = [](float t) {
+    sampling::SamplingParams s;
+    s.temperature = t;
+    s.ignore_eos = true;
+    return s;
+  };
+  std::vector<Config> c;
+  c.push_back({"temperature 1.0", p(1.0f)});
+  c.push_back({"top_k 6 (T 1.2)", p(1.2f)});
+  c.back().params.top_k = 6;
+  c.push_back({"top_p 0.7", p(1.0f)});
+  c.back().params.top_p = 0.7f;
+  c.push_back({"min_p 0.15", p(1.0f)});
+  c.back().params.min_p = 0.15f;
+  c.push_back({"repetition 1.8 (T 0.8)", p(0.8f)});
+  c.back().params.repetition_penalty = 1.8f;
+  return c;
+}
+
+TEST_F(SpecLosslessTest, SpeculativeMatchesPlainSampling) {
+  for (const Config& c : Configs()) {
+    const auto spec = Run(c.params, /*speculative=*/true, 1);
+    const auto plain = Run(c.params, /*speculative=*/false, 10'000'000);
+    EXPECT_LT(Compare(spec, plain, c.name), kZFail) << c.name;
+  }
+}
+
+TEST_F(SpecLosslessTest, WrongVerifierIsDetected) {
+  const Config c = Configs()[0];
+  const auto wrong = Run(c.params, true, 1, /*wrong_verifier=*/true);
+  const auto plain = Run(c.params, false, 10'000'000);
+  EXPECT_GT(Compare(wrong, plain, "WRONG verifier"), kZFail);
+}
+
+}  // namespace
+}  // namespace specd::spec

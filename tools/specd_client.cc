@@ -1,0 +1,159 @@
+// `specd client ...`: talks to a running cluster's router over gRPC.
+//   specd client generate --server ADDR -p TEXT [--chat] [-n N] [--temp T] [--seed S]
+//                         [--spec off|auto|draft] [-k K] [--stop STR]...   (streamed)
+//   specd client tokenize --server ADDR -p TEXT
+//   specd client health   --server ADDR
+//   specd client info     --server ADDR
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "specd/v1/generation.grpc.pb.h"
+
+namespace specd {
+
+namespace {
+
+constexpr char kClientUsage[] =
+    "usage: specd client generate|tokenize|health|info [--server ADDR] [options]\n"
+    "  --server ADDR      router address (default $SPECD_SERVER or localhost:50051)\n"
+    "  -p, --prompt TEXT  prompt text\n"
+    "  --chat             send the prompt as a user chat message\n"
+    "  -n N               max new tokens (default 128)\n"
+    "  --temp T  --top-k K  --top-p P  --seed S  --stop STR (repeatable)  --ignore-eos\n"
+    "  --spec off|auto|draft  -k K (draft tokens per step, 0 = adaptive)\n"
+    "  --timeout S        deadline in seconds (default 300)\n";
+
+int Fail(const grpc::Status& s) {
+  std::fprintf(stderr, "specd client: %d %s\n", s.error_code(), s.error_message().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunClient(int argc, char** argv) {
+  if (argc < 1) {
+    std::fputs(kClientUsage, stderr);
+    return 2;
+  }
+  const std::string_view cmd = argv[0];
+  const char* env = std::getenv("SPECD_SERVER");
+  std::string server = env != nullptr ? env : "localhost:50051";
+  std::string prompt;
+  bool chat = false;
+  double timeout_s = 300;
+  specd::v1::GenerateRequest req;
+  auto* s = req.mutable_sampling();
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view f = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "specd client: %s needs a value\n", argv[i]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (f == "--server") {
+      server = next();
+    } else if (f == "-p" || f == "--prompt") {
+      prompt = next();
+    } else if (f == "--chat") {
+      chat = true;
+    } else if (f == "-n") {
+      s->set_max_new_tokens(std::atoi(next()));
+    } else if (f == "--temp") {
+      s->set_temperature(std::strtof(next(), nullptr));
+    } else if (f == "--top-k") {
+      s->set_top_k(std::atoi(next()));
+    } else if (f == "--top-p") {
+      s->set_top_p(std::strtof(next(), nullptr));
+    } else if (f == "--seed") {
+      s->set_seed(std::strtoull(next(), nullptr, 10));
+    } else if (f == "--stop") {
+      s->add_stop(next());
+    } else if (f == "--ignore-eos") {
+      s->set_ignore_eos(true);
+    } else if (f == "--spec") {
+      const std::string_view m = next();
+      req.mutable_speculation()->set_mode(m == "off"     ? specd::v1::SPECULATION_MODE_OFF
+                                          : m == "draft" ? specd::v1::SPECULATION_MODE_DRAFT
+                                                         : specd::v1::SPECULATION_MODE_AUTO);
+    } else if (f == "-k") {
+      req.mutable_speculation()->set_num_draft_tokens(std::atoi(next()));
+    } else if (f == "--timeout") {
+      timeout_s = std::strtod(next(), nullptr);
+    } else {
+      std::fprintf(stderr, "specd client: unknown flag %s\n%s", argv[i], kClientUsage);
+      return 2;
+    }
+  }
+  auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  if (cmd == "health") {
+    auto stub = grpc::health::v1::Health::NewStub(channel);
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status st = stub->Check(&ctx, {}, &resp);
+    if (!st.ok()) return Fail(st);
+    std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()).c_str());
+    return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+  }
+  auto stub = specd::v1::Generation::NewStub(channel);
+  if (cmd == "info") {
+    specd::v1::ModelInfo info;
+    grpc::Status st = stub->GetModelInfo(&ctx, {}, &info);
+    if (!st.ok()) return Fail(st);
+    std::printf("%s", info.DebugString().c_str());
+    return 0;
+  }
+  if (cmd == "tokenize") {
+    specd::v1::TokenizeRequest tr;
+    tr.set_prompt(prompt);
+    specd::v1::TokenizeResponse resp;
+    grpc::Status st = stub->Tokenize(&ctx, tr, &resp);
+    if (!st.ok()) return Fail(st);
+    for (int i = 0; i < resp.token_ids_size(); ++i) {
+      std::printf("%d\t%s\n", resp.token_ids(i), resp.pieces(i).c_str());
+    }
+    return 0;
+  }
+  if (cmd == "generate") {
+    if (chat) {
+      auto* m = req.mutable_chat()->add_messages();
+      m->set_role("user");
+      m->set_content(prompt);
+    } else {
+      req.set_prompt(prompt);
+    }
+    auto reader = stub->GenerateStream(&ctx, req);
+    specd::v1::GenerateStreamResponse m;
+    specd::v1::Completion done;
+    while (reader->Read(&m)) {
+      std::fputs(m.text().c_str(), stdout);
+      std::fflush(stdout);
+      if (m.has_completion()) done = m.completion();
+    }
+    std::fputs("\n", stdout);
+    grpc::Status st = reader->Finish();
+    if (!st.ok()) return Fail(st);
+    std::fprintf(stderr,
+                 "[specd] %d prompt + %d generated tokens; finish %s; ttft %.1f ms, total %.1f "
+                 "ms; drafts %d/%d accepted, %.2f tokens/step\n",
+                 done.usage().prompt_tokens(), done.usage().completion_tokens(),
+                 specd::v1::FinishReason_Name(done.finish_reason()).c_str(),
+                 done.timings().ttft_ms(), done.timings().total_ms(),
+                 done.speculation().accepted_tokens(), done.speculation().draft_tokens(),
+                 done.speculation().mean_accepted_length());
+    return 0;
+  }
+  std::fprintf(stderr, "specd client: unknown command %s\n%s", argv[0], kClientUsage);
+  return 2;
+}
+
+}  // namespace specd
