@@ -62,7 +62,7 @@ absl::StatusOr<GenerateArgs> ParseGenerateArgs(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     const std::string_view f = argv[i];
     auto value = [&]() -> absl::StatusOr<std::string> {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(f, ": missing value"));
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(std::string(f), ": missing value"));
       return std::string(argv[++i]);
     };
     auto number = [&](auto* out) -> absl::Status {
@@ -76,7 +76,7 @@ absl::StatusOr<GenerateArgs> ParseGenerateArgs(int argc, char** argv) {
       } else {
         ok = absl::SimpleAtoi(*v, out);
       }
-      if (!ok) return absl::InvalidArgumentError(absl::StrCat(f, ": not a number: ", *v));
+      if (!ok) return absl::InvalidArgumentError(absl::StrCat(std::string(f), ": not a number: ", *v));
       return absl::OkStatus();
     };
     absl::Status st;
@@ -127,7 +127,7 @@ absl::StatusOr<GenerateArgs> ParseGenerateArgs(int argc, char** argv) {
         return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: unknown value ", *v));
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", f));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", std::string(f)));
     }
     if (!st.ok()) return st;
   }

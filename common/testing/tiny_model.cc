@@ -44,7 +44,7 @@ constexpr char kChatMlTemplate[] =
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-void AddSyntheticTokenizer(gguf::GgufWriter& w, int32_t* vocab_size) {
+absl::Status AddSyntheticTokenizer(gguf::GgufWriter& w, int32_t min_vocab, int32_t* vocab_size) {
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types = {3, 3, 3};
   const std::vector<std::string> bytes = ByteLevelAlphabet();
@@ -68,6 +68,15 @@ void AddSyntheticTokenizer(gguf::GgufWriter& w, int32_t* vocab_size) {
     tokens.push_back(a + b);
     types.push_back(1);
   }
+  if (min_vocab > 0 && min_vocab < static_cast<int32_t>(tokens.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tiny model: vocab_size %d is below the %d tokens the synthetic tokenizer needs",
+        min_vocab, tokens.size()));
+  }
+  for (int32_t i = 0; static_cast<int32_t>(tokens.size()) < min_vocab; ++i) {
+    tokens.push_back(absl::StrCat("<|unused_", i, "|>"));
+    types.push_back(5);  // unused: never produced by encoding
+  }
   std::vector<Value> token_values, type_values;
   for (const std::string& t : tokens) token_values.push_back(Value::Str(t));
   for (int32_t t : types) type_values.push_back(Value::I32(t));
@@ -82,6 +91,7 @@ void AddSyntheticTokenizer(gguf::GgufWriter& w, int32_t* vocab_size) {
   w.Set("tokenizer.ggml.add_bos_token", Value::Bool(false));
   w.Set("tokenizer.chat_template", Value::Str(kChatMlTemplate));
   *vocab_size = static_cast<int32_t>(tokens.size());
+  return absl::OkStatus();
 }
 
 absl::Status CopyTokenizer(gguf::GgufWriter& w, const std::string& path, int32_t* vocab_size) {
@@ -116,7 +126,8 @@ absl::Status WriteTinyModel(const TinyModelSpec& s, const std::string& path) {
   gguf::GgufWriter w;
   int32_t vocab = 0;
   if (s.tokenizer_from.empty()) {
-    AddSyntheticTokenizer(w, &vocab);
+    absl::Status st = AddSyntheticTokenizer(w, s.vocab_size, &vocab);
+    if (!st.ok()) return st;
   } else {
     absl::Status st = CopyTokenizer(w, s.tokenizer_from, &vocab);
     if (!st.ok()) return st;

@@ -28,6 +28,9 @@ struct TinyModelSpec {
   float weight_scale = 0.08f;   // std-dev-like spread of the random weights
   // Copy tokenizer.* metadata from this GGUF (its vocabulary size wins); empty = synthetic.
   std::string tokenizer_from;
+  // Synthetic tokenizer only: pad the vocabulary with unused tokens up to this size
+  // (0 = the ~300 tokens the synthetic tokenizer needs).
+  int32_t vocab_size = 0;
 };
 
 absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& path);

@@ -8,3 +8,9 @@ if(NOT SPECD_CORE_ONLY)
     DEPS specd_cluster_harness specd_engine specd_sampling LABELS integration TIMEOUT 300)
   add_dependencies(cluster_test specd-target specd-draft specd-router)
 endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(python_client_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/integration/python_client_test.cc
+    DEPS specd_cluster_harness LABELS integration TIMEOUT 180)
+  add_dependencies(python_client_test specd-target specd-draft specd-router)
+endif()

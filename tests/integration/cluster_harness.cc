@@ -102,7 +102,9 @@ Cluster::Cluster(ClusterOptions o) : options(std::move(o)) {
   StartTarget();
   if (options.with_draft) StartDraft();
   EXPECT_TRUE(WaitHealthy(target_addr, 30));
-  if (options.with_draft) EXPECT_TRUE(WaitHealthy(draft_addr, 30));
+  if (options.with_draft) {
+    EXPECT_TRUE(WaitHealthy(draft_addr, 30));
+  }
   StartRouter();
   EXPECT_TRUE(WaitHealthy(router_addr, 30));
   router_stub_ = specd::v1::Generation::NewStub(

@@ -1,0 +1,220 @@
+// specd-loadtest: a gRPC load generator for the router. Open loop (Poisson arrivals at --qps)
+// or closed loop (--concurrency clients back to back); reports TTFT, inter-token and
+// end-to-end latency percentiles, throughput, speculation acceptance and errors by code, as
+// JSON. --qps-sweep a,b,c runs one open-loop point per rate (the latency-vs-QPS curve).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "services/common/flags.h"
+#include "specd/v1/generation.grpc.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sample {
+  bool ok = false;
+  int code = 0;
+  double ttft_ms = 0, e2e_ms = 0;
+  std::vector<double> itl_ms;
+  int tokens = 0, drafted = 0, accepted = 0, steps = 0;
+};
+
+struct Config {
+  std::string server = "localhost:50051", mode = "closed", spec = "auto", qps_sweep, out;
+  int32_t concurrency = 4, requests = 32, prompt_tokens = 64, max_new_tokens = 64, k = 0;
+  double qps = 2, duration_s = 30, temperature = 0;
+};
+
+Sample One(specd::v1::Generation::Stub& stub, const Config& c, int index) {
+  specd::v1::GenerateRequest r;
+  std::mt19937 gen(index);
+  for (int i = 0; i < c.prompt_tokens; ++i) r.mutable_tokens()->add_ids(100 + gen() % 5000);
+  r.mutable_sampling()->set_max_new_tokens(c.max_new_tokens);
+  r.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
+  r.mutable_sampling()->set_ignore_eos(true);
+  r.mutable_sampling()->set_seed(index);
+  r.mutable_speculation()->set_mode(c.spec == "off"     ? specd::v1::SPECULATION_MODE_OFF
+                                    : c.spec == "draft" ? specd::v1::SPECULATION_MODE_DRAFT
+                                                        : specd::v1::SPECULATION_MODE_AUTO);
+  r.mutable_speculation()->set_num_draft_tokens(c.k);
+  Sample s;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+  const auto t0 = Clock::now();
+  auto last = t0;
+  auto reader = stub.GenerateStream(&ctx, r);
+  specd::v1::GenerateStreamResponse m;
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  while (reader->Read(&m)) {
+    const auto now = Clock::now();
+    const int n = m.token_ids_size();
+    if (n > 0) {
+      if (s.tokens == 0) {
+        s.ttft_ms = ms(now - t0);
+        for (int i = 1; i < n; ++i) s.itl_ms.push_back(0);
+      } else {
+        for (int i = 0; i < n; ++i) s.itl_ms.push_back(ms(now - last) / n);
+      }
+      s.tokens += n;
+      last = now;
+    }
+    if (m.has_completion()) {
+      s.drafted = m.completion().speculation().draft_tokens();
+      s.accepted = m.completion().speculation().accepted_tokens();
+      s.steps = m.completion().speculation().target_steps();
+    }
+  }
+  grpc::Status st = reader->Finish();
+  s.e2e_ms = ms(Clock::now() - t0);
+  s.ok = st.ok();
+  s.code = st.error_code();
+  return s;
+}
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(idx)), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
+}
+
+nlohmann::json Summarize(const std::vector<Sample>& samples, double wall_s, double qps) {
+  std::vector<double> ttft, e2e, itl;
+  long tokens = 0, drafted = 0, accepted = 0, steps = 0;
+  std::map<std::string, int> errors;
+  for (const Sample& s : samples) {
+    if (!s.ok) {
+      ++errors[std::to_string(s.code)];
+      continue;
+    }
+    ttft.push_back(s.ttft_ms);
+    e2e.push_back(s.e2e_ms);
+    itl.insert(itl.end(), s.itl_ms.begin(), s.itl_ms.end());
+    tokens += s.tokens;
+    drafted += s.drafted;
+    accepted += s.accepted;
+    steps += s.steps;
+  }
+  auto pcts = [](const std::vector<double>& v) {
+    return nlohmann::json{{"p50", Pct(v, 50)}, {"p90", Pct(v, 90)}, {"p99", Pct(v, 99)},
+                          {"mean", v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / v.size()}};
+  };
+  nlohmann::json j;
+  j["offered_qps"] = qps;
+  j["requests"] = samples.size();
+  j["ok"] = ttft.size();
+  j["errors_by_code"] = errors;
+  j["wall_s"] = wall_s;
+  j["throughput_tokens_per_s"] = tokens / std::max(wall_s, 1e-9);
+  j["ttft_ms"] = pcts(ttft);
+  j["itl_ms"] = pcts(itl);
+  j["e2e_ms"] = pcts(e2e);
+  j["draft_tokens"] = drafted;
+  j["accepted_tokens"] = accepted;
+  j["acceptance_rate"] = drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
+  j["tokens_per_target_step"] = steps > 0 ? static_cast<double>(tokens) / steps : 0.0;
+  return j;
+}
+
+nlohmann::json RunPoint(specd::v1::Generation::Stub& stub, const Config& c, double qps) {
+  std::vector<Sample> samples;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  const auto t0 = Clock::now();
+  if (c.mode == "closed") {
+    std::atomic<int> next{0};
+    for (int w = 0; w < c.concurrency; ++w) {
+      threads.emplace_back([&] {
+        for (int i; (i = next++) < c.requests;) {
+          Sample s = One(stub, c, i);
+          std::lock_guard<std::mutex> l(mu);
+          samples.push_back(std::move(s));
+        }
+      });
+    }
+  } else {  // open loop: Poisson arrivals, one thread per request
+    std::mt19937_64 gen(42);
+    std::exponential_distribution<double> gap(qps);
+    auto at = t0;
+    for (int i = 0; Clock::now() - t0 < std::chrono::duration<double>(c.duration_s); ++i) {
+      at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(gen)));
+      std::this_thread::sleep_until(at);
+      threads.emplace_back([&, i] {
+        Sample s = One(stub, c, i);
+        std::lock_guard<std::mutex> l(mu);
+        samples.push_back(std::move(s));
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  return Summarize(samples, wall, c.mode == "closed" ? 0 : qps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  specd::services::FlagSet f("specd-loadtest");
+  f.Add("server", "SPECD_SERVER", &c.server, "router address");
+  f.Add("mode", "SPECD_LOADTEST_MODE", &c.mode, "closed (concurrency) or open (Poisson)");
+  f.Add("concurrency", "SPECD_LOADTEST_CONCURRENCY", &c.concurrency, "closed loop: clients");
+  f.Add("requests", "SPECD_LOADTEST_REQUESTS", &c.requests, "closed loop: total requests");
+  f.Add("qps", "SPECD_LOADTEST_QPS", &c.qps, "open loop: mean arrival rate");
+  f.Add("qps-sweep", "SPECD_LOADTEST_QPS_SWEEP", &c.qps_sweep, "open loop: comma-separated rates");
+  f.Add("duration-s", "SPECD_LOADTEST_DURATION_S", &c.duration_s, "open loop: seconds per point");
+  f.Add("prompt-tokens", "SPECD_LOADTEST_PROMPT_TOKENS", &c.prompt_tokens, "prompt length");
+  f.Add("max-new-tokens", "SPECD_LOADTEST_MAX_NEW_TOKENS", &c.max_new_tokens, "tokens out");
+  f.Add("temperature", "SPECD_LOADTEST_TEMPERATURE", &c.temperature, "0 = greedy");
+  f.Add("spec", "SPECD_LOADTEST_SPEC", &c.spec, "speculation: off, auto or draft");
+  f.Add("k", "SPECD_LOADTEST_K", &c.k, "draft tokens per step (0 = adaptive)");
+  f.Add("out", "SPECD_LOADTEST_OUT", &c.out, "JSON output file (default stdout)");
+  if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
+    if (s.code() == absl::StatusCode::kCancelled) return 0;
+    std::fprintf(stderr, "specd-loadtest: %s\n%s", std::string(s.message()).c_str(),
+                 f.Usage().c_str());
+    return 2;
+  }
+  auto stub = specd::v1::Generation::NewStub(
+      grpc::CreateChannel(c.server, grpc::InsecureChannelCredentials()));
+  nlohmann::json out;
+  out["config"] = {{"server", c.server}, {"mode", c.mode}, {"spec", c.spec}, {"k", c.k},
+                   {"prompt_tokens", c.prompt_tokens}, {"max_new_tokens", c.max_new_tokens},
+                   {"temperature", c.temperature}, {"concurrency", c.concurrency}};
+  if (!c.qps_sweep.empty()) {
+    c.mode = "open";
+    for (absl::string_view q : absl::StrSplit(c.qps_sweep, ',')) {
+      const double qps = std::strtod(std::string(q).c_str(), nullptr);
+      out["points"].push_back(RunPoint(*stub, c, qps));
+      std::fprintf(stderr, "qps %.2f done\n", qps);
+    }
+  } else {
+    out["points"].push_back(RunPoint(*stub, c, c.qps));
+  }
+  const std::string text = out.dump(2);
+  if (c.out.empty()) {
+    std::printf("%s\n", text.c_str());
+  } else {
+    FILE* fp = std::fopen(c.out.c_str(), "w");
+    if (fp == nullptr) return 1;
+    std::fputs(text.c_str(), fp);
+    std::fclose(fp);
+  }
+  return 0;
+}
