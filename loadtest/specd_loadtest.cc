@@ -19,7 +19,12 @@
 #include "absl/strings/str_split.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
+#include "absl/synchronization/notification.h"
+#include "common/gguf/gguf_file.h"
+#include "common/tokenizer/tokenizer.h"
 #include "services/common/flags.h"
+#include "services/common/metrics.h"
+#include "services/router/router_engine.h"
 #include "specd/v1/generation.grpc.pb.h"
 
 namespace {
@@ -36,22 +41,108 @@ struct Sample {
 
 struct Config {
   std::string server = "localhost:50051", mode = "closed", spec = "auto", qps_sweep, out;
+  // In-process baseline: the same router engine and workers, no network.
+  std::string in_process_model, in_process_draft;
+  int32_t in_process_draft_layers = 0, threads = 1, max_batch_tokens = 512;
+  int32_t vocab_size = 5000;  // from the server's model info
   int32_t concurrency = 4, requests = 32, prompt_tokens = 64, max_new_tokens = 64, k = 0;
   double qps = 2, duration_s = 30, temperature = 0;
 };
 
-Sample One(specd::v1::Generation::Stub& stub, const Config& c, int index) {
+specd::v1::GenerateRequest MakeRequest(const Config& c, int index) {
   specd::v1::GenerateRequest r;
   std::mt19937 gen(index);
-  for (int i = 0; i < c.prompt_tokens; ++i) r.mutable_tokens()->add_ids(100 + gen() % 5000);
+  for (int i = 0; i < c.prompt_tokens; ++i) {
+    r.mutable_tokens()->add_ids(3 + gen() % std::max(1, c.vocab_size - 3));
+  }
   r.mutable_sampling()->set_max_new_tokens(c.max_new_tokens);
   r.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
   r.mutable_sampling()->set_ignore_eos(true);
   r.mutable_sampling()->set_seed(index);
   r.mutable_speculation()->set_mode(c.spec == "off"     ? specd::v1::SPECULATION_MODE_OFF
                                     : c.spec == "draft" ? specd::v1::SPECULATION_MODE_DRAFT
+                                    : c.spec == "ngram" ? specd::v1::SPECULATION_MODE_NGRAM
                                                         : specd::v1::SPECULATION_MODE_AUTO);
   r.mutable_speculation()->set_num_draft_tokens(c.k);
+  return r;
+}
+
+// Records the same figures as the gRPC path from the engine's callbacks.
+class TimingSink : public specd::router::RequestSink {
+ public:
+  explicit TimingSink(Clock::time_point t0) : t0_(t0), last_(t0) {}
+  void OnChunk(specd::v1::GenerateStreamResponse m) override {
+    const auto now = Clock::now();
+    const int n = m.token_ids_size();
+    if (n == 0) return;
+    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    if (s.tokens == 0) {
+      s.ttft_ms = ms(now - t0_);
+      for (int i = 1; i < n; ++i) s.itl_ms.push_back(0);
+    } else {
+      for (int i = 0; i < n; ++i) s.itl_ms.push_back(ms(now - last_) / n);
+    }
+    s.tokens += n;
+    last_ = now;
+  }
+  void OnDone(absl::Status st, specd::v1::Completion c) override {
+    s.ok = st.ok();
+    s.code = static_cast<int>(st.code());
+    s.drafted = c.speculation().draft_tokens();
+    s.accepted = c.speculation().accepted_tokens();
+    s.steps = c.speculation().target_steps();
+    s.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
+    done.Notify();
+  }
+  Sample s;
+  absl::Notification done;
+
+ private:
+  Clock::time_point t0_, last_;
+};
+
+struct InProcess {
+  std::unique_ptr<specd::gguf::GgufFile> file;
+  std::unique_ptr<specd::tok::Tokenizer> tokenizer;
+  specd::services::Metrics metrics;
+  std::unique_ptr<specd::router::RouterEngine> engine;
+};
+
+Sample OneInProcess(InProcess& p, const Config& c, int index) {
+  const specd::v1::GenerateRequest r = MakeRequest(c, index);
+  auto v = specd::router::ValidateRequest(r, *p.tokenizer, nullptr, p.engine->limits());
+  Sample fail;
+  if (!v.ok()) {
+    fail.code = static_cast<int>(v.status().code());
+    return fail;
+  }
+  auto sink = std::make_shared<TimingSink>(Clock::now());
+  auto id = p.engine->Submit(std::move(*v), sink);
+  if (!id.ok()) {
+    fail.code = static_cast<int>(id.status().code());
+    return fail;
+  }
+  sink->done.WaitForNotification();
+  return sink->s;
+}
+
+std::unique_ptr<specd::services::ModelHost> LoadHost(const std::string& path, int layers,
+                                                     const Config& c) {
+  specd::services::ModelHostOptions o;
+  o.model_path = path;
+  o.threads = c.threads;
+  o.num_layers = layers;
+  o.max_batch_tokens = c.max_batch_tokens;
+  auto h = specd::services::ModelHost::Load(o);
+  if (!h.ok()) {
+    std::fprintf(stderr, "specd-loadtest: %s\n", h.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*h);
+}
+
+Sample One(specd::v1::Generation::Stub& stub, const Config& c, int index) {
+  const specd::v1::GenerateRequest r = MakeRequest(c, index);
   Sample s;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
@@ -132,7 +223,9 @@ nlohmann::json Summarize(const std::vector<Sample>& samples, double wall_s, doub
   return j;
 }
 
-nlohmann::json RunPoint(specd::v1::Generation::Stub& stub, const Config& c, double qps) {
+nlohmann::json RunPoint(specd::v1::Generation::Stub& stub, InProcess* inproc, const Config& c,
+                        double qps) {
+  auto one = [&](int i) { return inproc != nullptr ? OneInProcess(*inproc, c, i) : One(stub, c, i); };
   std::vector<Sample> samples;
   std::mutex mu;
   std::vector<std::thread> threads;
@@ -142,7 +235,7 @@ nlohmann::json RunPoint(specd::v1::Generation::Stub& stub, const Config& c, doub
     for (int w = 0; w < c.concurrency; ++w) {
       threads.emplace_back([&] {
         for (int i; (i = next++) < c.requests;) {
-          Sample s = One(stub, c, i);
+          Sample s = one(i);
           std::lock_guard<std::mutex> l(mu);
           samples.push_back(std::move(s));
         }
@@ -156,7 +249,7 @@ nlohmann::json RunPoint(specd::v1::Generation::Stub& stub, const Config& c, doub
       at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(gen)));
       std::this_thread::sleep_until(at);
       threads.emplace_back([&, i] {
-        Sample s = One(stub, c, i);
+        Sample s = one(i);
         std::lock_guard<std::mutex> l(mu);
         samples.push_back(std::move(s));
       });
@@ -182,9 +275,18 @@ int main(int argc, char** argv) {
   f.Add("prompt-tokens", "SPECD_LOADTEST_PROMPT_TOKENS", &c.prompt_tokens, "prompt length");
   f.Add("max-new-tokens", "SPECD_LOADTEST_MAX_NEW_TOKENS", &c.max_new_tokens, "tokens out");
   f.Add("temperature", "SPECD_LOADTEST_TEMPERATURE", &c.temperature, "0 = greedy");
-  f.Add("spec", "SPECD_LOADTEST_SPEC", &c.spec, "speculation: off, auto or draft");
+  f.Add("spec", "SPECD_LOADTEST_SPEC", &c.spec, "speculation: off, auto, draft or ngram");
   f.Add("k", "SPECD_LOADTEST_K", &c.k, "draft tokens per step (0 = adaptive)");
   f.Add("out", "SPECD_LOADTEST_OUT", &c.out, "JSON output file (default stdout)");
+  f.Add("in-process-model", "SPECD_LOADTEST_IN_PROCESS_MODEL", &c.in_process_model,
+        "baseline: run the router engine + workers in this process on this GGUF (no network)");
+  f.Add("in-process-draft", "SPECD_LOADTEST_IN_PROCESS_DRAFT", &c.in_process_draft,
+        "baseline: draft GGUF (empty: none)");
+  f.Add("in-process-draft-layers", "SPECD_LOADTEST_IN_PROCESS_DRAFT_LAYERS",
+        &c.in_process_draft_layers, "baseline: draft = first N layers (0 = all)");
+  f.Add("threads", "SPECD_LOADTEST_THREADS", &c.threads, "baseline: CPU threads per model");
+  f.Add("max-batch-tokens", "SPECD_LOADTEST_MAX_BATCH_TOKENS", &c.max_batch_tokens,
+        "baseline: target tokens per iteration");
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
     if (s.code() == absl::StatusCode::kCancelled) return 0;
     std::fprintf(stderr, "specd-loadtest: %s\n%s", std::string(s.message()).c_str(),
@@ -193,19 +295,56 @@ int main(int argc, char** argv) {
   }
   auto stub = specd::v1::Generation::NewStub(
       grpc::CreateChannel(c.server, grpc::InsecureChannelCredentials()));
+  std::unique_ptr<InProcess> inproc;
+  if (!c.in_process_model.empty()) {
+    inproc = std::make_unique<InProcess>();
+    inproc->file = std::move(*specd::gguf::GgufFile::Open(c.in_process_model));
+    inproc->tokenizer = std::move(*specd::tok::Tokenizer::FromGguf(*inproc->file));
+    std::unique_ptr<specd::router::DraftBackend> draft;
+    if (!c.in_process_draft.empty()) {
+      draft = std::make_unique<specd::router::LocalDraftBackend>(
+          std::make_unique<specd::services::DraftWorker>(
+              LoadHost(c.in_process_draft, c.in_process_draft_layers, c)));
+    }
+    specd::router::RouterOptions o;
+    o.scheduler.max_batch_tokens = c.max_batch_tokens;
+    inproc->engine = std::make_unique<specd::router::RouterEngine>(
+        o,
+        std::make_unique<specd::router::LocalTargetBackend>(
+            std::make_unique<specd::services::TargetWorker>(LoadHost(c.in_process_model, 0, c))),
+        std::move(draft), *inproc->tokenizer, &inproc->metrics);
+    if (absl::Status st = inproc->engine->Start(); !st.ok()) {
+      std::fprintf(stderr, "specd-loadtest: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  if (inproc != nullptr) {
+    c.vocab_size = std::min(c.vocab_size, inproc->engine->limits().vocab_size);
+  } else {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    specd::v1::ModelInfo info;
+    grpc::Status st = stub->GetModelInfo(&ctx, {}, &info);
+    if (!st.ok()) {
+      std::fprintf(stderr, "specd-loadtest: %s: %s\n", c.server.c_str(), st.error_message().c_str());
+      return 1;
+    }
+    c.vocab_size = std::min(c.vocab_size, info.vocab_size());
+  }
   nlohmann::json out;
   out["config"] = {{"server", c.server}, {"mode", c.mode}, {"spec", c.spec}, {"k", c.k},
                    {"prompt_tokens", c.prompt_tokens}, {"max_new_tokens", c.max_new_tokens},
-                   {"temperature", c.temperature}, {"concurrency", c.concurrency}};
+                   {"temperature", c.temperature}, {"concurrency", c.concurrency},
+                   {"in_process", !c.in_process_model.empty()}};
   if (!c.qps_sweep.empty()) {
     c.mode = "open";
     for (absl::string_view q : absl::StrSplit(c.qps_sweep, ',')) {
       const double qps = std::strtod(std::string(q).c_str(), nullptr);
-      out["points"].push_back(RunPoint(*stub, c, qps));
+      out["points"].push_back(RunPoint(*stub, inproc.get(), c, qps));
       std::fprintf(stderr, "qps %.2f done\n", qps);
     }
   } else {
-    out["points"].push_back(RunPoint(*stub, c, c.qps));
+    out["points"].push_back(RunPoint(*stub, inproc.get(), c, c.qps));
   }
   const std::string text = out.dump(2);
   if (c.out.empty()) {

@@ -1,3 +1,5 @@
 specd_tool(specd SRCS ${CMAKE_CURRENT_SOURCE_DIR}/specd_main.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/specd_client.cc
-  DEPS specd_engine specd_tokenizer specd_sampling specd_proto absl::strings absl::str_format)
+  ${CMAKE_CURRENT_SOURCE_DIR}/spec_generate.cc
+  DEPS specd_engine specd_tokenizer specd_sampling specd_spec specd_proto absl::strings
+    absl::str_format)

@@ -25,6 +25,7 @@
 #include "common/engine/paged_kv_cache.h"
 #include "common/gguf/gguf_file.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tools/spec_bench.h"
 
 namespace specd {
 namespace {
@@ -167,6 +168,8 @@ int Main(int argc, char** argv) {
   std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   int threads = 0, steps = 64;
   bool with_llama_cpp = true;
+  bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
+  SpecBenchOptions spec;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if ((a == "-m" || a == "--model") && i + 1 < argc) {
@@ -177,14 +180,31 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(argv[++i], &steps)) return 2;
     } else if (a == "--no-llama-cpp") {
       with_llama_cpp = false;
+    } else if (a == "--spec") {
+      spec_bench = true;
+    } else if (a == "--spec-tokens" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &spec.new_tokens)) return 2;
+    } else if (a == "--spec-prompts" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &spec.prompts)) return 2;
+    } else if (a == "--self-draft" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &spec.self_layers)) return 2;
+    } else if (a == "--no-pair") {
+      spec.pair = false;
     } else {
       std::fprintf(stderr,
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
-                   "[--no-llama-cpp]\n");
+                   "[--no-llama-cpp]\n"
+                   "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
+                   "[--spec-prompts N] [--self-draft L] [--no-pair]\n");
       return 2;
     }
   }
   if (threads <= 0) threads = kernels::cpu::ThreadPool::AvailableCpus();
+  if (spec_bench) {
+    spec.model_path = model_path;
+    spec.threads = threads;
+    return RunSpecBench(spec);
+  }
 
   auto file = gguf::GgufFile::Open(model_path);
   if (!file.ok()) {

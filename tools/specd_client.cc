@@ -1,6 +1,6 @@
 // `specd client ...`: talks to a running cluster's router over gRPC.
 //   specd client generate --server ADDR -p TEXT [--chat] [-n N] [--temp T] [--seed S]
-//                         [--spec off|auto|draft] [-k K] [--stop STR]...   (streamed)
+//                         [--spec off|auto|draft|ngram] [-k K] [--stop STR]...   (streamed)
 //   specd client tokenize --server ADDR -p TEXT
 //   specd client health   --server ADDR
 //   specd client info     --server ADDR
@@ -26,7 +26,7 @@ constexpr char kClientUsage[] =
     "  --chat             send the prompt as a user chat message\n"
     "  -n N               max new tokens (default 128)\n"
     "  --temp T  --top-k K  --top-p P  --seed S  --stop STR (repeatable)  --ignore-eos\n"
-    "  --spec off|auto|draft  -k K (draft tokens per step, 0 = adaptive)\n"
+    "  --spec off|auto|draft|ngram  -k K (draft tokens per step, 0 = adaptive)\n"
     "  --timeout S        deadline in seconds (default 300)\n";
 
 int Fail(const grpc::Status& s) {
@@ -82,6 +82,7 @@ int RunClient(int argc, char** argv) {
       const std::string_view m = next();
       req.mutable_speculation()->set_mode(m == "off"     ? specd::v1::SPECULATION_MODE_OFF
                                           : m == "draft" ? specd::v1::SPECULATION_MODE_DRAFT
+                                          : m == "ngram" ? specd::v1::SPECULATION_MODE_NGRAM
                                                          : specd::v1::SPECULATION_MODE_AUTO);
     } else if (f == "-k") {
       req.mutable_speculation()->set_num_draft_tokens(std::atoi(next()));

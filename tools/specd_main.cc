@@ -26,6 +26,7 @@
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
+#include "tools/spec_generate.h"
 
 namespace specd {
 namespace {
@@ -44,7 +45,13 @@ constexpr char kUsage[] =
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  --kv-blocks N           KV cache blocks of 16 tokens (default: enough for the request)\n"
-    "  --kv-dtype f16|bf16|f32 KV cache storage (default f16)\n";
+    "  --kv-dtype f16|bf16|f32 KV cache storage (default f16)\n"
+    "speculative decoding (in-process SpecEngine):\n"
+    "  --draft FILE.gguf       draft model (same vocabulary as the target)\n"
+    "  --self-draft L          draft with the target's first L layers + its head\n"
+    "  --ngram                 draft by prompt/n-gram lookup\n"
+    "  --k N|auto              drafts per step (default 4); auto = adaptive, up to 8\n"
+    "  --target-weights f16|bf16|f32  re-encode the target's weights at load\n";
 
 struct GenerateArgs {
   std::string model, prompt;
@@ -54,6 +61,7 @@ struct GenerateArgs {
   int kv_blocks = 0;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   sampling::SamplingParams params;
+  SpecGenerateOptions spec;  // speculation flags (tools/spec_generate.h)
 };
 
 absl::StatusOr<GenerateArgs> ParseGenerateArgs(int argc, char** argv) {
@@ -126,7 +134,9 @@ absl::StatusOr<GenerateArgs> ParseGenerateArgs(int argc, char** argv) {
       } else {
         return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: unknown value ", *v));
       }
-    } else {
+    } else if (absl::StatusOr<bool> spec = ParseSpecFlag(argc, argv, &i, &a.spec); !spec.ok()) {
+      return spec.status();
+    } else if (!*spec) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", std::string(f)));
     }
     if (!st.ok()) return st;
@@ -144,6 +154,18 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 }
 
 absl::Status Generate(const GenerateArgs& a) {
+  if (a.spec.drafter.kind != spec::DrafterChoice::Kind::kNone || a.spec.target_weights) {
+    SpecGenerateOptions o = a.spec;
+    o.model = a.model;
+    o.prompt = a.prompt;
+    o.chat = a.chat;
+    o.max_new_tokens = a.max_new_tokens;
+    o.threads = a.threads;
+    o.kv_blocks = a.kv_blocks;
+    o.kv_dtype = a.kv_dtype;
+    o.params = a.params;
+    return SpecGenerate(o);
+  }
   absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(a.model);
   if (!file.ok()) return file.status();
   absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tokenizer = tok::Tokenizer::FromGguf(**file);

@@ -29,9 +29,16 @@ inline int64_t AttnScratchFloats(int64_t len, int32_t group, int32_t head_dim) {
 }
 
 inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
-// Scratch floats matmul_q needs per thread.
+// Weight rows a quantized MatMul decodes at once (scales, and for T > 4 the int8 codes)
+// and then reuses for every tile of activation rows.
+inline constexpr int64_t kQRowChunk = 8;
+// Scratch floats matmul_q needs per thread: per chunk the weight scales and mins
+// (2 x rows x ss), the scale products of four 4-row activation tiles (16 x rows x ss),
+// the decoded int8 codes (rows x nb x 32 bytes) and Q6_K's int16 multipliers
+// (rows x nb x 32 bytes); the generic path needs T floats.
 inline int64_t MatMulScratchFloats(int64_t T, int64_t nb) {
-  const int64_t a = 32 * MatMulSStride(nb);
+  const int64_t ss = MatMulSStride(nb);
+  const int64_t a = kQRowChunk * (18 * ss + 16 * nb) + 64;
   return a > T ? a : T;
 }
 
@@ -39,9 +46,11 @@ struct Backend {
   // Same output as QuantizeActRow (bitwise).
   void (*quantize_act)(const float* x, int64_t n, ActBlockQ8* out);
   // Quantized weights: y[t, n] for t < T and n0 <= n < n1.  act: [T, nb] with
-  // nb = cols / 32; act_s: [T, MatMulSStride(nb)] copies of act[].s, zero padded.
-  void (*matmul_q)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, int64_t T,
-                   int64_t n0, int64_t n1, float* y, float* scratch);
+  // nb = cols / 32; act_s, act_d: [T, MatMulSStride(nb)] copies of act[].s and act[].d,
+  // zero padded. scratch: MatMulScratchFloats(T, nb) floats.
+  void (*matmul_q)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
+                   const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y,
+                   float* scratch);
   // F32 / F16 / BF16 weights: y[t, n] for t < T and n0 <= n < n1.
   void (*matmul_f)(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int64_t n1,
                    float* y);

@@ -42,8 +42,8 @@ T* Scratch(std::vector<T>& v, int64_t n) {
 void GenQuantizeAct(const float* x, int64_t n, ActBlockQ8* out) { QuantizeActRow(x, n, out); }
 
 // Same arithmetic as ref::MatMul, one weight row at a time with T accumulators.
-void GenMatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* /*act_s*/, int64_t T,
-                int64_t n0, int64_t n1, float* y, float* acc) {
+void GenMatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* /*act_s*/,
+                const float* /*act_d*/, int64_t T, int64_t n0, int64_t n1, float* y, float* acc) {
   const int64_t nb = w.cols / 32;
   ref::IntSubBlock sb;
   for (int64_t n = n0; n < n1; ++n) {
@@ -221,11 +221,15 @@ void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, 
   ActBlockQ8* act = Scratch(act_buf, T * nb);
   const int64_t ss = internal::MatMulSStride(nb);
   static thread_local std::vector<float> s_buf;
-  float* act_s = Scratch(s_buf, T * ss);
+  float* act_s = Scratch(s_buf, 2 * T * ss);
+  float* act_d = act_s + T * ss;
   auto quantize = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       be.quantize_act(x + t * w.cols, w.cols, act + t * nb);
-      for (int64_t i = 0; i < ss; ++i) act_s[t * ss + i] = i < nb ? act[t * nb + i].s : 0.0f;
+      for (int64_t i = 0; i < ss; ++i) {
+        act_s[t * ss + i] = i < nb ? act[t * nb + i].s : 0.0f;
+        act_d[t * ss + i] = i < nb ? act[t * nb + i].d : 0.0f;
+      }
     }
   };
   if (T * w.cols >= kMinParallelElems) {
@@ -236,7 +240,7 @@ void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, 
   const int64_t scratch_n = internal::MatMulScratchFloats(T, nb);
   pool.ParallelFor(tiles, [&](int64_t b, int64_t e) {
     static thread_local std::vector<float> buf;
-    be.matmul_q(w, act, act_s, T, b * kTileRows, e * kTileRows < w.rows ? e * kTileRows : w.rows,
+    be.matmul_q(w, act, act_s, act_d, T, b * kTileRows, e * kTileRows < w.rows ? e * kTileRows : w.rows,
                 y, Scratch(buf, scratch_n));
   }, grain);
 }

@@ -34,6 +34,44 @@ inline int32_t HsumEpi32(__m256i v) {
   return _mm_cvtsi128_si32(lo);
 }
 
+// Horizontal sums of four vectors, each with exactly HsumPs's addition tree:
+// [HsumPs(a), HsumPs(b), HsumPs(c), HsumPs(d)].
+inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+  // lanes: [a0+a2, a1+a3, c0+c2, c1+c3 | b0+b2, b1+b3, d0+d2, d1+d3] of the 4-lane sums
+  const __m256 z = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
+  const __m256 w = _mm256_add_ps(_mm256_shuffle_ps(z, z, 0x88), _mm256_shuffle_ps(z, z, 0xDD));
+  // w: [a, c, a, c | b, d, b, d]
+  return _mm_unpacklo_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
+}
+
+// y[r * ldy + c] = HsumPs(acc[r][c]).
+template <int R, int C>
+inline void StoreSums(const __m256 (&acc)[R][C], float* y, int64_t ldy) {
+  if constexpr (C == 4) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) _mm_storeu_ps(y + r * ldy, Hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+  } else if constexpr (C == 2) {
+    int r = 0;
+#pragma GCC unroll 4
+    for (; r + 2 <= R; r += 2) {
+      const __m128 h = Hsum4(acc[r][0], acc[r][1], acc[r + 1][0], acc[r + 1][1]);
+      _mm_storel_pi(reinterpret_cast<__m64*>(y + r * ldy), h);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(y + (r + 1) * ldy), h);
+    }
+    if (r < R) {
+      y[r * ldy] = HsumPs(acc[r][0]);
+      y[r * ldy + 1] = HsumPs(acc[r][1]);
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) y[r * ldy + c] = HsumPs(acc[r][c]);
+  }
+}
+
 inline uint16_t Ld16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -132,7 +170,7 @@ inline __m256i MulAdd32(__m256i v, int mul, int add) {
 // (and min) of every 32-value sub-block. Quants() gives the 32 int8 codes of
 // sub-block b (and, for Q6_K, the int16 per-16 multipliers).
 struct DecQ8_0 {
-  static constexpr bool kSigned = true, kMin = false, kSub = false;
+  static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = false, kFold = false;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8)
       _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 34, 0); })));
@@ -143,7 +181,7 @@ struct DecQ8_0 {
 };
 
 struct DecQ4_0 {
-  static constexpr bool kSigned = true, kMin = false, kSub = false;
+  static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = true, kFold = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8)
       _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 18, 0); })));
@@ -154,7 +192,7 @@ struct DecQ4_0 {
 };
 
 struct DecQ4_1 {
-  static constexpr bool kSigned = false, kMin = true, kSub = false;
+  static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true, kFold = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
       const __m256i w = GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 20, 0); });
@@ -168,7 +206,7 @@ struct DecQ4_1 {
 };
 
 struct DecQ4_K {
-  static constexpr bool kSigned = false, kMin = true, kSub = false;
+  static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true, kFold = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = row + (b >> 3) * 144;
@@ -195,7 +233,7 @@ struct DecQ4_K {
 };
 
 struct DecQ6_K {
-  static constexpr bool kSigned = true, kMin = false, kSub = true;
+  static constexpr bool kSigned = true, kMin = false, kSub = true, kPre = true, kFold = false;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     // d is the last 2 bytes of the 210-byte block: read the word at 206, take its high half.
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
@@ -219,113 +257,232 @@ struct DecQ6_K {
   }
 };
 
-// Weight-side data of a chunk of rows, decoded once and reused by every T tile.
-struct ChunkScales {
-  const float* d;  // [rows][stride]
-  const float* m;  // [rows][stride], zero past nb (Q4_1 / Q4_K)
-  int64_t stride;  // nb rounded up to 8
+template <bool B>
+struct BoolTag {
+  static constexpr bool kValue = B;
+};
+
+// A chunk of up to kQRowChunk weight rows, decoded once and reused by every tile of
+// activation rows: mins, the products dw * da of the current tile and (for T > 4)
+// the int8 codes.
+struct Chunk {
+  const uint8_t* w;     // first row of the chunk
+  uint64_t rb;          // row stride in bytes
+  const float* m;       // [chunk row][ss] mins, zero past nb (kMin)
+  const float* sc;      // [chunk row][4][ss] dw[b] * da[r][b] of the current tile
+  const int8_t* q;      // [chunk row][nb][32] codes (predecoded tiles only)
+  const int16_t* sub;   // [chunk row][nb][16] Q6_K multipliers (predecoded tiles only)
+  int64_t nb, ss;
 };
 
 // R activation rows x C weight rows. Each (r, c) has its own accumulators and sees
-// exactly the same operation sequence whatever R and C are (batch invariance):
+// exactly the same operation sequence whatever R, C and kPre are (batch invariance):
 //   y = hsum_8(sum_b cvt(int32x8 dot_b) * (dw_b * da_b))  +  hsum_8(sum_k8 m[k8] * s[k8])
-template <class D, int R, int C>
-inline void TileQ(const uint8_t* w0, uint64_t rb, const float* dw0, const float* mw0, int64_t sstride,
-                  const ActBlockQ8* a0, int64_t nb, const float* as0, float* y0, int64_t ldy) {
+// where dw_b * da_b is one f32 multiply (done ahead, 8 blocks at a time).
+template <class D, int R, int C, bool kPre>
+inline void TileQ(const Chunk& ch, int64_t c0, const ActBlockQ8* a0, const float* as0, float* y0,
+                  int64_t ldy) {
+  const int64_t nb = ch.nb, ss = ch.ss;
   __m256 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b) {
+  const float* sc = ch.sc + c0 * 4 * ss;
+  const uint8_t* w0 = ch.w + c0 * ch.rb;
+  const int8_t* q0 = ch.q + c0 * nb * 32;
+  const int16_t* sub0 = ch.sub + c0 * nb * 16;
+  if constexpr (D::kFold) {
+    // Two blocks per step: their int16 pair sums (|.| <= 2 * 15 * 127, so sums of two
+    // cannot overflow) are interleaved by 32-bit lane and added, and one madd gives
+    // int32 lanes [b, b+1, b, b+1, ...] that meet the scales [S_b, S_b+1] broadcast.
+    // An odd last block pairs with zeros (and the zero padding of S).
+    const __m256i zero = _mm256_setzero_si256();
+    auto step = [&](int64_t b, auto two_tag) __attribute__((always_inline)) {
+      constexpr bool two = decltype(two_tag)::kValue;
+      __m256i q[2][C], qa[2][C];
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      __m256i sub = ones;
-      const __m256i q = D::Quants(w0 + c * rb, b, sub);
-      const __m256 dv = _mm256_broadcast_ss(dw0 + c * sstride + b);
-      __m256i qa = q;
-      if constexpr (D::kSigned) qa = _mm256_sign_epi8(q, q);
+      for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          if (h == 1 && !two) {
+            q[h][c] = zero;
+          } else if constexpr (kPre) {
+            q[h][c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + (c * nb + b + h) * 32));
+          } else {
+            __m256i unused = ones;
+            q[h][c] = D::Quants(w0 + c * ch.rb, b + h, unused);
+          }
+          if constexpr (D::kSigned) qa[h][c] = _mm256_sign_epi8(q[h][c], q[h][c]);
+        }
+      }
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const ActBlockQ8* a = a0 + r * nb + b;
-        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a->qs));
-        __m256i p16;
-        if constexpr (D::kSigned) {
-          p16 = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(av, q));
+        const __m256i av0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0[r * nb + b].qs));
+        const __m256i av1 = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0[r * nb + b + 1].qs)) : zero;
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          __m256i p0, p1;
+          if constexpr (D::kSigned) {
+            p0 = _mm256_maddubs_epi16(qa[0][c], _mm256_sign_epi8(av0, q[0][c]));
+            p1 = _mm256_maddubs_epi16(qa[1][c], _mm256_sign_epi8(av1, q[1][c]));
+          } else {
+            p0 = _mm256_maddubs_epi16(q[0][c], av0);
+            p1 = _mm256_maddubs_epi16(q[1][c], av1);
+          }
+          const __m256i p16 = _mm256_add_epi16(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
+          const __m256i p32 = _mm256_madd_epi16(p16, ones);
+          const __m256 sv = _mm256_castpd_ps(
+              _mm256_broadcast_sd(reinterpret_cast<const double*>(sc + (c * 4 + r) * ss + b)));
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), sv, acc[r][c]);
+        }
+      }
+    };
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) step(b, BoolTag<true>{});
+    if (b < nb) step(b, BoolTag<false>{});
+  } else {
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i q[C], qa[C], sub[C];
+  #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        sub[c] = ones;
+        if constexpr (kPre) {
+          q[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + (c * nb + b) * 32));
+          if constexpr (D::kSub) {
+            sub[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sub0 + (c * nb + b) * 16));
+          }
         } else {
-          p16 = _mm256_maddubs_epi16(q, av);
+          q[c] = D::Quants(w0 + c * ch.rb, b, sub[c]);
         }
-        const __m256i p32 = _mm256_madd_epi16(p16, D::kSub ? sub : ones);
-        const __m256 scale = _mm256_mul_ps(dv, _mm256_broadcast_ss(&a->d));
-        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[r][c]);
+        if constexpr (D::kSigned) qa[c] = _mm256_sign_epi8(q[c], q[c]);
+      }
+  #pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0[r * nb + b].qs));
+  #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          __m256i p16;
+          if constexpr (D::kSigned) {
+            p16 = _mm256_maddubs_epi16(qa[c], _mm256_sign_epi8(av, q[c]));
+          } else {
+            p16 = _mm256_maddubs_epi16(q[c], av);
+          }
+          const __m256i p32 = _mm256_madd_epi16(p16, D::kSub ? sub[c] : ones);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32),
+                                      _mm256_broadcast_ss(sc + (c * 4 + r) * ss + b), acc[r][c]);
+        }
       }
     }
   }
+  // The min terms go into the same accumulators (8 lanes of m[k8] * s[k8]), then one
+  // horizontal sum per (r, c).
+  if constexpr (D::kMin) {
+    for (int64_t k = 0; k < ss; k += 8) {
+      __m256 mv[C];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) mv[c] = _mm256_loadu_ps(ch.m + (c0 + c) * ss + k);
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      float y = HsumPs(acc[r][c]);
-      if constexpr (D::kMin) {
-        __m256 mv = _mm256_setzero_ps();
-        for (int64_t k = 0; k < sstride; k += 8) {
-          mv = _mm256_fmadd_ps(_mm256_loadu_ps(mw0 + c * sstride + k), _mm256_loadu_ps(as0 + r * sstride + k), mv);
-        }
-        y += HsumPs(mv);
+      for (int r = 0; r < R; ++r) {
+        const __m256 sv = _mm256_loadu_ps(as0 + r * ss + k);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(mv[c], sv, acc[r][c]);
       }
-      y0[r * ldy + c] = y;
     }
+  }
+  StoreSums<R, C>(acc, y0, ldy);
 }
 
-template <class D, int R, int C>
-inline void RowsQ(const WeightMatrix& w, const ChunkScales& cs, int64_t nc, const ActBlockQ8* a,
-                  const float* as, int64_t nb, int64_t n0, int64_t n1, float* y) {
-  int64_t n = n0;
-  for (; n + C <= n1; n += C) {
-    TileQ<D, R, C>(w.data + n * w.row_bytes, w.row_bytes, cs.d + (n - nc) * cs.stride,
-                   cs.m + (n - nc) * cs.stride, cs.stride, a, nb, as, y + n, w.rows);
-  }
-  for (; n < n1; ++n) {
-    TileQ<D, R, 1>(w.data + n * w.row_bytes, w.row_bytes, cs.d + (n - nc) * cs.stride,
-                   cs.m + (n - nc) * cs.stride, cs.stride, a, nb, as, y + n, w.rows);
-  }
+template <class D, int R, int C, bool kPre>
+inline void RowsQ(const Chunk& ch, int64_t rows, const ActBlockQ8* a, const float* as, float* y,
+                  int64_t ldy) {
+  int64_t c = 0;
+  for (; c + C <= rows; c += C) TileQ<D, R, C, kPre>(ch, c, a, as, y + c, ldy);
+  for (; c < rows; ++c) TileQ<D, R, 1, kPre>(ch, c, a, as, y + c, ldy);
 }
 
-constexpr int64_t kQRowChunk = 16;  // weight rows kept in L1 while all T tiles pass
+template <class D, bool kPre>
+inline void TileRowsQ(int64_t R, const Chunk& ch, int64_t rows, const ActBlockQ8* a,
+                      const float* as, float* y, int64_t ldy) {
+  switch (R) {
+    case 4: RowsQ<D, 4, 2, kPre>(ch, rows, a, as, y, ldy); break;
+    case 3: RowsQ<D, 3, 2, kPre>(ch, rows, a, as, y, ldy); break;
+    case 2: RowsQ<D, 2, 2, kPre>(ch, rows, a, as, y, ldy); break;
+    default: RowsQ<D, 1, 4, kPre>(ch, rows, a, as, y, ldy); break;
+  }
+}
 
 template <class D>
-void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, int64_t T,
-              int64_t n0, int64_t n1, float* y, float* scratch) {
+void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
+              const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
   const int64_t nb = w.cols / 32;
-  const int64_t ss = (nb + 7) & ~int64_t{7};
-  ChunkScales cs{scratch, scratch + kQRowChunk * ss, ss};
+  const int64_t ss = MatMulSStride(nb);
+  float* dbuf = scratch;                                         // [KC][ss]
+  float* mbuf = dbuf + kQRowChunk * ss;                          // [KC][ss]
+  float* sbuf = mbuf + kQRowChunk * ss;                          // [4 tiles][KC][4][ss]
+  int8_t* qbuf = reinterpret_cast<int8_t*>(sbuf + 4 * kQRowChunk * 4 * ss);      // [KC][nb][32]
+  int16_t* subbuf = reinterpret_cast<int16_t*>(qbuf + kQRowChunk * nb * 32);     // [KC][nb][16]
+  // Several tiles of activation rows share each chunk: decode its codes once.
+  const bool pre = D::kPre && T > 4;
+  const Chunk ch{nullptr, w.row_bytes, mbuf, sbuf, qbuf, subbuf, nb, ss};
   for (int64_t nc = n0; nc < n1; nc += kQRowChunk) {
-    const int64_t ne = nc + kQRowChunk < n1 ? nc + kQRowChunk : n1;
-    for (int64_t n = nc; n < ne; ++n) {
-      float* d = scratch + (n - nc) * ss;
-      float* m = scratch + kQRowChunk * ss + (n - nc) * ss;
-      D::Scales(w.data + n * w.row_bytes, nb, d, m);  // pads to ss with zeros
+    const int64_t rows = n1 - nc < kQRowChunk ? n1 - nc : kQRowChunk;
+    Chunk c = ch;
+    c.w = w.data + nc * w.row_bytes;
+    for (int64_t i = 0; i < rows; ++i) {
+      const uint8_t* row = c.w + i * w.row_bytes;
+      D::Scales(row, nb, dbuf + i * ss, mbuf + i * ss);  // pads to ss with zeros
+      if (pre) {
+        for (int64_t b = 0; b < nb; ++b) {
+          __m256i sub = _mm256_set1_epi16(1);
+          const __m256i q = D::Quants(row, b, sub);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(qbuf + (i * nb + b) * 32), q);
+          if constexpr (D::kSub) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(subbuf + (i * nb + b) * 16), sub);
+          }
+        }
+      }
     }
-    int64_t t = 0;
-    for (; t + 4 <= T; t += 4) RowsQ<D, 4, 2>(w, cs, nc, act + t * nb, act_s + t * ss, nb, nc, ne, y + t * w.rows);
-    switch (T - t) {
-      case 3: RowsQ<D, 3, 2>(w, cs, nc, act + t * nb, act_s + t * ss, nb, nc, ne, y + t * w.rows); break;
-      case 2: RowsQ<D, 2, 2>(w, cs, nc, act + t * nb, act_s + t * ss, nb, nc, ne, y + t * w.rows); break;
-      case 1: RowsQ<D, 1, 4>(w, cs, nc, act + t * nb, act_s + t * ss, nb, nc, ne, y + t * w.rows); break;
-      default: break;
+    // Scale products for up to 4 tiles at a time, computed well before the tiles read
+    // them (stores still in flight would stall the tiles' narrow loads).
+    for (int64_t tg = 0; tg < T; tg += 16) {
+      const int64_t tge = T - tg < 16 ? T : tg + 16;
+      for (int64_t t = tg; t < tge; t += 4) {
+        const int64_t R = tge - t < 4 ? tge - t : 4;
+        float* st = sbuf + ((t - tg) / 4) * kQRowChunk * 4 * ss;
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t r = 0; r < R; ++r) {
+            const float* da = act_d + (t + r) * ss;
+            float* sp = st + (i * 4 + r) * ss;
+            for (int64_t k = 0; k < ss; k += 8) {
+              _mm256_storeu_ps(sp + k, _mm256_mul_ps(_mm256_loadu_ps(dbuf + i * ss + k), _mm256_loadu_ps(da + k)));
+            }
+          }
+        }
+      }
+      for (int64_t t = tg; t < tge; t += 4) {
+        const int64_t R = tge - t < 4 ? tge - t : 4;
+        c.sc = sbuf + ((t - tg) / 4) * kQRowChunk * 4 * ss;
+        float* yt = y + t * w.rows + nc;
+        if (pre) {
+          TileRowsQ<D, true>(R, c, rows, act + t * nb, act_s + t * ss, yt, w.rows);
+        } else {
+          TileRowsQ<D, false>(R, c, rows, act + t * nb, act_s + t * ss, yt, w.rows);
+        }
+      }
     }
   }
 }
 
-void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, int64_t T,
-             int64_t n0, int64_t n1, float* y, float* scratch) {
+void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
+             int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
   switch (w.type) {
-    case GgmlType::kQ8_0: MatMulQT<DecQ8_0>(w, act, act_s, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_0: MatMulQT<DecQ4_0>(w, act, act_s, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_1: MatMulQT<DecQ4_1>(w, act, act_s, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_K: MatMulQT<DecQ4_K>(w, act, act_s, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, act_s, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ8_0: MatMulQT<DecQ8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_0: MatMulQT<DecQ4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_1: MatMulQT<DecQ4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_K: MatMulQT<DecQ4_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc only routes supported types here
   }
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/util/check.h"
 #include "services/common/proto_convert.h"
+#include "services/router/ngram_proposer.h"
 
 namespace specd::router {
 
@@ -111,6 +112,18 @@ int64_t RouterEngine::waiting() const {
 absl::StatusOr<int64_t> RouterEngine::Submit(ValidatedRequest request,
                                              std::shared_ptr<RequestSink> sink,
                                              absl::Time deadline) {
+  // A request that cannot fit the target's KV cache even alone would wait forever.
+  const int64_t need =
+      target_info_.kv_block_size() <= 0
+          ? 0
+          : BlocksFor(static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens + 1,
+                      target_info_.kv_block_size());
+  if (target_info_.kv_block_size() > 0 && need > target_info_.kv_num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling.max_new_tokens: prompt (", request.prompt.size(), " tokens) + max_new_tokens (",
+        request.max_new_tokens, ") exceed the target's KV capacity of ",
+        int64_t{target_info_.kv_num_blocks()} * target_info_.kv_block_size(), " tokens"));
+  }
   auto r = std::make_shared<Request>();
   r->t_submit = absl::Now();
   r->deadline = deadline;
@@ -242,7 +255,8 @@ void RouterEngine::Finish(const RequestPtr& r, absl::Status status) {
 }
 
 int32_t RouterEngine::WantK(Request& r, bool draft_up, int32_t running) {
-  if (!draft_up || r.req.spec_mode == SpecMode::kOff) return 0;
+  if (r.req.spec_mode == SpecMode::kOff) return 0;
+  if (!draft_up && r.req.spec_mode != SpecMode::kNgram) return 0;
   const int32_t left = r.req.max_new_tokens - (static_cast<int32_t>(r.tokens.size()) - r.n_prompt);
   int32_t k = r.req.fixed_k > 0 ? r.req.fixed_k
               : options_.default_k > 0 ? options_.default_k
@@ -290,7 +304,8 @@ void RouterEngine::Iterate() {
     SchedulerState st;
     for (const RequestPtr& r : running_) {
       st.running.push_back({r->id, static_cast<int32_t>(r->tokens.size()), r->target_pos,
-                            WantK(*r, draft_up, static_cast<int32_t>(running_.size()))});
+                            WantK(*r, draft_up, static_cast<int32_t>(running_.size())),
+                            r->req.spec_mode == SpecMode::kNgram});
     }
     for (const RequestPtr& r : waiting_) {
       st.waiting.push_back({r->id, static_cast<int32_t>(r->tokens.size()), 0, 0});
@@ -350,6 +365,7 @@ void RouterEngine::Iterate() {
   for (SeqPlan& p : sched.plans) {
     if (!p.emit || p.k == 0) continue;
     Request& r = *plan_req[p.id];
+    if (r.req.spec_mode == SpecMode::kNgram) continue;  // drafted below, by the router
     iv1::DraftSequenceStep* d = dreq.add_sequences();
     d->set_seq_id(p.id);
     d->set_start_pos(r.draft_pos);
@@ -394,7 +410,14 @@ void RouterEngine::Iterate() {
     t->set_num_prompt_tokens(r.n_prompt);
     services::ToProto(r.req.params, t->mutable_sampling());
     auto it = drafts.find(p.id);
-    if (p.k > 0 && it != drafts.end() && !it->second->needs_prefill()) {
+    if (p.k > 0 && r.req.spec_mode == SpecMode::kNgram) {
+      for (int32_t d : NgramPropose(r.tokens, p.k)) {
+        iv1::Proposal* q = t->add_proposals();
+        q->set_token(d);
+        q->add_ids(d);
+        q->add_probs(1.0f);
+      }
+    } else if (p.k > 0 && it != drafts.end() && !it->second->needs_prefill()) {
       *t->mutable_proposals() = it->second->proposals();
     } else if (p.k > 0 && it != drafts.end()) {
       r.draft_pos = 0;  // the draft lost it: resend everything next time

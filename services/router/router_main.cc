@@ -103,7 +103,7 @@ int Main(int argc, char** argv) {
     absl::SleepFor(absl::Milliseconds(200));
   }
   GenerationService service(&engine, tokenizer->get(), chat.ok() ? &*chat : nullptr,
-                            std::filesystem::path(model).filename().string(), draft);
+                            std::filesystem::path(model).filename().string(), draft, &metrics);
   int port = 0;
   auto server = services::StartServer(listen, {&service}, gs, &port);
   if (!server.ok()) {

@@ -198,19 +198,24 @@ class StreamSink final : public RequestSink {
 
 }  // namespace
 
+absl::Status GenerationService::Refused(absl::Status s) {
+  metrics_->router_requests.Add({{"code", absl::StatusCodeToString(s.code())}}).Increment();
+  return s;
+}
+
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* ctx,
                                                       const specd::v1::GenerateRequest* req,
                                                       specd::v1::GenerateResponse* resp) {
   auto* call = new UnaryCall(engine_);
   absl::StatusOr<ValidatedRequest> v = ValidateRequest(*req, *tokenizer_, chat_, engine_->limits());
   if (!v.ok()) {
-    call->Finish(ToGrpc(v.status()));
+    call->Finish(ToGrpc(Refused(v.status())));
     return call;
   }
   absl::StatusOr<int64_t> id =
       engine_->Submit(std::move(*v), std::make_shared<UnarySink>(call, resp), DeadlineOf(ctx));
   if (!id.ok()) {
-    call->Finish(ToGrpc(id.status()));
+    call->Finish(ToGrpc(Refused(id.status())));
     return call;
   }
   call->set_id(*id);
@@ -231,10 +236,10 @@ grpc::ServerWriteReactor<specd::v1::GenerateStreamResponse>* GenerationService::
     return call;
   };
   absl::StatusOr<ValidatedRequest> v = ValidateRequest(*req, *tokenizer_, chat_, engine_->limits());
-  if (!v.ok()) return fail(v.status());
+  if (!v.ok()) return fail(Refused(v.status()));
   absl::StatusOr<int64_t> id = engine_->Submit(
       std::move(*v), std::make_shared<StreamSink>(call->state()), DeadlineOf(ctx));
-  if (!id.ok()) return fail(id.status());
+  if (!id.ok()) return fail(Refused(id.status()));
   call->set_id(*id);
   return call;
 }

@@ -7,6 +7,7 @@
 
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
+#include "services/common/metrics.h"
 #include "services/router/router_engine.h"
 #include "specd/v1/generation.grpc.pb.h"
 
@@ -17,12 +18,13 @@ class GenerationService final : public specd::v1::Generation::CallbackService {
   // `chat` may be null. All pointers must outlive the service.
   GenerationService(RouterEngine* engine, const tok::Tokenizer* tokenizer,
                     const tok::ChatTemplate* chat, std::string target_model,
-                    std::string draft_model)
+                    std::string draft_model, services::Metrics* metrics)
       : engine_(engine),
         tokenizer_(tokenizer),
         chat_(chat),
         target_model_(std::move(target_model)),
-        draft_model_(std::move(draft_model)) {}
+        draft_model_(std::move(draft_model)),
+        metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
                                      const specd::v1::GenerateRequest* req,
@@ -40,7 +42,11 @@ class GenerationService final : public specd::v1::Generation::CallbackService {
   RouterEngine* engine_;
   const tok::Tokenizer* tokenizer_;
   const tok::ChatTemplate* chat_;
+  // Counts a request refused before it reached the engine (the engine counts the rest).
+  absl::Status Refused(absl::Status s);
+
   std::string target_model_, draft_model_;
+  services::Metrics* metrics_;
 };
 
 }  // namespace specd::router

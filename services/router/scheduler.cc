@@ -35,7 +35,7 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   if (config.draft_blocks > 0) {
     int64_t used = 0;
     for (size_t i = 0; i < running.size(); ++i) {
-      if (k[i] == 0) continue;
+      if (k[i] == 0 || running[i].local_drafts) continue;
       const int32_t b = BlocksFor(running[i].committed + k[i], bs);
       if (used + b > config.draft_blocks) {
         k[i] = 0;
@@ -44,7 +44,9 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
       }
     }
   } else {
-    std::fill(k.begin(), k.end(), 0);
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (!running[i].local_drafts) k[i] = 0;
+    }
   }
 
   // Decode rows first (oldest first), shrinking k to fit the budget.
@@ -72,7 +74,9 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   int64_t draft_free = config.draft_blocks;
   if (config.draft_blocks > 0) {
     for (size_t i = 0; i < running.size(); ++i) {
-      if (k[i] > 0) draft_free -= BlocksFor(running[i].committed + k[i], bs);
+      if (k[i] > 0 && !running[i].local_drafts) {
+        draft_free -= BlocksFor(running[i].committed + k[i], bs);
+      }
     }
   }
   size_t n_running = running.size();

@@ -36,6 +36,7 @@ struct SeqView {
   int32_t committed = 0;   // prompt + generated tokens
   int32_t target_pos = 0;  // committed tokens whose KV the target holds
   int32_t want_k = 0;      // drafts wanted this step (0 = none); only for decode rows
+  bool local_drafts = false;  // drafts come from the router itself (n-gram): no draft KV
 };
 
 struct SchedulerState {

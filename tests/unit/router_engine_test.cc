@@ -197,6 +197,27 @@ TEST_F(RouterEngineTest, SelfDraftAcceptsEverything) {
   EXPECT_GT(c.speculation().mean_accepted_length(), 3.0);
 }
 
+TEST_F(RouterEngineTest, NgramSpeculationWithoutDraftServiceMatchesPlain) {
+  Make({}, 256, /*with_draft=*/false);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 6; ++i) {
+    for (int32_t t : {40, 41, 42, 43, 44}) prompt.push_back(t);
+  }
+  auto sink = Run(Req(prompt, 40, SpecMode::kNgram, 4));
+  sink->Wait();
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, prompt, 40));
+  EXPECT_GT(sink->completion().speculation().draft_tokens(), 0);
+  // Sampled too: a point-mass q is still verified losslessly; same seed, same text.
+  auto a = Req(prompt, 30, SpecMode::kNgram, 3);
+  a.params.temperature = 0.8f;
+  a.params.seed = 9;
+  auto s1 = Run(a);
+  s1->Wait();
+  ASSERT_TRUE(s1->status().ok());
+  EXPECT_EQ(s1->tokens().size(), 30u);
+}
+
 TEST_F(RouterEngineTest, ConcurrentRequestsWithChunkedPrefill) {
   RouterOptions o;
   o.scheduler.max_batch_tokens = 16;  // forces chunked prefill mixed with decode rows
@@ -351,6 +372,16 @@ TEST_F(RouterEngineTest, TargetRestartRePrefillsSeededOutputUnchanged) {
   ASSERT_TRUE(sink->status().ok()) << sink->status();
   EXPECT_EQ(sink->tokens(), baseline->tokens());
   EXPECT_EQ(sink->text(), baseline->text());
+}
+
+TEST_F(RouterEngineTest, RequestLargerThanKvCapacityIsRefused) {
+  Make({}, /*target_blocks=*/4);  // 64 tokens
+  auto id = engine_->Submit(Req(Prompt(20, 1), 60, SpecMode::kOff), std::make_shared<Collect>());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(id.status().message()).rfind("sampling.max_new_tokens", 0), 0u);
+  auto fits = Run(Req(Prompt(20, 1), 40, SpecMode::kOff));
+  fits->Wait();
+  EXPECT_TRUE(fits->status().ok());
 }
 
 TEST_F(RouterEngineTest, DrainRefusesNewAndFinishesInFlight) {

@@ -196,5 +196,17 @@ TEST(SchedulerTest, NoDraftServiceMeansNoDrafts) {
   EXPECT_EQ(sim.Step().plans[0].k, 0);
 }
 
+TEST(SchedulerTest, LocalDraftsNeedNoDraftService) {
+  SchedulerConfig c;
+  c.draft_blocks = 0;
+  SchedulerState st;
+  st.running.push_back({1, 10, 9, 4, /*local_drafts=*/true});
+  st.running.push_back({2, 10, 9, 4, /*local_drafts=*/false});
+  Schedule s = ScheduleIteration(st, c);
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[0].k, 4);
+  EXPECT_EQ(s.plans[1].k, 0);
+}
+
 }  // namespace
 }  // namespace specd::router

@@ -9,6 +9,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "services/router/adaptive_k.h"
+#include "services/router/ngram_proposer.h"
 #include "services/router/request_validation.h"
 #include "services/router/text_stream.h"
 
@@ -100,7 +101,7 @@ TEST_F(ValidationTest, EveryBadFieldIsNamed) {
 
 TEST_F(ValidationTest, UnservedSpeculationModesAreUnimplemented) {
   auto r = Good();
-  r.mutable_speculation()->set_mode(specd::v1::SPECULATION_MODE_NGRAM);
+  r.mutable_speculation()->set_mode(specd::v1::SPECULATION_MODE_SELF);
   EXPECT_EQ(ValidateRequest(r, *tokenizer_, nullptr, Limits()).status().code(),
             absl::StatusCode::kUnimplemented);
 }
@@ -126,6 +127,14 @@ TEST_F(ValidationTest, StopStringSpanningTokensIsCutExactly) {
   all += none.Finish();
   EXPECT_FALSE(none.stopped());
   EXPECT_EQ(all, "the cat sat on the mat");
+}
+
+TEST(NgramProposerTest, ProposesWhatFollowedTheLastMatch) {
+  const std::vector<int32_t> h = {1, 2, 3, 4, 9, 2, 3, 4, 7, 8, 2, 3};
+  EXPECT_EQ(NgramPropose(h, 3), (std::vector<int32_t>{4, 7, 8}));  // most recent "2 3"
+  EXPECT_EQ(NgramPropose(h, 1), (std::vector<int32_t>{4}));
+  EXPECT_TRUE(NgramPropose({1, 2, 3}, 4).empty());
+  EXPECT_EQ(NgramPropose({5, 6, 5}, 4), (std::vector<int32_t>{6, 5}));  // stops at the end
 }
 
 TEST(AdaptiveKTest, FollowsAcceptanceAndLoad) {

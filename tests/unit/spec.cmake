@@ -13,3 +13,8 @@ specd_test(spec_lossless_test
   DEPS specd_spec specd_testing
   LABELS core
   TIMEOUT 600)
+specd_test(spec_model_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_model_test.cc
+  DEPS specd_spec
+  LABELS model
+  TIMEOUT 900)

@@ -10,8 +10,9 @@
 // at z > 4.75 (one-sided p ~ 1e-6). False-failure reasoning: 5 configurations x 4 tests = 20
 // tests, so a correct engine fails with probability < 2e-5 for a random choice of seeds; the
 // seeds are fixed, so the outcome is deterministic. The wrong verifier's bias (p(t)(q(t) -
-// sum q p) per token) is large for a draft that disagrees with the target, and must give z
-// well above the threshold.
+// sum q p) per token) is large for a draft correlated with but sharper than the target: it
+// gives z ~ 25 at 20k samples (the test uses 30k), far above the threshold. Measured with
+// 100k: correct engine max z 1.8 over all 20 tests; wrong verifier z 48..62.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -95,12 +96,14 @@ class SpecLosslessTest : public ::testing::Test {
     // An untied head (a tied one makes "repeat the last token" near-certain) and small weights:
     // p_1 has a few likely tokens and a long tail (printed below), far from greedy.
     t.tied_output = false;
-    t.weight_scale = 0.08f;
+    t.weight_scale = 0.2f;
     t.seed = 11;
     target_path_ = new std::string(::testing::TempDir() + "/lossless_target.gguf");
     ASSERT_TRUE(testing::WriteTinyModel(t, *target_path_).ok());
     testing::TinyModelSpec d = t;
-    d.seed = 12;  // a different model: q differs from p, so rejections are frequent
+    // Same random draws, larger scale: q is a sharper, correlated version of p, so drafts are
+    // often but far from always accepted (both paths of the verifier run).
+    d.weight_scale = 0.26f;
     draft_path_ = new std::string(::testing::TempDir() + "/lossless_draft.gguf");
     ASSERT_TRUE(testing::WriteTinyModel(d, *draft_path_).ok());
     target_ = test::LoadModel(*target_path_, backend_, 1024, 1024).release();
@@ -127,7 +130,8 @@ class SpecLosslessTest : public ::testing::Test {
 
   // Token triples of kSamples requests (seeds seed0 + i), speculative or plain.
   std::vector<std::vector<int32_t>> Run(const sampling::SamplingParams& base, bool speculative,
-                                        uint64_t seed0, bool wrong_verifier = false) {
+                                        uint64_t seed0, bool wrong_verifier = false,
+                                        int samples = kSamples) {
     auto tk = tok::Tokenizer::FromGguf(*target_->file);
     EXPECT_TRUE(tk.ok());
     std::unique_ptr<Drafter> drafter;
@@ -181,13 +185,13 @@ class SpecLosslessTest : public ::testing::Test {
     }
     auto e = SpecEngine::Create(target_->model.get(), drafter.get(), o);
     EXPECT_TRUE(e.ok()) << e.status();
-    std::vector<std::vector<int32_t>> prompts(kSamples, Prompt());
-    std::vector<sampling::SamplingParams> params(kSamples, base);
-    for (int i = 0; i < kSamples; ++i) params[i].seed = seed0 + i;
+    std::vector<std::vector<int32_t>> prompts(samples, Prompt());
+    std::vector<sampling::SamplingParams> params(samples, base);
+    for (int i = 0; i < samples; ++i) params[i].seed = seed0 + i;
     auto out = test::EngineGenerate(**e, prompts, params, kNew);
     if (speculative) {
       // The test is only meaningful if speculation really happened, with rejections.
-      EXPECT_GT((*e)->stats().drafted, kSamples);
+      EXPECT_GT((*e)->stats().drafted, samples);
       EXPECT_LT((*e)->stats().accepted, (*e)->stats().drafted * 0.9);
       EXPECT_GT((*e)->stats().accepted, (*e)->stats().drafted * 0.1);
       std::printf("%s\n", (*e)->stats().ToString().c_str());
@@ -267,8 +271,10 @@ TEST_F(SpecLosslessTest, SpeculativeMatchesPlainSampling) {
 
 TEST_F(SpecLosslessTest, WrongVerifierIsDetected) {
   const Config c = Configs()[0];
-  const auto wrong = Run(c.params, true, 1, /*wrong_verifier=*/true);
-  const auto plain = Run(c.params, false, 10'000'000);
+  // 30k samples suffice here: the bias gives z ~ 25 at 20k and ~ 60 at 100k.
+  const int n = std::min(kSamples, 30000);
+  const auto wrong = Run(c.params, true, 1, /*wrong_verifier=*/true, n);
+  const auto plain = Run(c.params, false, 10'000'000, false, n);
   EXPECT_GT(Compare(wrong, plain, "WRONG verifier"), kZFail);
 }
 

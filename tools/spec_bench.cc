@@ -1,0 +1,211 @@
+#include "tools/spec_bench.h"
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/engine/backend.h"
+#include "common/engine/communicator.h"
+#include "common/engine/llama_model.h"
+#include "common/gguf/gguf_file.h"
+#include "common/spec/drafter_factory.h"
+#include "common/spec/spec_engine.h"
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace specd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* const kPrompts[] = {
+    "Write a short story about a robot who learns to paint.",
+    "Explain how a hash table works, step by step.",
+    "List ten fruits and one fact about each.",
+    "def quicksort(arr):\n    # Sort a list with quicksort and explain each line.",
+    "What are the main causes of climate change?",
+    "Translate to French: The weather is nice today and I want to go for a walk.",
+    "Give me a recipe for pancakes.",
+    "Summarize the plot of Romeo and Juliet.",
+};
+
+struct Row {
+  std::string name;
+  double tok_s = 0;
+  spec::SpecStats stats;
+};
+
+struct Bench {
+  const SpecBenchOptions& o;
+  engine::Backend* backend;
+  const gguf::GgufFile& file;
+  std::string path;
+  engine::LlamaModel* target;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> eos;
+
+  // Generates o.new_tokens greedy tokens for every prompt, `batch` at a time.
+  absl::StatusOr<Row> Run(const std::string& name, spec::Drafter* drafter, int k, bool adaptive,
+                          int batch) {
+    spec::SpecEngineOptions eo;
+    eo.max_batch_tokens = 256;
+    eo.max_running = batch;
+    eo.kv_blocks = 512;
+    eo.k = drafter ? k : 0;
+    eo.adaptive_k = drafter != nullptr && adaptive;
+    eo.eos_token_ids = eos;
+    auto e = spec::SpecEngine::Create(target, drafter, eo);
+    if (!e.ok()) return e.status();
+    // Warm-up: one short request (pages weights in, settles the adaptive curves a little).
+    spec::SpecRequest warm{prompts[0], {}, 8, -1};
+    warm.params.temperature = 0;
+    auto wid = (*e)->Admit(warm);
+    if (!wid.ok()) return wid.status();
+    if (auto st = (*e)->RunToCompletion(); !st.ok()) return st;
+    (*e)->ResetStats();
+    int64_t generated = 0;
+    const auto t0 = Clock::now();
+    for (size_t p0 = 0; p0 < prompts.size(); p0 += batch) {
+      std::vector<spec::RequestId> ids;
+      for (size_t p = p0; p < std::min(prompts.size(), p0 + batch); ++p) {
+        spec::SpecRequest r;
+        r.prompt = prompts[p];
+        r.params.temperature = 0;
+        r.params.ignore_eos = true;
+        r.max_new_tokens = o.new_tokens;
+        auto id = (*e)->Admit(std::move(r));
+        if (!id.ok()) return id.status();
+        ids.push_back(*id);
+      }
+      if (auto st = (*e)->RunToCompletion(); !st.ok()) return st;
+      for (auto id : ids) {
+        auto r = (*e)->TakeResult(id);
+        if (!r.ok()) return r.status();
+        generated += static_cast<int64_t>(r->tokens.size());
+      }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    return Row{name, generated / secs, (*e)->stats()};
+  }
+};
+
+void Print(const Row& r, double plain) {
+  const spec::SpecStats& s = r.stats;
+  std::string acc;
+  for (size_t i = 0; i < s.drafted_at.size(); ++i) {
+    if (s.drafted_at[i] == 0) continue;
+    absl::StrAppendFormat(&acc, "%s%.2f", acc.empty() ? "" : " ",
+                          double(s.accepted_at[i]) / s.drafted_at[i]);
+  }
+  std::printf("  %-34s %7.1f tok/s %5.2fx | acc.len %4.2f mean k %4.2f | draft %6.2f verify %6.2f "
+              "ms/step | accept/pos %s\n",
+              r.name.c_str(), r.tok_s, plain > 0 ? r.tok_s / plain : 1.0,
+              s.MeanAcceptedLength(), s.MeanK(), s.steps ? 1e3 * s.draft_seconds / s.steps : 0.0,
+              s.steps ? 1e3 * s.verify_seconds / s.steps : 0.0, acc.empty() ? "-" : acc.c_str());
+  std::fflush(stdout);
+}
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "specd-bench --spec: %s\n", st.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunSpecBench(const SpecBenchOptions& o) {
+  auto file = gguf::GgufFile::Open(o.model_path);
+  if (!file.ok()) return Fail(file.status());
+  auto tk = tok::Tokenizer::FromGguf(**file);
+  if (!tk.ok()) return Fail(tk.status());
+  auto backend = engine::MakeCpuBackend(o.threads);
+  engine::LocalCommunicator comm;
+  engine::ModelOptions mo;
+  mo.max_batch_tokens = 256;
+  mo.max_logit_rows = 128;
+  auto target = engine::LlamaModel::Load(**file, backend.get(), &comm, mo);
+  if (!target.ok()) return Fail(target.status());
+
+  Bench b{o, backend.get(), **file, o.model_path, target->get(), {}, {}};
+  auto tmpl = tok::ChatTemplate::FromGguf(**file);
+  for (int i = 0; i < o.prompts; ++i) {
+    const char* p = kPrompts[i % std::size(kPrompts)];
+    std::string text = p;
+    if (tmpl.ok()) {
+      const tok::ChatMessage msg{"user", p};
+      auto applied = tmpl->Apply({&msg, 1}, true);
+      if (applied.ok()) text = *applied;
+    }
+    auto ids = (*tk)->Encode(text, true, tmpl.ok());
+    if (!ids.ok()) return Fail(ids.status());
+    b.prompts.push_back(*ids);
+  }
+  for (int32_t id = 0; id < (*tk)->vocab_size(); ++id) {
+    if ((*tk)->IsEndOfGeneration(id)) b.eos.push_back(id);
+  }
+
+  spec::DrafterChoice same, self, ngram;
+  same.kind = spec::DrafterChoice::Kind::kModel;
+  same.draft_path = o.model_path;
+  self.kind = spec::DrafterChoice::Kind::kSelf;
+  self.self_layers = o.self_layers;
+  ngram.kind = spec::DrafterChoice::Kind::kNgram;
+  for (spec::DrafterChoice* c : {&same, &self}) {
+    c->model.kv_blocks = 512;
+    c->model.max_sequences = 64;
+  }
+  std::printf("speculative decoding: %s, %d chat prompts x %d greedy tokens, threads %d\n",
+              o.model_path.c_str(), o.prompts, o.new_tokens, o.threads);
+  for (int batch : {1, 8}) {
+    std::printf("batch %d (%s):\n", batch,
+                batch == 1 ? "one request at a time" : "8 requests continuously batched");
+    auto plain = b.Run("plain (no speculation)", nullptr, 0, false, batch);
+    if (!plain.ok()) return Fail(plain.status());
+    Print(*plain, 0);
+    for (const spec::DrafterChoice* c : {&same, &self, &ngram}) {
+      auto d = spec::MakeDrafter(*c, **file, o.model_path, backend.get());
+      if (!d.ok()) return Fail(d.status());
+      for (bool adaptive : {false, true}) {
+        const std::string name =
+            absl::StrCat(c->Describe() == absl::StrCat("draft model ", o.model_path)
+                             ? "same-file draft"
+                             : c->Describe(),
+                         adaptive ? ", k auto" : ", k 4");
+        auto r = b.Run(name, d->get(), adaptive ? 8 : 4, adaptive, batch);
+        if (!r.ok()) return Fail(r.status());
+        Print(*r, plain->tok_s);
+      }
+    }
+  }
+  if (!o.pair) return 0;
+
+  // The pair: target = this file re-encoded to F16 at load, draft = the file as is.
+  engine::ModelOptions f16 = mo;
+  f16.reencode_weights = gguf::GgmlType::kF16;
+  auto big = engine::LlamaModel::Load(**file, backend.get(), &comm, f16);
+  if (!big.ok()) return Fail(big.status());
+  b.target = big->get();
+  std::printf("pair: target = %s re-encoded to F16 (%.0f MB of weights per step), draft = the "
+              "Q4_1 file (%.0f MB):\n",
+              o.model_path.c_str(), (*big)->weight_bytes() / 1e6,
+              (*target)->weight_bytes() / 1e6);
+  auto d = spec::MakeDrafter(same, **file, o.model_path, backend.get());
+  if (!d.ok()) return Fail(d.status());
+  for (int batch : {1, 8}) {
+    auto plain = b.Run(absl::StrCat("F16 plain, batch ", batch), nullptr, 0, false, batch);
+    if (!plain.ok()) return Fail(plain.status());
+    Print(*plain, 0);
+    for (bool adaptive : {false, true}) {
+      auto r = b.Run(absl::StrCat("F16 + Q4_1 draft, batch ", batch, adaptive ? ", k auto" : ", k 4"),
+                     d->get(), adaptive ? 8 : 4, adaptive, batch);
+      if (!r.ok()) return Fail(r.status());
+      Print(*r, plain->tok_s);
+    }
+  }
+  return 0;
+}
+
+}  // namespace specd

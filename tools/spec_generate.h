@@ -1,0 +1,40 @@
+// `specd generate` with speculation (--draft FILE | --self-draft L | --ngram, --k N|auto):
+// runs the in-process SpecEngine on one prompt, streams text, reports speed and acceptance.
+#ifndef SPECD_TOOLS_SPEC_GENERATE_H_
+#define SPECD_TOOLS_SPEC_GENERATE_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/gguf/ggml_type.h"
+#include "common/sampling/sampling_params.h"
+#include "common/spec/drafter_factory.h"
+#include "kernels/kernel_types.h"
+
+namespace specd {
+
+struct SpecGenerateOptions {
+  std::string model, prompt;
+  bool chat = false;
+  int max_new_tokens = 128;
+  int threads = 0;
+  int kv_blocks = 0;
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+  sampling::SamplingParams params;
+  spec::DrafterChoice drafter;
+  int k = 4;
+  bool adaptive_k = false;
+  std::optional<gguf::GgmlType> target_weights;  // re-encode the target at load (e.g. F16)
+};
+
+// Parses one speculation flag at argv[*i] ("--draft", "--self-draft", "--ngram", "--k",
+// "--target-weights"), advancing *i past its value. Returns false if argv[*i] is not one.
+// INVALID_ARGUMENT for a bad value, naming the flag.
+absl::StatusOr<bool> ParseSpecFlag(int argc, char** argv, int* i, SpecGenerateOptions* o);
+
+absl::Status SpecGenerate(const SpecGenerateOptions& o);
+
+}  // namespace specd
+
+#endif  // SPECD_TOOLS_SPEC_GENERATE_H_
