@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One command for a newcomer on a fresh Debian machine: installs dependencies, builds,
-# fetches the default model and runs the main job (generate text from the default model).
+# fetches the default model and runs the main job: a local cluster (router + draft + target)
+# answering a prompt with speculative decoding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/fetch_model.sh
 scripts/build.sh
 PROMPT=${1:-"What is speculative decoding? Answer in two sentences."}
-build/tools/specd-inspect models/SmolLM2-135M-Instruct.Q4_1.gguf | head -n 20
-build/tools/specd generate -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat -n 96 -p "$PROMPT"
+build/tools/specd-inspect models/SmolLM2-135M-Instruct.Q4_1.gguf | head -n 24
+scripts/run_cluster.sh --prompt "$PROMPT" -n 96

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 scripts/install_deps.sh
 scripts/fetch_model.sh
+SPECD_PYTHON=$(scripts/python_env.sh)
+export SPECD_PYTHON
 JOBS=${JOBS:-$(nproc)}
 
 echo "== sanitizer build (ASan+UBSan, clang, core libraries + fuzzers)"

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 
 #include "kernels/cpu/backend.h"
 
@@ -148,13 +149,15 @@ inline __m256i Nibbles16(const uint8_t* p) {  // 16 bytes -> 32 nibbles (low one
 // once (lanes past nb read nothing and give 0), then f16 -> f32 of its low or high half.
 template <class Idx>
 inline __m256i GatherWords(const uint8_t* row, int64_t b0, int64_t nb, Idx idx) {
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i bv = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(b0)), lanes);
-  const __m256i offs = idx(bv);
-  const int64_t n = nb - b0;
-  if (n >= 8) return _mm256_i32gather_epi32(reinterpret_cast<const int*>(row), offs, 1);
-  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
-  return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(row), offs, mask, 1);
+  // Scalar loads rather than vpgatherdd: when the row is not cached yet, independent
+  // loads overlap their misses much better than a gather does.
+  int32_t v[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    v[i] = 0;
+    if (b0 + i < nb) std::memcpy(&v[i], row + idx(b0 + i), 4);
+  }
+  return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
 }
 inline __m256 HalvesToF32(__m256i halves_in_u32) {  // each lane holds a half in its low 16 bits
   const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves_in_u32, halves_in_u32), 0x08);
@@ -162,9 +165,6 @@ inline __m256 HalvesToF32(__m256i halves_in_u32) {  // each lane holds a half in
 }
 inline __m256 LowHalves(__m256i w) { return HalvesToF32(_mm256_and_si256(w, _mm256_set1_epi32(0xFFFF))); }
 inline __m256 HighHalves(__m256i w) { return HalvesToF32(_mm256_srli_epi32(w, 16)); }
-inline __m256i MulAdd32(__m256i v, int mul, int add) {
-  return _mm256_add_epi32(_mm256_mullo_epi32(v, _mm256_set1_epi32(mul)), _mm256_set1_epi32(add));
-}
 
 // Decoders. Scales() runs once per weight row and chunk: it writes the float scale
 // (and min) of every 32-value sub-block. Quants() gives the 32 int8 codes of
@@ -173,7 +173,7 @@ struct DecQ8_0 {
   static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = false, kFold = false;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8)
-      _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 34, 0); })));
+      _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](int64_t b) { return b * 34; })));
   }
   static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 34 + 2));
@@ -184,7 +184,7 @@ struct DecQ4_0 {
   static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = true, kFold = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8)
-      _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 18, 0); })));
+      _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](int64_t b) { return b * 18; })));
   }
   static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
     return _mm256_sub_epi8(Nibbles16(row + b * 18 + 2), _mm256_set1_epi8(8));
@@ -195,7 +195,7 @@ struct DecQ4_1 {
   static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true, kFold = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-      const __m256i w = GatherWords(row, b0, nb, [](__m256i b) { return MulAdd32(b, 20, 0); });
+      const __m256i w = GatherWords(row, b0, nb, [](int64_t b) { return b * 20; });
       _mm256_storeu_ps(d + b0, LowHalves(w));
       _mm256_storeu_ps(m + b0, HighHalves(w));
     }
@@ -237,9 +237,7 @@ struct DecQ6_K {
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     // d is the last 2 bytes of the 210-byte block: read the word at 206, take its high half.
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-      _mm256_storeu_ps(d + b0, HighHalves(GatherWords(row, b0, nb, [](__m256i b) {
-                         return MulAdd32(_mm256_srli_epi32(b, 3), 210, 206);
-                       })));
+      _mm256_storeu_ps(d + b0, HighHalves(GatherWords(row, b0, nb, [](int64_t b) { return (b >> 3) * 210 + 206; })));
     }
   }
   static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
@@ -257,6 +255,7 @@ struct DecQ6_K {
   }
 };
 
+static const bool g_pf = getenv("NOPF") == nullptr;
 template <bool B>
 struct BoolTag {
   static constexpr bool kValue = B;
@@ -430,6 +429,14 @@ void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
     const int64_t rows = n1 - nc < kQRowChunk ? n1 - nc : kQRowChunk;
     Chunk c = ch;
     c.w = w.data + nc * w.row_bytes;
+    // Software prefetch two chunks ahead: the scale pass below would otherwise take
+    // every DRAM miss of the chunk in gathers, which overlap misses poorly.
+    if (g_pf && nc + 2 * kQRowChunk < n1) {
+      const int64_t pr = n1 - nc - 2 * kQRowChunk < kQRowChunk ? n1 - nc - 2 * kQRowChunk : kQRowChunk;
+      const char* pf = reinterpret_cast<const char*>(w.data + (nc + 2 * kQRowChunk) * w.row_bytes);
+      const int64_t bytes = pr * static_cast<int64_t>(w.row_bytes);
+      for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+    }
     for (int64_t i = 0; i < rows; ++i) {
       const uint8_t* row = c.w + i * w.row_bytes;
       D::Scales(row, nb, dbuf + i * ss, mbuf + i * ss);  // pads to ss with zeros

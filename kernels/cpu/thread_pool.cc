@@ -72,7 +72,10 @@ void ThreadPool::WorkerLoop() {
       int spins = 0;
       while ((g = generation_.load(std::memory_order_acquire)) == seen) {
         CpuRelax();
-        if (++spins % 256 == 0 && std::chrono::steady_clock::now() - start > kSpinBudget) {
+        // On an oversubscribed machine this thread may share a CPU with the caller:
+        // yield now and then so a spinning worker never holds the caller off for a slice.
+        if (++spins % 64 == 0) std::this_thread::yield();
+        if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > kSpinBudget) {
           std::unique_lock<std::mutex> lk(sleep_mu_);
           sleeping_.fetch_add(1);  // seq_cst: Run() reads it after bumping generation_
           sleep_cv_.wait(lk, [&] { return generation_.load() != seen; });
