@@ -11,10 +11,10 @@ namespace specd {
 struct SpecBenchOptions {
   std::string model_path;
   int threads = 0;
-  int new_tokens = 48;   // per request
-  int prompts = 8;       // requests per configuration (run one by one at batch 1)
+  int new_tokens = 48;  // per request
+  int prompts = 8;      // requests per configuration (run one by one at batch 1)
   int self_layers = 6;
-  bool pair = true;      // also the F16 target vs Q4_1 draft pair
+  bool pair = true;  // also the F16 target vs Q4_1 draft pair
 };
 
 int RunSpecBench(const SpecBenchOptions& o);

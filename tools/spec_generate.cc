@@ -155,8 +155,7 @@ absl::Status SpecGenerate(const SpecGenerateOptions& a) {
                choice.Describe().c_str(),
                a.adaptive_k ? absl::StrCat("auto<=", a.k).c_str() : absl::StrCat(a.k).c_str(),
                prompt->size(), result->tokens.size(), secs, result->tokens.size() / secs,
-               spec::FinishReasonName(result->finish),
-               (*engine)->stats().ToString().c_str());
+               spec::FinishReasonName(result->finish), (*engine)->stats().ToString().c_str());
   return absl::OkStatus();
 }
 

@@ -18,6 +18,12 @@ class Backend {
 
   // x: [T, w.cols] -> y: [T, w.rows]
   virtual void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) = 0;
+  // ys[i] = ws[i] x for n weights sharing the input x: [T, cols]; bitwise the same as n
+  // MatMul calls. Backends may quantize x once and run the products together.
+  virtual void MatMulShared(const kernels::WeightMatrix* ws, int n, const float* x, int64_t T,
+                            float* const* ys) {
+    for (int i = 0; i < n; ++i) MatMul(ws[i], x, T, ys[i]);
+  }
   // Same product with float activations for every weight type (no int8 activation rounding):
   // the "exact activations" mode used to check the model against a float64 reference.
   virtual void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T,

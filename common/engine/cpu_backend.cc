@@ -14,6 +14,10 @@ class CpuBackend final : public Backend {
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
     kernels::cpu::MatMul(pool_, w, x, T, y);
   }
+  void MatMulShared(const kernels::WeightMatrix* ws, int n, const float* x, int64_t T,
+                    float* const* ys) override {
+    kernels::cpu::MatMulShared(pool_, ws, n, x, T, ys);
+  }
   void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T,
                    float* y) override {
     kernels::cpu::MatMulExact(pool_, w, x, T, y);

@@ -353,9 +353,11 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
     const LayerWeights& w = weights_.layers[l];
     const kernels::PagedKvLayer layer = kv.Layer(l);
     be.RmsNorm(x_.data(), w.attn_norm, T, D, eps, h_.data());
-    MatMul(w.wq, h_.data(), T, q_.data());  // q: [T, Hq, d]
-    MatMul(w.wk, h_.data(), T, k_.data());  // k: [T, Hkv, d]
-    MatMul(w.wv, h_.data(), T, v_.data());  // v: [T, Hkv, d]
+    {  // q: [T, Hq, d], k, v: [T, Hkv, d]
+      const kernels::WeightMatrix qkv[3] = {w.wq, w.wk, w.wv};
+      float* const ys[3] = {q_.data(), k_.data(), v_.data()};
+      MatMulShared(qkv, 3, h_.data(), T, ys);
+    }
     if (w.bq != nullptr) {
       be.AddBias(q_.data(), w.bq, T, Hq * d);
       be.AddBias(k_.data(), w.bk, T, Hkv * d);
@@ -372,8 +374,11 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
     be.AddInPlace(x_.data(), o_.data(), T * D);
 
     be.RmsNorm(x_.data(), w.ffn_norm, T, D, eps, h_.data());
-    MatMul(w.w_gate, h_.data(), T, gate_.data());  // [T, F]
-    MatMul(w.w_up, h_.data(), T, up_.data());      // [T, F]
+    {  // gate, up: [T, F]
+      const kernels::WeightMatrix gu[2] = {w.w_gate, w.w_up};
+      float* const ys[2] = {gate_.data(), up_.data()};
+      MatMulShared(gu, 2, h_.data(), T, ys);
+    }
     be.SwiGlu(gate_.data(), up_.data(), T, F, act_.data());
     MatMul(w.w_down, act_.data(), T, o_.data());   // [T, D] partial
     st = comm_->AllReduceSum(o_.data(), T * D);

@@ -94,6 +94,15 @@ class LlamaModel {
       backend_->MatMul(w, x, T, y);
     }
   }
+  // Several products of the same input (q/k/v, gate/up).
+  void MatMulShared(const kernels::WeightMatrix* ws, int n, const float* x, int64_t T,
+                    float* const* ys) {
+    if (options_.exact_activations) {
+      for (int i = 0; i < n; ++i) backend_->MatMulExact(ws[i], x, T, ys[i]);
+    } else {
+      backend_->MatMulShared(ws, n, x, T, ys);
+    }
+  }
 
   ModelConfig config_;
   ModelOptions options_;

@@ -27,11 +27,11 @@ using engine::SeqId;
 // One sequence's request to the drafter for this step.
 struct DraftInput {
   SeqId seq = 0;
-  absl::Span<const int32_t> tokens;                // committed x_1..x_n (prompt + generated)
+  absl::Span<const int32_t> tokens;                  // committed x_1..x_n (prompt + generated)
   const sampling::SamplingParams* params = nullptr;  // the request's transforms (draft mimics them)
   const sampling::PenaltyState* history = nullptr;   // penalty history of `tokens`
   const sampling::CounterRng* rng = nullptr;         // the request's counter RNG (kDraft stream)
-  int32_t max_tokens = 0;                          // k_i: propose at most this many
+  int32_t max_tokens = 0;                            // k_i: propose at most this many
 };
 
 // proposals[j] is d_{j+1} (at absolute position n + j) with its q. Fewer than max_tokens (even

@@ -7,10 +7,14 @@ namespace specd::spec {
 
 std::string DrafterChoice::Describe() const {
   switch (kind) {
-    case Kind::kNone: return "none";
-    case Kind::kModel: return absl::StrCat("draft model ", draft_path);
-    case Kind::kSelf: return absl::StrCat("self-draft (", self_layers, " layers)");
-    case Kind::kNgram: return "n-gram";
+    case Kind::kNone:
+      return "none";
+    case Kind::kModel:
+      return absl::StrCat("draft model ", draft_path);
+    case Kind::kSelf:
+      return absl::StrCat("self-draft (", self_layers, " layers)");
+    case Kind::kNgram:
+      return "n-gram";
   }
   return "?";
 }

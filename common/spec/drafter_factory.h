@@ -19,10 +19,10 @@ namespace specd::spec {
 struct DrafterChoice {
   enum class Kind { kNone, kModel, kSelf, kNgram };
   Kind kind = Kind::kNone;
-  std::string draft_path;       // kModel
-  int32_t self_layers = 0;      // kSelf
-  ModelDrafterOptions model;    // kModel / kSelf
-  NgramDrafterOptions ngram;    // kNgram
+  std::string draft_path;     // kModel
+  int32_t self_layers = 0;    // kSelf
+  ModelDrafterOptions model;  // kModel / kSelf
+  NgramDrafterOptions ngram;  // kNgram
 
   std::string Describe() const;
 };

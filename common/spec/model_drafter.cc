@@ -53,9 +53,9 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateSelf(
   absl::StatusOr<engine::ModelConfig> config = engine::ReadModelConfig(target_file);
   if (!config.ok()) return config.status();
   if (layers < 1 || layers >= config->num_layers) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "self_draft_layers must be in [1, %d) for a %d-layer target, got %d",
-        config->num_layers, config->num_layers, layers));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("self_draft_layers must be in [1, %d) for a %d-layer target, got %d",
+                        config->num_layers, config->num_layers, layers));
   }
   return Build(nullptr, target_file, layers, backend, options,
                absl::StrCat("self-draft(", layers, " of ", config->num_layers, " layers)"));
@@ -109,17 +109,16 @@ absl::Status ModelDrafter::RunForward() {
 }
 
 absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) {
-  SPECD_CHECK(in.size() == out.size(), "Propose: %zu inputs, %zu outputs", in.size(),
-              out.size());
+  SPECD_CHECK(in.size() == out.size(), "Propose: %zu inputs, %zu outputs", in.size(), out.size());
   for (DraftOutput& o : out) o.proposals.clear();
   const int32_t vocab = model_->vocab_size();
   const int32_t ctx = model_->config().context_length;
 
   // Sequences that get drafts, with where their catch-up starts.
   struct Work {
-    size_t idx;          // into in/out
-    int64_t next;        // next token of in[idx].tokens to feed
-    int32_t k;           // drafts wanted (clipped to the context)
+    size_t idx;                      // into in/out
+    int64_t next;                    // next token of in[idx].tokens to feed
+    int32_t k;                       // drafts wanted (clipped to the context)
     sampling::PenaltyState history;  // extended with d_1..d_{j-1} when penalties are on
     bool track = false;
   };
@@ -146,17 +145,17 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     work.push_back(std::move(w));
   }
   if (work.size() > static_cast<size_t>(options_.max_sequences)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "draft batch has %d sequences, more than max_sequences = %d", work.size(),
-        options_.max_sequences));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("draft batch has %d sequences, more than max_sequences = %d", work.size(),
+                        options_.max_sequences));
   }
 
   auto propose = [&](Work& w, const float* row, int64_t position) -> absl::Status {
     const DraftInput& d = in[w.idx];
     const sampling::PenaltyState& hist = w.track ? w.history : *d.history;
-    absl::StatusOr<sampling::SparseProposal> q = sampling::MakeProposal(
-        absl::Span<const float>(row, vocab), hist, *d.params, options_.proposal_top_n, *d.rng,
-        position);
+    absl::StatusOr<sampling::SparseProposal> q =
+        sampling::MakeProposal(absl::Span<const float>(row, vocab), hist, *d.params,
+                               options_.proposal_top_n, *d.rng, position);
     if (!q.ok()) return q.status();
     if (w.track) w.history.AddGenerated(q->token);
     out[w.idx].proposals.push_back(std::move(*q));

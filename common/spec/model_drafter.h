@@ -23,7 +23,7 @@
 namespace specd::spec {
 
 struct ModelDrafterOptions {
-  int32_t kv_blocks = 512;   // draft KV capacity in blocks (size it like the target's)
+  int32_t kv_blocks = 512;  // draft KV capacity in blocks (size it like the target's)
   int32_t block_size = 16;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   int32_t max_batch_tokens = 256;  // tokens per draft forward (catch-up / prefill chunks)
@@ -33,7 +33,7 @@ struct ModelDrafterOptions {
 
 // What the drafter checks a separate draft model against.
 struct TargetIdentity {
-  std::string name;          // the target model's file, for error messages
+  std::string name;  // the target model's file, for error messages
   uint64_t vocab_fingerprint = 0;
   int32_t vocab_size = 0;
 };

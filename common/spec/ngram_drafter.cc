@@ -27,10 +27,9 @@ absl::StatusOr<std::unique_ptr<NgramDrafter>> NgramDrafter::Create(const NgramDr
 std::vector<int32_t> NgramDrafter::Lookup(absl::Span<const int32_t> all, int32_t k) const {
   std::vector<int32_t> cont;
   if (k <= 0) return cont;
-  const absl::Span<const int32_t> t =
-      all.size() > static_cast<size_t>(options_.max_lookback)
-          ? all.subspan(all.size() - options_.max_lookback)
-          : all;
+  const absl::Span<const int32_t> t = all.size() > static_cast<size_t>(options_.max_lookback)
+                                          ? all.subspan(all.size() - options_.max_lookback)
+                                          : all;
   const int64_t n = static_cast<int64_t>(t.size());
   for (int64_t len = std::min<int64_t>(options_.max_ngram, n - 1); len >= options_.min_ngram;
        --len) {
@@ -48,8 +47,7 @@ std::vector<int32_t> NgramDrafter::Lookup(absl::Span<const int32_t> all, int32_t
 }
 
 absl::Status NgramDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) {
-  SPECD_CHECK(in.size() == out.size(), "Propose: %zu inputs, %zu outputs", in.size(),
-              out.size());
+  SPECD_CHECK(in.size() == out.size(), "Propose: %zu inputs, %zu outputs", in.size(), out.size());
   for (size_t i = 0; i < in.size(); ++i) {
     out[i].proposals.clear();
     for (int32_t tok : Lookup(in[i].tokens, in[i].max_tokens)) {

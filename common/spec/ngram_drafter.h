@@ -14,8 +14,8 @@
 namespace specd::spec {
 
 struct NgramDrafterOptions {
-  int32_t max_ngram = 4;  // longest suffix tried first
-  int32_t min_ngram = 1;  // shortest suffix accepted as a match
+  int32_t max_ngram = 4;        // longest suffix tried first
+  int32_t min_ngram = 1;        // shortest suffix accepted as a match
   int32_t max_lookback = 4096;  // only the last this-many tokens are searched
 };
 

@@ -22,19 +22,27 @@ double Since(Clock::time_point t0) {
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "?";
 }
 
 struct SpecEngine::Sequence {
   Sequence(RequestId i, SpecRequest r)
-      : id(i), req(std::move(r)), rng(req.params.seed),
-        history(sampling::PenaltyState::FromTokens(req.prompt, {})), tokens(req.prompt) {}
+      : id(i),
+        req(std::move(r)),
+        rng(req.params.seed),
+        history(sampling::PenaltyState::FromTokens(req.prompt, {})),
+        tokens(req.prompt) {}
 
   RequestId id;
   SpecRequest req;
@@ -45,7 +53,7 @@ struct SpecEngine::Sequence {
   AcceptanceEstimate acceptance;
   SpecResult result;
   bool cancelled = false;
-  bool done = false;               // finished this step; erased from running_ at its end
+  bool done = false;  // finished this step; erased from running_ at its end
 
   int64_t n() const { return static_cast<int64_t>(tokens.size()); }
   int32_t generated() const { return static_cast<int32_t>(result.tokens.size()); }
@@ -67,7 +75,8 @@ absl::StatusOr<std::unique_ptr<SpecEngine>> SpecEngine::Create(engine::LlamaMode
   if (o.max_running < 1 || o.max_running > max_running) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_running must be in [1, %d] (max_batch_tokens and the target's max_logit_rows), "
-        "got %d", max_running, o.max_running));
+        "got %d",
+        max_running, o.max_running));
   }
   if (o.max_waiting < 0) {
     return absl::InvalidArgumentError(
@@ -201,7 +210,8 @@ absl::StatusOr<RequestId> SpecEngine::Admit(SpecRequest r) {
   if (kv_->BlocksFor(total) > kv_->num_blocks()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "max_new_tokens: prompt + max_new_tokens = %d tokens needs %d KV blocks, the cache has "
-        "%d", total, kv_->BlocksFor(total), kv_->num_blocks()));
+        "%d",
+        total, kv_->BlocksFor(total), kv_->num_blocks()));
   }
   if (absl::Status st = sampling::Validate(r.params, vocab); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("params: ", st.message()));
@@ -297,8 +307,8 @@ void SpecEngine::Admit() {
   while (!waiting_.empty() && running_.size() < static_cast<size_t>(options_.max_running)) {
     Sequence& s = *waiting_.front();
     // Room for everything it has now plus one verify row, and a block of growth per runner.
-    const int64_t need = kv_->BlocksFor(s.n() + KCap(s) + 1) +
-                         static_cast<int64_t>(running_.size());
+    const int64_t need =
+        kv_->BlocksFor(s.n() + KCap(s) + 1) + static_cast<int64_t>(running_.size());
     if (need > kv_->num_free_blocks() && !running_.empty()) break;
     if (!kv_->AddSequence(s.id).ok()) break;
     s.kv_len = 0;
@@ -324,10 +334,10 @@ absl::Status SpecEngine::Step() {
   // fit the token budget verifies this step: slice tokens[kv_len, n) ++ d_1..d_k, logits for
   // the last k+1 rows. Others get a prompt chunk from what budget is left. Admission order. ----
   std::vector<Sequence*> dec;
-  std::vector<int32_t> k;          // [dec.size()]
+  std::vector<int32_t> k;  // [dec.size()]
   struct Chunk {
     Sequence* s;
-    int32_t take;                  // tokens fed from kv_len (never up to x_n)
+    int32_t take;  // tokens fed from kv_len (never up to x_n)
   };
   std::vector<Chunk> chunks;
   for (;;) {
@@ -418,8 +428,8 @@ absl::Status SpecEngine::Step() {
     std::vector<int32_t> which;
     for (int32_t i = 0; i < B; ++i) {
       if (k[i] <= 0) continue;
-      in.push_back(DraftInput{dec[i]->id, dec[i]->tokens, &dec[i]->req.params,
-                              &dec[i]->history, &dec[i]->rng, k[i]});
+      in.push_back(DraftInput{dec[i]->id, dec[i]->tokens, &dec[i]->req.params, &dec[i]->history,
+                              &dec[i]->rng, k[i]});
       which.push_back(i);
     }
     if (!in.empty()) {
@@ -542,9 +552,9 @@ absl::Status SpecEngine::Step() {
   for (int32_t i = 0; i < B; ++i) {
     Sequence& s = *dec[i];
     sampling::VerifyInput vin;
-    vin.target_logits = absl::Span<const float>(
-        logits_.data() + static_cast<size_t>(row_of[i]) * vocab,
-        static_cast<size_t>(k[i] + 1) * vocab);
+    vin.target_logits =
+        absl::Span<const float>(logits_.data() + static_cast<size_t>(row_of[i]) * vocab,
+                                static_cast<size_t>(k[i] + 1) * vocab);
     vin.vocab_size = vocab;
     vin.proposals = drafts[i].proposals;
     vin.history = &s.history;

@@ -53,8 +53,8 @@ struct SpecResult {
   std::vector<int32_t> tokens;  // generated tokens (a stop token is included)
   std::vector<float> logprobs;  // [tokens.size()] raw log-softmax
   FinishReason finish = FinishReason::kNone;
-  absl::Status status;          // why, for kError
-  int32_t steps = 0;            // target steps that emitted tokens for this request
+  absl::Status status;  // why, for kError
+  int32_t steps = 0;    // target steps that emitted tokens for this request
   int32_t drafted = 0, accepted = 0;
 };
 
@@ -65,7 +65,7 @@ struct SpecEngineOptions {
   int32_t kv_blocks = 1024;        // target KV cache blocks
   int32_t block_size = 16;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
-  int32_t k = 4;                   // drafts per step (fixed mode) / upper bound (adaptive)
+  int32_t k = 4;  // drafts per step (fixed mode) / upper bound (adaptive)
   bool adaptive_k = false;
   // Adaptive mode: measure target and draft costs at Create (a few forwards). Without it
   // the curves start from `verify_cost` / `draft_cost` (must be set then).

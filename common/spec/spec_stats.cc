@@ -30,8 +30,9 @@ std::string SpecStats::ToString() const {
     if (k_chosen[k]) absl::StrAppendFormat(&s, " k=%d:%d", k, k_chosen[k]);
   }
   absl::StrAppendFormat(
-      &s, "\ntime: draft %.3f s (%.2f ms/step), verify %.3f s (%.2f ms/step), step %.3f s; "
-          "preemptions %d, draft failures %d",
+      &s,
+      "\ntime: draft %.3f s (%.2f ms/step), verify %.3f s (%.2f ms/step), step %.3f s; "
+      "preemptions %d, draft failures %d",
       draft_seconds, steps ? 1e3 * draft_seconds / steps : 0.0, verify_seconds,
       steps ? 1e3 * verify_seconds / steps : 0.0, step_seconds, preemptions, draft_failures);
   return s;

@@ -200,23 +200,57 @@ const char* IsaName(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "generic"; }
 // ------------------------------------------------------------ ops
 
 void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, float* y) {
-  if (!MatMulSupportsType(w.type)) Fail("MatMul: unsupported weight type");
-  if (T <= 0 || w.rows <= 0) return;
+  float* ys[1] = {y};
+  MatMulShared(pool, &w, 1, x, T, ys);
+}
+
+void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* x, int64_t T,
+                  float* const* ys) {
+  if (n <= 0) return;
+  bool quantized = true;
+  for (int i = 0; i < n; ++i) {
+    if (!MatMulSupportsType(ws[i].type)) Fail("MatMul: unsupported weight type");
+    if (!IsQuantized(ws[i].type) || ws[i].cols != ws[0].cols) quantized = false;
+  }
+  if (!quantized && n > 1) {  // float weights (or mixed shapes): one product at a time
+    for (int i = 0; i < n; ++i) MatMulShared(pool, ws + i, 1, x, T, ys + i);
+    return;
+  }
+  if (T <= 0) return;
   const Backend& be = Be();
+  const int64_t K = ws[0].cols;
   constexpr int64_t kTileRows = 4;  // weight rows per work unit
-  const int64_t tiles = (w.rows + kTileRows - 1) / kTileRows;
+  // Work units: tiles of kTileRows rows of each matrix in turn.
+  int64_t tiles = 0;
+  for (int i = 0; i < n; ++i) tiles += (ws[i].rows + kTileRows - 1) / kTileRows;
+  if (tiles == 0) return;
   // Each chunk of work should be at least ~64K multiply-adds.
-  const int64_t per_tile = kTileRows * T * w.cols;
+  const int64_t per_tile = kTileRows * T * K;
   const int64_t grain = per_tile >= 65536 ? 1 : (65536 + per_tile - 1) / per_tile;
-  if (!IsQuantized(w.type)) {
+  // Calls fn(i, row0, row1) for the rows of each matrix that units [b, e) cover.
+  auto for_rows = [&](int64_t b, int64_t e, auto&& fn) {
+    int64_t base = 0;
+    for (int i = 0; i < n && b < e; ++i) {
+      const int64_t ti = (ws[i].rows + kTileRows - 1) / kTileRows;
+      if (b < base + ti) {
+        const int64_t lo = b - base, hi = (e < base + ti ? e : base + ti) - base;
+        fn(i, lo * kTileRows, hi * kTileRows < ws[i].rows ? hi * kTileRows : ws[i].rows);
+        b = base + hi;
+      }
+      base += ti;
+    }
+  };
+  if (!quantized) {
     pool.ParallelFor(tiles, [&](int64_t b, int64_t e) {
-      be.matmul_f(w, x, T, b * kTileRows, e * kTileRows < w.rows ? e * kTileRows : w.rows, y);
+      for_rows(b, e, [&](int i, int64_t r0, int64_t r1) { be.matmul_f(ws[i], x, T, r0, r1, ys[i]); });
     }, grain);
     return;
   }
-  const int64_t block = (w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ6_K) ? 256 : 32;
-  if (w.cols % block != 0) Fail("MatMul: cols not a multiple of the block size");
-  const int64_t nb = w.cols / 32;
+  for (int i = 0; i < n; ++i) {
+    const int64_t block = (ws[i].type == GgmlType::kQ4_K || ws[i].type == GgmlType::kQ6_K) ? 256 : 32;
+    if (K % block != 0) Fail("MatMul: cols not a multiple of the block size");
+  }
+  const int64_t nb = K / 32;
   static thread_local std::vector<ActBlockQ8> act_buf;
   ActBlockQ8* act = Scratch(act_buf, T * nb);
   const int64_t ss = internal::MatMulSStride(nb);
@@ -225,14 +259,14 @@ void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, 
   float* act_d = act_s + T * ss;
   auto quantize = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      be.quantize_act(x + t * w.cols, w.cols, act + t * nb);
+      be.quantize_act(x + t * K, K, act + t * nb);
       for (int64_t i = 0; i < ss; ++i) {
         act_s[t * ss + i] = i < nb ? act[t * nb + i].s : 0.0f;
         act_d[t * ss + i] = i < nb ? act[t * nb + i].d : 0.0f;
       }
     }
   };
-  if (T * w.cols >= kMinParallelElems) {
+  if (T * K >= kMinParallelElems) {
     pool.ParallelFor(T, quantize);
   } else {
     quantize(0, T);
@@ -240,8 +274,10 @@ void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, 
   const int64_t scratch_n = internal::MatMulScratchFloats(T, nb);
   pool.ParallelFor(tiles, [&](int64_t b, int64_t e) {
     static thread_local std::vector<float> buf;
-    be.matmul_q(w, act, act_s, act_d, T, b * kTileRows, e * kTileRows < w.rows ? e * kTileRows : w.rows,
-                y, Scratch(buf, scratch_n));
+    float* scratch = Scratch(buf, scratch_n);
+    for_rows(b, e, [&](int i, int64_t r0, int64_t r1) {
+      be.matmul_q(ws[i], act, act_s, act_d, T, r0, r1, ys[i], scratch);
+    });
   }, grain);
 }
 

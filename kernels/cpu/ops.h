@@ -19,6 +19,11 @@
 namespace specd::kernels::cpu {
 
 void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, float* y);
+// ys[i] = ws[i] x for n weights that read the same x (e.g. q/k/v, gate/up): x is
+// quantized once and all products share one parallel region. Bitwise the same as n
+// MatMul calls.
+void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* x, int64_t T,
+                  float* const* ys);
 void RmsNorm(ThreadPool& pool, const float* x, int64_t T, int64_t D, const float* w, float eps,
              float* out);
 void Rope(ThreadPool& pool, float* x, int64_t T, int32_t num_heads, int32_t head_dim,

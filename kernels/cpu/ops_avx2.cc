@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <cstdlib>
 
 #include "kernels/cpu/backend.h"
 
@@ -255,7 +254,6 @@ struct DecQ6_K {
   }
 };
 
-static const bool g_pf = getenv("NOPF") == nullptr;
 template <bool B>
 struct BoolTag {
   static constexpr bool kValue = B;
@@ -431,7 +429,7 @@ void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
     c.w = w.data + nc * w.row_bytes;
     // Software prefetch two chunks ahead: the scale pass below would otherwise take
     // every DRAM miss of the chunk in gathers, which overlap misses poorly.
-    if (g_pf && nc + 2 * kQRowChunk < n1) {
+    if (nc + 2 * kQRowChunk < n1) {
       const int64_t pr = n1 - nc - 2 * kQRowChunk < kQRowChunk ? n1 - nc - 2 * kQRowChunk : kQRowChunk;
       const char* pf = reinterpret_cast<const char*>(w.data + (nc + 2 * kQRowChunk) * w.row_bytes);
       const int64_t bytes = pr * static_cast<int64_t>(w.row_bytes);

@@ -10,3 +10,11 @@ specd_test(matmul_exact_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/kernels/matmul_exact_test.cc
   DEPS specd_kernels_cpu specd_kernels_ref specd_gguf
   LABELS core)
+
+# CUDA kernels vs reference (only when nvcc was found; skipped without a GPU).
+if(SPECD_HAVE_CUDA)
+  specd_test(cuda_ops_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/kernels/cuda_ops_test.cc
+    DEPS specd_kernels_cuda specd_kernels_ref LABELS gpu)
+  set_tests_properties(cuda_ops_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
+endif()

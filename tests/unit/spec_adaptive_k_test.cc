@@ -1,8 +1,7 @@
 // Adaptive k decisions and the n-gram lookup, as pure functions.
-#include "common/spec/adaptive_k.h"
-
 #include <vector>
 
+#include "common/spec/adaptive_k.h"
 #include "common/spec/ngram_drafter.h"
 #include "gtest/gtest.h"
 
@@ -29,7 +28,7 @@ TEST(AdaptiveKTest, ExpectedTokens) {
 TEST(AdaptiveKTest, CostCurveInterpolatesAndTracksLoad) {
   CostCurve c({{1, 1.0}, {9, 3.0}});
   EXPECT_DOUBLE_EQ(c.Predict(5), 2.0);
-  EXPECT_DOUBLE_EQ(c.Predict(13), 4.0);  // extrapolates the last segment
+  EXPECT_DOUBLE_EQ(c.Predict(13), 4.0);             // extrapolates the last segment
   for (int i = 0; i < 200; ++i) c.Observe(5, 4.0);  // the machine got 2x slower
   EXPECT_NEAR(c.load_factor(), 2.0, 1e-3);
   EXPECT_NEAR(c.Predict(9), 6.0, 1e-2);

@@ -121,8 +121,8 @@ TEST_F(SpecEngineTest, GreedyEqualsPlainForEveryDrafterAndK) {
         ASSERT_TRUE(e);
         const auto got = EngineGenerate(*e, prompts, params, kNew);
         for (size_t i = 0; i < prompts.size(); ++i) {
-          ASSERT_EQ(got[i], plain[i]) << kind << " k=" << k << " running=" << running
-                                      << " prompt " << i;
+          ASSERT_EQ(got[i], plain[i])
+              << kind << " k=" << k << " running=" << running << " prompt " << i;
         }
         if (kind == "same") {
           // The same weights draft: every draft is accepted.

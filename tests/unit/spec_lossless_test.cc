@@ -124,8 +124,8 @@ class SpecLosslessTest : public ::testing::Test {
     std::sort(probs.rbegin(), probs.rend());
     double h = 0;
     for (double x : probs) h -= x > 0 ? x * std::log(x) : 0;
-    std::printf("p_1: top probs %.3f %.3f %.3f %.3f %.3f, entropy %.2f nats\n", probs[0],
-                probs[1], probs[2], probs[3], probs[4], h);
+    std::printf("p_1: top probs %.3f %.3f %.3f %.3f %.3f, entropy %.2f nats\n", probs[0], probs[1],
+                probs[2], probs[3], probs[4], h);
   }
 
   // Token triples of kSamples requests (seeds seed0 + i), speculative or plain.
@@ -153,8 +153,7 @@ class SpecLosslessTest : public ::testing::Test {
     o.kv_blocks = 700;
     if (wrong_verifier) {
       o.verifier = [](const sampling::SamplingParams& params, const sampling::CounterRng& rng,
-                      const sampling::VerifyInput& in)
-          -> absl::StatusOr<sampling::VerifyResult> {
+                      const sampling::VerifyInput& in) -> absl::StatusOr<sampling::VerifyResult> {
         // WRONG on purpose: accept with probability p(d) (q ignored), resample from p.
         sampling::VerifyResult r;
         r.num_drafted = static_cast<int32_t>(in.proposals.size());
@@ -211,15 +210,16 @@ class SpecLosslessTest : public ::testing::Test {
       auto key = [&](const std::vector<int32_t>& t) -> int64_t {
         if (pos >= 0) return t.size() > static_cast<size_t>(pos) ? t[pos] : -1;
         int64_t k = 0;
-        for (int j = 0; j < kNew; ++j) k = k * (V + 1) + (j < static_cast<int>(t.size()) ? t[j] : V);
+        for (int j = 0; j < kNew; ++j)
+          k = k * (V + 1) + (j < static_cast<int>(t.size()) ? t[j] : V);
         return k;
       };
       for (const auto& t : a) ++ca[key(t)];
       for (const auto& t : b) ++cb[key(t)];
       const ChiSquare c = TwoSample(ca, cb);
       std::printf("%-28s %-7s chi2 %10.1f df %5d z %7.2f TV %.4f\n", what.c_str(),
-                  pos < 0 ? "joint" : absl::StrFormat("t%d", pos + 1).c_str(), c.stat, c.df,
-                  c.z, c.tv);
+                  pos < 0 ? "joint" : absl::StrFormat("t%d", pos + 1).c_str(), c.stat, c.df, c.z,
+                  c.tv);
       worst = std::max(worst, c.z);
     }
     return worst;

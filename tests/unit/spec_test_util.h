@@ -60,9 +60,8 @@ inline std::vector<std::vector<int32_t>> PlainGenerate(
   const size_t n = prompts.size();
   int64_t tokens = 0;
   for (const auto& p : prompts) tokens += static_cast<int64_t>(p.size()) + max_new + 16;
-  auto kv = engine::PagedKvCache::Create(
-      m.MakeKvCacheConfig(static_cast<int32_t>(tokens / 16 + 2 * n + 4), 16,
-                          kernels::KvDtype::kF16));
+  auto kv = engine::PagedKvCache::Create(m.MakeKvCacheConfig(
+      static_cast<int32_t>(tokens / 16 + 2 * n + 4), 16, kernels::KvDtype::kF16));
   EXPECT_TRUE(kv.ok());
   std::vector<std::vector<int32_t>> out(n);
   std::vector<std::vector<int32_t>> seq = prompts;
@@ -75,11 +74,11 @@ inline std::vector<std::vector<int32_t>> PlainGenerate(
     EXPECT_TRUE((*kv)->AddSequence(static_cast<int64_t>(i)).ok());
     // Prefill all but the last prompt token; the decode loop feeds the last one.
     for (size_t done_tok = 0; done_tok + 1 < prompts[i].size();) {
-      const int32_t take = static_cast<int32_t>(std::min<size_t>(
-          prompts[i].size() - 1 - done_tok, m.options().max_batch_tokens));
+      const int32_t take = static_cast<int32_t>(
+          std::min<size_t>(prompts[i].size() - 1 - done_tok, m.options().max_batch_tokens));
       b.Clear();
-      b.Add(static_cast<int64_t>(i), static_cast<int32_t>(done_tok),
-            prompts[i].data() + done_tok, take, false);
+      b.Add(static_cast<int64_t>(i), static_cast<int32_t>(done_tok), prompts[i].data() + done_tok,
+            take, false);
       b.logit_rows.clear();
       EXPECT_TRUE(m.Forward(b, **kv, logits.data()).ok());
       done_tok += take;
@@ -98,17 +97,16 @@ inline std::vector<std::vector<int32_t>> PlainGenerate(
       const size_t a1 = std::min(active.size(), a0 + rows);
       for (size_t a = a0; a < a1; ++a) {
         const size_t i = active[a];
-        b.Add(static_cast<int64_t>(i), static_cast<int32_t>(seq[i].size() - 1), &seq[i].back(),
-              1, false);
+        b.Add(static_cast<int64_t>(i), static_cast<int32_t>(seq[i].size() - 1), &seq[i].back(), 1,
+              false);
       }
       absl::Status st = m.Forward(b, **kv, logits.data());
       EXPECT_TRUE(st.ok()) << st;
       for (size_t a = a0; a < a1; ++a) {
         const size_t i = active[a];
-        auto s = sampling::Sample(
-            absl::Span<const float>(logits.data() + (a - a0) * vocab, vocab), hist[i],
-            params[i], sampling::CounterRng(params[i].seed),
-            static_cast<int64_t>(seq[i].size()));
+        auto s = sampling::Sample(absl::Span<const float>(logits.data() + (a - a0) * vocab, vocab),
+                                  hist[i], params[i], sampling::CounterRng(params[i].seed),
+                                  static_cast<int64_t>(seq[i].size()));
         EXPECT_TRUE(s.ok()) << s.status();
         out[i].push_back(s->token);
         seq[i].push_back(s->token);
