@@ -8,6 +8,6 @@ if(TARGET specd_sampling)
   specd_test(sampling_lossless_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/sampling_lossless_test.cc
     DEPS specd_sampling
-    LABELS core
+    LABELS statistical
     TIMEOUT 300)
 endif()

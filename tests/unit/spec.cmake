@@ -11,7 +11,7 @@ specd_test(spec_engine_test
 specd_test(spec_lossless_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_lossless_test.cc
   DEPS specd_spec specd_testing
-  LABELS core
+  LABELS statistical
   TIMEOUT 600)
 specd_test(spec_model_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_model_test.cc
