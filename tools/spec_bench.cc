@@ -78,7 +78,8 @@ struct Bench {
     auto wid = (*e)->Admit(warm);
     if (!wid.ok()) return wid.status();
     if (auto st = (*e)->RunToCompletion(); !st.ok()) return st;
-    Row best{name};
+    Row best;
+    best.name = name;
     for (int rep = 0; rep < kReps; ++rep) {
       (*e)->ResetStats();
       int64_t generated = 0;

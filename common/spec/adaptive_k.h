@@ -49,7 +49,12 @@ class AcceptanceEstimate {
   // A step drafted `drafted` tokens and `accepted` of them were accepted. Tokens after the
   // first rejection were never tested, so they are not evidence.
   void Update(int32_t drafted, int32_t accepted);
-  double alpha() const { return (accepted_ + kPrior * kPriorWeight) / (tried_ + kPriorWeight); }
+  double alpha() const { return alpha(kPrior); }
+  // With another prior mean, e.g. the engine-wide acceptance: a new sequence starts from how
+  // well the drafter has been doing rather than from a fixed guess.
+  double alpha(double prior) const {
+    return (accepted_ + prior * kPriorWeight) / (tried_ + kPriorWeight);
+  }
 
  private:
   double accepted_ = 0.0, tried_ = 0.0;

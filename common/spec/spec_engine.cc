@@ -358,7 +358,8 @@ absl::Status SpecEngine::Step() {
     }
     const int32_t B = static_cast<int32_t>(dec.size());
     std::vector<KCandidate> cand(B);
-    for (int32_t i = 0; i < B; ++i) cand[i] = {dec[i]->acceptance.alpha(), KCap(*dec[i])};
+    const double prior = global_acceptance_.alpha();
+    for (int32_t i = 0; i < B; ++i) cand[i] = {dec[i]->acceptance.alpha(prior), KCap(*dec[i])};
     if (options_.adaptive_k) {
       static const CostCurve kFree;
       const int64_t prefill = dec_prefill + std::min(pending, left);
@@ -518,6 +519,7 @@ absl::Status SpecEngine::Step() {
     s.result.drafted += v.num_drafted;
     s.result.accepted += v.num_accepted;
     s.acceptance.Update(v.num_drafted, v.num_accepted);
+    global_acceptance_.Update(v.num_drafted, v.num_accepted);
     ++stats_.seq_steps;
     stats_.emitted += take;
     stats_.drafted += v.num_drafted;

@@ -143,6 +143,7 @@ class SpecEngine {
   RequestId next_id_ = 1;
   StreamCallback stream_;
   SpecStats stats_;
+  AcceptanceEstimate global_acceptance_;  // all sequences: the prior of each new one
   engine::ForwardBatch batch_;
   std::vector<float> logits_;  // [model max_logit_rows, vocab]
 };

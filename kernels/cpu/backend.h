@@ -31,14 +31,14 @@ inline int64_t AttnScratchFloats(int64_t len, int32_t group, int32_t head_dim) {
 inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
 // Weight rows a quantized MatMul decodes at once (scales, and for T > 4 the int8 codes)
 // and then reuses for every tile of activation rows.
-inline constexpr int64_t kQRowChunk = 8;
+inline constexpr int64_t kQRowChunk = 4;
 // Scratch floats matmul_q needs per thread: per chunk the weight scales and mins
-// (2 x rows x ss), the scale products of four 4-row activation tiles (16 x rows x ss),
+// (2 x rows x ss), the scale products of one 4-row activation tile (4 x rows x ss),
 // the decoded int8 codes (rows x nb x 32 bytes) and Q6_K's int16 multipliers
 // (rows x nb x 32 bytes); the generic path needs T floats.
 inline int64_t MatMulScratchFloats(int64_t T, int64_t nb) {
   const int64_t ss = MatMulSStride(nb);
-  const int64_t a = kQRowChunk * (18 * ss + 16 * nb) + 64;
+  const int64_t a = kQRowChunk * (6 * ss + 16 * nb) + 64;
   return a > T ? a : T;
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/cpu/matmul_exact.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <vector>
@@ -82,8 +83,12 @@ __attribute__((target("avx2,fma,f16c"))) void DequantQ4_1Avx2(const uint8_t* row
 }
 
 bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+  static const bool have = [] {
+    // F16C via cpuid: clang 14's __builtin_cpu_supports does not know "f16c".
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  }();
   return have;
 }
 

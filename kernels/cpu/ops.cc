@@ -1,5 +1,8 @@
 // CPU kernels: work splitting, scratch memory, ISA dispatch and the generic
 // (scalar) backend. The AVX2 backend lives in ops_avx2.cc.
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include "kernels/cpu/ops.h"
 
 #include <atomic>
@@ -156,8 +159,11 @@ const Backend kGeneric = {
 bool CpuHasAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c") && internal::Avx2Backend() != nullptr;
+  // F16C via cpuid: clang 14's __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c &&
+         internal::Avx2Backend() != nullptr;
 #else
   return false;
 #endif

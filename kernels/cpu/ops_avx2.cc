@@ -169,7 +169,7 @@ inline __m256 HighHalves(__m256i w) { return HalvesToF32(_mm256_srli_epi32(w, 16
 // (and min) of every 32-value sub-block. Quants() gives the 32 int8 codes of
 // sub-block b (and, for Q6_K, the int16 per-16 multipliers).
 struct DecQ8_0 {
-  static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = false, kFold = false;
+  static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = false;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8)
       _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](int64_t b) { return b * 34; })));
@@ -180,7 +180,7 @@ struct DecQ8_0 {
 };
 
 struct DecQ4_0 {
-  static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = true, kFold = true;
+  static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8)
       _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](int64_t b) { return b * 18; })));
@@ -191,7 +191,7 @@ struct DecQ4_0 {
 };
 
 struct DecQ4_1 {
-  static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true, kFold = true;
+  static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
       const __m256i w = GatherWords(row, b0, nb, [](int64_t b) { return b * 20; });
@@ -205,7 +205,7 @@ struct DecQ4_1 {
 };
 
 struct DecQ4_K {
-  static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true, kFold = true;
+  static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = row + (b >> 3) * 144;
@@ -232,7 +232,7 @@ struct DecQ4_K {
 };
 
 struct DecQ6_K {
-  static constexpr bool kSigned = true, kMin = false, kSub = true, kPre = true, kFold = false;
+  static constexpr bool kSigned = true, kMin = false, kSub = true, kPre = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
     // d is the last 2 bytes of the 210-byte block: read the word at 206, take its high half.
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
@@ -252,11 +252,6 @@ struct DecQ6_K {
     sub = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
     return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
   }
-};
-
-template <bool B>
-struct BoolTag {
-  static constexpr bool kValue = B;
 };
 
 // A chunk of up to kQRowChunk weight rows, decoded once and reused by every tile of
@@ -290,105 +285,64 @@ inline void TileQ(const Chunk& ch, int64_t c0, const ActBlockQ8* a0, const float
   const uint8_t* w0 = ch.w + c0 * ch.rb;
   const int8_t* q0 = ch.q + c0 * nb * 32;
   const int16_t* sub0 = ch.sub + c0 * nb * 16;
-  if constexpr (D::kFold) {
-    // Two blocks per step: their int16 pair sums (|.| <= 2 * 15 * 127, so sums of two
-    // cannot overflow) are interleaved by 32-bit lane and added, and one madd gives
-    // int32 lanes [b, b+1, b, b+1, ...] that meet the scales [S_b, S_b+1] broadcast.
-    // An odd last block pairs with zeros (and the zero padding of S).
-    const __m256i zero = _mm256_setzero_si256();
-    auto step = [&](int64_t b, auto two_tag) __attribute__((always_inline)) {
-      constexpr bool two = decltype(two_tag)::kValue;
-      __m256i q[2][C], qa[2][C];
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i q[C], qa[C], sub[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      sub[c] = ones;
+      if constexpr (kPre) {
+        q[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + (c * nb + b) * 32));
+        if constexpr (D::kSub) {
+          sub[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sub0 + (c * nb + b) * 16));
+        }
+      } else {
+        q[c] = D::Quants(w0 + c * ch.rb, b, sub[c]);
+      }
+      if constexpr (D::kSigned) qa[c] = _mm256_sign_epi8(q[c], q[c]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0[r * nb + b].qs));
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) {
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          if (h == 1 && !two) {
-            q[h][c] = zero;
-          } else if constexpr (kPre) {
-            q[h][c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + (c * nb + b + h) * 32));
-          } else {
-            __m256i unused = ones;
-            q[h][c] = D::Quants(w0 + c * ch.rb, b + h, unused);
-          }
-          if constexpr (D::kSigned) qa[h][c] = _mm256_sign_epi8(q[h][c], q[h][c]);
-        }
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m256i av0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0[r * nb + b].qs));
-        const __m256i av1 = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0[r * nb + b + 1].qs)) : zero;
-#pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) {
-          __m256i p0, p1;
-          if constexpr (D::kSigned) {
-            p0 = _mm256_maddubs_epi16(qa[0][c], _mm256_sign_epi8(av0, q[0][c]));
-            p1 = _mm256_maddubs_epi16(qa[1][c], _mm256_sign_epi8(av1, q[1][c]));
-          } else {
-            p0 = _mm256_maddubs_epi16(q[0][c], av0);
-            p1 = _mm256_maddubs_epi16(q[1][c], av1);
-          }
-          const __m256i p16 = _mm256_add_epi16(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
-          const __m256i p32 = _mm256_madd_epi16(p16, ones);
-          const __m256 sv = _mm256_castpd_ps(
-              _mm256_broadcast_sd(reinterpret_cast<const double*>(sc + (c * 4 + r) * ss + b)));
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), sv, acc[r][c]);
-        }
-      }
-    };
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) step(b, BoolTag<true>{});
-    if (b < nb) step(b, BoolTag<false>{});
-  } else {
-    for (int64_t b = 0; b < nb; ++b) {
-      __m256i q[C], qa[C], sub[C];
-  #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) {
-        sub[c] = ones;
-        if constexpr (kPre) {
-          q[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + (c * nb + b) * 32));
-          if constexpr (D::kSub) {
-            sub[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sub0 + (c * nb + b) * 16));
-          }
+        __m256i p16;
+        if constexpr (D::kSigned) {
+          p16 = _mm256_maddubs_epi16(qa[c], _mm256_sign_epi8(av, q[c]));
         } else {
-          q[c] = D::Quants(w0 + c * ch.rb, b, sub[c]);
+          p16 = _mm256_maddubs_epi16(q[c], av);
         }
-        if constexpr (D::kSigned) qa[c] = _mm256_sign_epi8(q[c], q[c]);
-      }
-  #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0[r * nb + b].qs));
-  #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) {
-          __m256i p16;
-          if constexpr (D::kSigned) {
-            p16 = _mm256_maddubs_epi16(qa[c], _mm256_sign_epi8(av, q[c]));
-          } else {
-            p16 = _mm256_maddubs_epi16(q[c], av);
-          }
-          const __m256i p32 = _mm256_madd_epi16(p16, D::kSub ? sub[c] : ones);
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32),
-                                      _mm256_broadcast_ss(sc + (c * 4 + r) * ss + b), acc[r][c]);
-        }
+        const __m256i p32 = _mm256_madd_epi16(p16, D::kSub ? sub[c] : ones);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32),
+                                    _mm256_broadcast_ss(sc + (c * 4 + r) * ss + b), acc[r][c]);
       }
     }
   }
-  // The min terms go into the same accumulators (8 lanes of m[k8] * s[k8]), then one
-  // horizontal sum per (r, c).
   if constexpr (D::kMin) {
-    for (int64_t k = 0; k < ss; k += 8) {
-      __m256 mv[C];
+    __m256 mv[R][C];
 #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) mv[c] = _mm256_loadu_ps(ch.m + (c0 + c) * ss + k);
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) mv[r][c] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < ss; k += 8) {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m256 sv = _mm256_loadu_ps(as0 + r * ss + k);
 #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(mv[c], sv, acc[r][c]);
+        for (int c = 0; c < C; ++c) {
+          mv[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(ch.m + (c0 + c) * ss + k), sv, mv[r][c]);
+        }
       }
     }
+    float ya[R][C], ym[R][C];
+    StoreSums<R, C>(acc, &ya[0][0], C);
+    StoreSums<R, C>(mv, &ym[0][0], C);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) y0[r * ldy + c] = ya[r][c] + ym[r][c];
+  } else {
+    StoreSums<R, C>(acc, y0, ldy);
   }
-  StoreSums<R, C>(acc, y0, ldy);
 }
 
 template <class D, int R, int C, bool kPre>
@@ -417,21 +371,23 @@ void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
   const int64_t ss = MatMulSStride(nb);
   float* dbuf = scratch;                                         // [KC][ss]
   float* mbuf = dbuf + kQRowChunk * ss;                          // [KC][ss]
-  float* sbuf = mbuf + kQRowChunk * ss;                          // [4 tiles][KC][4][ss]
-  int8_t* qbuf = reinterpret_cast<int8_t*>(sbuf + 4 * kQRowChunk * 4 * ss);      // [KC][nb][32]
+  float* sbuf = mbuf + kQRowChunk * ss;                          // [KC][4][ss]
+  int8_t* qbuf = reinterpret_cast<int8_t*>(sbuf + kQRowChunk * 4 * ss);          // [KC][nb][32]
   int16_t* subbuf = reinterpret_cast<int16_t*>(qbuf + kQRowChunk * nb * 32);     // [KC][nb][16]
   // Several tiles of activation rows share each chunk: decode its codes once.
   const bool pre = D::kPre && T > 4;
+  const int64_t ahead = (T > 4 ? 3 : 4) * kQRowChunk;
   const Chunk ch{nullptr, w.row_bytes, mbuf, sbuf, qbuf, subbuf, nb, ss};
   for (int64_t nc = n0; nc < n1; nc += kQRowChunk) {
     const int64_t rows = n1 - nc < kQRowChunk ? n1 - nc : kQRowChunk;
     Chunk c = ch;
     c.w = w.data + nc * w.row_bytes;
-    // Software prefetch two chunks ahead: the scale pass below would otherwise take
-    // every DRAM miss of the chunk in gathers, which overlap misses poorly.
-    if (nc + 2 * kQRowChunk < n1) {
-      const int64_t pr = n1 - nc - 2 * kQRowChunk < kQRowChunk ? n1 - nc - 2 * kQRowChunk : kQRowChunk;
-      const char* pf = reinterpret_cast<const char*>(w.data + (nc + 2 * kQRowChunk) * w.row_bytes);
+    // Software prefetch of a later chunk (~4 rows ahead when the tiles are slow, 16 when
+    // T is small): the scale pass below would otherwise take every DRAM miss of the
+    // chunk in loads that overlap misses poorly.
+    if (nc + ahead < n1) {
+      const int64_t pr = n1 - nc - ahead < kQRowChunk ? n1 - nc - ahead : kQRowChunk;
+      const char* pf = reinterpret_cast<const char*>(w.data + (nc + ahead) * w.row_bytes);
       const int64_t bytes = pr * static_cast<int64_t>(w.row_bytes);
       for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
     }
@@ -449,32 +405,22 @@ void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
         }
       }
     }
-    // Scale products for up to 4 tiles at a time, computed well before the tiles read
-    // them (stores still in flight would stall the tiles' narrow loads).
-    for (int64_t tg = 0; tg < T; tg += 16) {
-      const int64_t tge = T - tg < 16 ? T : tg + 16;
-      for (int64_t t = tg; t < tge; t += 4) {
-        const int64_t R = tge - t < 4 ? tge - t : 4;
-        float* st = sbuf + ((t - tg) / 4) * kQRowChunk * 4 * ss;
-        for (int64_t i = 0; i < rows; ++i) {
-          for (int64_t r = 0; r < R; ++r) {
-            const float* da = act_d + (t + r) * ss;
-            float* sp = st + (i * 4 + r) * ss;
-            for (int64_t k = 0; k < ss; k += 8) {
-              _mm256_storeu_ps(sp + k, _mm256_mul_ps(_mm256_loadu_ps(dbuf + i * ss + k), _mm256_loadu_ps(da + k)));
-            }
+    for (int64_t t = 0; t < T; t += 4) {
+      const int64_t R = T - t < 4 ? T - t : 4;
+      for (int64_t i = 0; i < rows; ++i) {  // scale products of this tile
+        for (int64_t r = 0; r < R; ++r) {
+          const float* da = act_d + (t + r) * ss;
+          float* sp = sbuf + (i * 4 + r) * ss;
+          for (int64_t k = 0; k < ss; k += 8) {
+            _mm256_storeu_ps(sp + k, _mm256_mul_ps(_mm256_loadu_ps(dbuf + i * ss + k), _mm256_loadu_ps(da + k)));
           }
         }
       }
-      for (int64_t t = tg; t < tge; t += 4) {
-        const int64_t R = tge - t < 4 ? tge - t : 4;
-        c.sc = sbuf + ((t - tg) / 4) * kQRowChunk * 4 * ss;
-        float* yt = y + t * w.rows + nc;
-        if (pre) {
-          TileRowsQ<D, true>(R, c, rows, act + t * nb, act_s + t * ss, yt, w.rows);
-        } else {
-          TileRowsQ<D, false>(R, c, rows, act + t * nb, act_s + t * ss, yt, w.rows);
-        }
+      float* yt = y + t * w.rows + nc;
+      if (pre) {
+        TileRowsQ<D, true>(R, c, rows, act + t * nb, act_s + t * ss, yt, w.rows);
+      } else {
+        TileRowsQ<D, false>(R, c, rows, act + t * nb, act_s + t * ss, yt, w.rows);
       }
     }
   }

@@ -72,9 +72,11 @@ void ThreadPool::WorkerLoop() {
       int spins = 0;
       while ((g = generation_.load(std::memory_order_acquire)) == seen) {
         CpuRelax();
-        // On an oversubscribed machine this thread may share a CPU with the caller:
-        // yield now and then so a spinning worker never holds the caller off for a slice.
-        if (++spins % 64 == 0) std::this_thread::yield();
+        // On an oversubscribed machine this thread may share a CPU with the caller: after
+        // ~2K pauses (tens of us) without a job, yield now and then so a spinning worker
+        // never holds the caller off for a whole time slice. Back-to-back jobs (decode
+        // ops a few us apart) never reach the yields.
+        if (++spins > 2048 && spins % 64 == 0) std::this_thread::yield();
         if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > kSpinBudget) {
           std::unique_lock<std::mutex> lk(sleep_mu_);
           sleeping_.fetch_add(1);  // seq_cst: Run() reads it after bumping generation_
@@ -106,9 +108,10 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline tr, void* ctx) {
   // Retire the previous job: no worker may still be reading its fields.
   job_epoch_.store(0);
   while (active_.load() != 0) CpuRelax();
-  // About 4 chunks per thread balances load when other processes share the cores.
+  // About 8 chunks per thread balances load when other processes share the cores (a
+  // worker that wakes late still finds work).
   int64_t chunks = (n + grain - 1) / grain;
-  const int64_t max_chunks = static_cast<int64_t>(num_threads_) * 4;
+  const int64_t max_chunks = static_cast<int64_t>(num_threads_) * 8;
   if (chunks > max_chunks) chunks = max_chunks;
   int64_t chunk = (n + chunks - 1) / chunks;
   if (chunk < grain) chunk = grain;

@@ -763,6 +763,42 @@ TEST(CrossBackend, ThreadCountDoesNotChangeResults) {
   }
 }
 
+// MatMulShared (one quantized input, several weights, one parallel region) must give
+// bitwise what separate MatMul calls give, on every ISA path.
+TEST(CrossBackend, MatMulSharedEqualsSeparateMatMuls) {
+  std::mt19937 rng(18);
+  cpu::ThreadPool pool(3);
+  const cpu::Isa saved = cpu::ActiveIsa();
+  for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    cpu::SetIsa(isa);
+    for (const TypeInfo& ti : AllTypes()) {
+      const int64_t cols = ti.block == 256 ? 512 : 160;
+      const int64_t rows[3] = {37, 6, 13};
+      std::vector<Weights> w;
+      for (int64_t r : rows) w.push_back(RandWeights(rng, ti, r, cols));
+      const WeightMatrix ws[3] = {w[0].m, w[1].m, w[2].m};
+      for (int64_t T : {1, 5, 17}) {
+        std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f);
+        std::vector<std::vector<float>> shared(3), separate(3);
+        float* ys[3];
+        for (int i = 0; i < 3; ++i) {
+          shared[i].assign(T * rows[i], 0.0f);
+          separate[i].assign(T * rows[i], 1.0f);
+          ys[i] = shared[i].data();
+          cpu::MatMul(pool, ws[i], x.data(), T, separate[i].data());
+        }
+        cpu::MatMulShared(pool, ws, 3, x.data(), T, ys);
+        for (int i = 0; i < 3; ++i) {
+          ASSERT_EQ(std::memcmp(shared[i].data(), separate[i].data(), shared[i].size() * 4), 0)
+              << cpu::IsaName(isa) << " " << ti.name << " T=" << T << " matrix " << i;
+        }
+      }
+    }
+  }
+  cpu::SetIsa(saved);
+}
+
 TEST(CrossBackend, GenericMatMulIsBitwiseReference) {
   std::mt19937 rng(17);
   cpu::ThreadPool pool(2);
