@@ -2,8 +2,9 @@
 //
 // ParallelFor(n, fn) splits [0, n) into contiguous ranges and calls fn(begin, end)
 // on the calling thread plus N-1 workers, returning when all ranges are done.
-// Workers spin briefly after each job (low wake-up latency for decode-sized work)
-// and then sleep on a futex-backed atomic wait. A call allocates nothing.
+// Workers spin briefly after each job (low wake-up latency for decode-sized work),
+// yielding the CPU now and then once the wait gets long (on an oversubscribed machine a
+// spinning worker must not hold off the caller), and then sleep. A call allocates nothing.
 // Calls from several threads are serialized; a ParallelFor issued from inside a
 // worker (nested) runs inline on that worker.
 #ifndef SPECD_KERNELS_CPU_THREAD_POOL_H_
