@@ -6,5 +6,5 @@ add_test(NAME specd_inspect_smoke
   COMMAND specd-inspect --metadata ${PROJECT_SOURCE_DIR}/tests/data/quant_goldens.gguf)
 # A bad file must exit 1 with a message (not crash).
 add_test(NAME specd_inspect_bad_file
-  COMMAND sh -c "'$<TARGET_FILE:specd-inspect>' '${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/gguf/trunc_metadata.gguf'; test $? -eq 1")
+  COMMAND sh -c "'$<TARGET_FILE:specd-inspect>' '${PROJECT_SOURCE_DIR}/tests/data/fuzz/gguf/trunc_metadata.gguf'; test $? -eq 1")
 set_tests_properties(specd_inspect_smoke specd_inspect_bad_file PROPERTIES LABELS core)

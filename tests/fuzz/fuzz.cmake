@@ -1,6 +1,6 @@
 # GGUF reader fuzzing. Owned by the GGUF component.
 # The seed-corpus generator (not built by default): ninja gguf_make_fuzz_corpus &&
-#   ./tests/gguf_make_fuzz_corpus ../tests/fuzz/corpus/gguf
+#   ./tests/gguf_make_fuzz_corpus ../tests/data/fuzz/gguf
 add_executable(gguf_make_fuzz_corpus EXCLUDE_FROM_ALL
   ${PROJECT_SOURCE_DIR}/tests/fuzz/make_gguf_corpus.cc)
 target_include_directories(gguf_make_fuzz_corpus PRIVATE ${PROJECT_SOURCE_DIR})
@@ -28,7 +28,7 @@ if(SPECD_FUZZ)
   # Fuzz a fresh copy of the seed corpus inside the build tree (the source tree stays clean).
   set(_run ${CMAKE_CURRENT_BINARY_DIR}/gguf_fuzz_run)
   add_test(NAME gguf_reader_fuzz_bounded
-    COMMAND sh -c "rm -rf '${_run}' && mkdir -p '${_run}/corpus' '${_run}/artifacts' && cp '${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/gguf/'* '${_run}/corpus/' && exec '$<TARGET_FILE:gguf_reader_fuzz>' -max_total_time=60 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 '-artifact_prefix=${_run}/artifacts/' '${_run}/corpus'"
+    COMMAND sh -c "rm -rf '${_run}' && mkdir -p '${_run}/corpus' '${_run}/artifacts' && cp '${PROJECT_SOURCE_DIR}/tests/data/fuzz/gguf/'* '${_run}/corpus/' && exec '$<TARGET_FILE:gguf_reader_fuzz>' -max_total_time=60 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 '-artifact_prefix=${_run}/artifacts/' '${_run}/corpus'"
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(gguf_reader_fuzz_bounded PROPERTIES LABELS "fuzz" TIMEOUT 300)
 endif()

@@ -1,4 +1,4 @@
-// Writes the small seed corpus for gguf_reader_fuzz (tests/fuzz/corpus/gguf/): a few valid
+// Writes the small seed corpus for gguf_reader_fuzz (tests/data/fuzz/gguf/): a few valid
 // files covering every value type, several tensor types, v2 and a non-default alignment,
 // plus truncated variants. Usage: gguf_make_fuzz_corpus OUT_DIR
 #include <cstdio>
