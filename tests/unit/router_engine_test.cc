@@ -11,6 +11,7 @@
 #include "common/engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
+#include "common/testing/plain_greedy.h"
 #include "common/testing/tiny_model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
@@ -48,27 +49,9 @@ std::vector<int32_t> Prompt(int n, int salt) {
 
 std::vector<int32_t> ReferenceGreedy(const std::string& path, const std::vector<int32_t>& prompt,
                                      int n) {
-  auto file = gguf::GgufFile::Open(path);
-  engine::LocalCommunicator comm;
-  auto be = engine::MakeCpuBackend(1);
-  auto model = engine::LlamaModel::Load(**file, be.get(), &comm, {});
-  auto kv = engine::PagedKvCache::Create((*model)->MakeKvCacheConfig(64, 16, kernels::KvDtype::kF16));
-  EXPECT_TRUE((*kv)->AddSequence(0).ok());
-  std::vector<int32_t> seq = prompt, out;
-  std::vector<float> logits((*model)->vocab_size());
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0;
-  int32_t pos = 0;
-  for (int i = 0; i < n; ++i) {
-    engine::ForwardBatch b;
-    b.Add(0, pos, seq.data() + pos, static_cast<int32_t>(seq.size()) - pos, false);
-    EXPECT_TRUE((*model)->Forward(b, **kv, logits.data()).ok());
-    pos = static_cast<int32_t>(seq.size());
-    auto s = sampling::Sample(logits, {}, greedy, sampling::CounterRng(0), pos);
-    seq.push_back(s->token);
-    out.push_back(s->token);
-  }
-  return out;
+  auto out = specd::testing::PlainGreedy(path, prompt, n);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : std::vector<int32_t>{};
 }
 
 class Collect : public RequestSink {

@@ -9,6 +9,7 @@
 #include "common/engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
+#include "common/testing/plain_greedy.h"
 #include "common/testing/tiny_model.h"
 #include "gtest/gtest.h"
 #include "services/common/model_host.h"
@@ -56,25 +57,9 @@ std::vector<int32_t> Prompt() {
 // Plain greedy decoding through the engine directly.
 std::vector<int32_t> ReferenceGreedy(const std::string& path, const std::vector<int32_t>& prompt,
                                      int n) {
-  auto file = gguf::GgufFile::Open(path);
-  engine::LocalCommunicator comm;
-  auto be = engine::MakeCpuBackend(1);
-  auto model = engine::LlamaModel::Load(**file, be.get(), &comm, {});
-  auto kv = engine::PagedKvCache::Create((*model)->MakeKvCacheConfig(64, 16, kernels::KvDtype::kF16));
-  EXPECT_TRUE((*kv)->AddSequence(0).ok());
-  std::vector<int32_t> seq = prompt, out;
-  std::vector<float> logits((*model)->vocab_size());
-  int32_t pos = 0;
-  for (int i = 0; i < n; ++i) {
-    engine::ForwardBatch b;
-    b.Add(0, pos, seq.data() + pos, static_cast<int32_t>(seq.size()) - pos, false);
-    EXPECT_TRUE((*model)->Forward(b, **kv, logits.data()).ok());
-    pos = static_cast<int32_t>(seq.size());
-    auto s = sampling::Sample(logits, {}, Greedy(), sampling::CounterRng(0), pos);
-    seq.push_back(s->token);
-    out.push_back(s->token);
-  }
-  return out;
+  auto out = specd::testing::PlainGreedy(path, prompt, n);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : std::vector<int32_t>{};
 }
 
 iv1::TargetSequenceStep* AddTarget(iv1::TargetStepRequest& r, int64_t id, int32_t start,
