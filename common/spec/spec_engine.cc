@@ -303,6 +303,14 @@ int32_t SpecEngine::KCap(const Sequence& s) const {
   return static_cast<int32_t>(std::max<int64_t>(k, 0));
 }
 
+// The rejection scheme of DESIGN.md §2 keeps the *distribution* of every token whatever k is,
+// but the realized sample at a position depends on whether it was drafted (accept/resample
+// draws) or was a bonus/plain token (one draw from p). So a seeded sampled sequence gets a k
+// schedule that is a function of its own state only — its cap, never the batch's adaptive
+// choice, token budget or KV pressure — and the same seed gives the same text however it is
+// batched. Greedy output is independent of k, so greedy sequences adapt freely.
+bool SpecEngine::PinnedK(const Sequence& s) { return !sampling::IsGreedy(s.req.params); }
+
 void SpecEngine::Admit() {
   while (!waiting_.empty() && running_.size() < static_cast<size_t>(options_.max_running)) {
     Sequence& s = *waiting_.front();
@@ -340,6 +348,7 @@ absl::Status SpecEngine::Step() {
     int32_t take;  // tokens fed from kv_len (never up to x_n)
   };
   std::vector<Chunk> chunks;
+  std::vector<Sequence*> deferred;  // pinned sequences whose drafts do not fit this step
   for (;;) {
     dec.clear();
     k.clear();
@@ -347,7 +356,8 @@ absl::Status SpecEngine::Step() {
     int64_t left = budget, rows_left = rows_cap, pending = 0, dec_prefill = 0;
     for (auto& s : running_) {
       const int64_t rem = s->n() - s->kv_len;
-      if (rem <= left && rows_left >= 1) {
+      const bool defer = std::find(deferred.begin(), deferred.end(), s.get()) != deferred.end();
+      if (!defer && rem <= left && rows_left >= 1) {
         dec.push_back(s.get());
         left -= rem;
         rows_left -= 1;
@@ -368,24 +378,48 @@ absl::Status SpecEngine::Step() {
     } else {
       for (int32_t i = 0; i < B; ++i) k.push_back(cand[i].cap);
     }
-    // Token budget and logit rows: trim the longest drafts first.
+    for (int32_t i = 0; i < B; ++i) {
+      if (PinnedK(*dec[i])) k[i] = cand[i].cap;
+    }
+    // Token budget and logit rows: trim the longest free drafts first; a pinned sequence that
+    // still does not fit waits a step rather than change its k (unless it is alone).
     auto drafts = [&] {
       int64_t r = 0;
       for (int32_t ki : k) r += ki;
       return r;
     };
-    while (drafts() > std::min(left, rows_left)) {
-      auto it = std::max_element(k.begin(), k.end());
-      if (*it == 0) break;
-      --*it;
+    auto trim_free = [&](int64_t limit) {
+      while (drafts() > limit) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < B; ++i) {
+          if (!PinnedK(*dec[i]) && k[i] > 0 && (best < 0 || k[i] > k[best])) best = i;
+        }
+        if (best < 0) return false;
+        --k[best];
+      }
+      return true;
+    };
+    if (!trim_free(std::min(left, rows_left))) {
+      if (B > 1) {
+        int32_t last_pinned = B - 1;
+        while (!PinnedK(*dec[last_pinned])) --last_pinned;
+        deferred.push_back(dec[last_pinned]);
+        continue;
+      }
+      k[0] = static_cast<int32_t>(std::min<int64_t>(k[0], std::min(left, rows_left)));
     }
-    // KV room: without drafts if need be, else preempt the newest sequence and replan.
+    // KV room: without free drafts if need be, else preempt the newest sequence and replan.
     auto need = [&] {
       int64_t blocks = 0;
       for (int32_t i = 0; i < B; ++i) blocks += kv_->BlocksNeeded(dec[i]->id, dec[i]->n() + k[i]);
       return blocks;
     };
-    if (need() > kv_->num_free_blocks()) std::fill(k.begin(), k.end(), 0);
+    if (need() > kv_->num_free_blocks()) {
+      for (int32_t i = 0; i < B; ++i) {
+        if (!PinnedK(*dec[i])) k[i] = 0;
+      }
+    }
+    if (need() > kv_->num_free_blocks() && running_.size() <= 1) std::fill(k.begin(), k.end(), 0);
     if (need() > kv_->num_free_blocks()) {
       if (running_.size() <= 1) break;  // cannot happen: Admit checked a lone request fits
       Preempt(running_.size() - 1);

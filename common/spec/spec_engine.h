@@ -131,6 +131,8 @@ class SpecEngine {
   void Finish(Sequence& s, FinishReason reason, absl::Status status = absl::OkStatus());
   void Preempt(size_t running_index);
   int32_t KCap(const Sequence& s) const;
+  // A sampled sequence's k schedule must not depend on the batch: see spec_engine.cc.
+  static bool PinnedK(const Sequence& s);
 
   engine::LlamaModel* target_ = nullptr;
   Drafter* drafter_ = nullptr;

@@ -20,22 +20,19 @@ int32_t ChooseK(double a, int32_t running, const AdaptiveKConfig& c) {
   return best_k;
 }
 
-int32_t AdaptiveK::Next(int32_t running) {
+int32_t AdaptiveK::Want(int32_t running) const {
   const int32_t k = ChooseK(acceptance_, running, config_);
-  if (k > 0) {
-    idle_steps_ = 0;
-    return k;
-  }
   // Without drafting there is no new evidence: probe now and then.
-  if (++idle_steps_ >= config_.probe_every) {
-    idle_steps_ = 0;
-    return 1;
-  }
-  return 0;
+  if (k == 0 && idle_steps_ >= config_.probe_every) return 1;
+  return k;
 }
 
 void AdaptiveK::Observe(int32_t drafted, int32_t accepted) {
-  if (drafted <= 0) return;
+  if (drafted <= 0) {
+    ++idle_steps_;
+    return;
+  }
+  idle_steps_ = 0;
   // Per-token acceptance estimate from this step: accepted of drafted positions tried; a
   // rejection ends the run, so positions after it are not evidence.
   const int32_t tried = std::min(drafted, accepted + 1);

@@ -22,19 +22,22 @@ struct AdaptiveKConfig {
 // 1 + draft_cost * k + verify_cost * running * k.
 int32_t ChooseK(double acceptance, int32_t running, const AdaptiveKConfig& config);
 
+// Per-request state. Want() is a pure function of what Observe() saw, so a request's k
+// schedule depends only on its own steps (a pinned request passes running = 1).
 class AdaptiveK {
  public:
   explicit AdaptiveK(const AdaptiveKConfig& config = {})
       : config_(config), acceptance_(config.prior) {}
-  int32_t Next(int32_t running);
-  // After verification of `drafted` tokens of which `accepted` were accepted.
+  int32_t Want(int32_t running) const;
+  // After every step that emitted tokens: `drafted` tokens verified (0 for a step without
+  // drafts), `accepted` of them accepted.
   void Observe(int32_t drafted, int32_t accepted);
   double acceptance() const { return acceptance_; }
 
  private:
   AdaptiveKConfig config_;
   double acceptance_;
-  int32_t idle_steps_ = 0;
+  int32_t idle_steps_ = 0;  // emitting steps since the last one with drafts
 };
 
 }  // namespace specd::router

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/sampling/sampling_params.h"
 #include "common/util/check.h"
 #include "services/common/proto_convert.h"
 #include "services/router/ngram_proposer.h"
@@ -258,9 +259,12 @@ int32_t RouterEngine::WantK(Request& r, bool draft_up, int32_t running) {
   if (r.req.spec_mode == SpecMode::kOff) return 0;
   if (!draft_up && r.req.spec_mode != SpecMode::kNgram) return 0;
   const int32_t left = r.req.max_new_tokens - (static_cast<int32_t>(r.tokens.size()) - r.n_prompt);
+  // A sampled request's k follows its own acceptance only, never the batch (scheduler.h,
+  // "Pinned k"), so its seed reproduces its text in any batch.
+  const bool pinned = !sampling::IsGreedy(r.req.params);
   int32_t k = r.req.fixed_k > 0 ? r.req.fixed_k
               : options_.default_k > 0 ? options_.default_k
-                                       : r.k.Next(running);
+                                       : r.k.Want(pinned ? 1 : running);
   // Drafts past the last token we may emit, or the context, are wasted work.
   k = std::min(k, left - 1);
   k = std::min<int32_t>(k, target_info_.context_length() - static_cast<int32_t>(r.tokens.size()) - 1);
@@ -305,10 +309,12 @@ void RouterEngine::Iterate() {
     for (const RequestPtr& r : running_) {
       st.running.push_back({r->id, static_cast<int32_t>(r->tokens.size()), r->target_pos,
                             WantK(*r, draft_up, static_cast<int32_t>(running_.size())),
-                            r->req.spec_mode == SpecMode::kNgram});
+                            r->req.spec_mode == SpecMode::kNgram,
+                            !sampling::IsGreedy(r->req.params), r->tokens.size() > r->n_prompt});
     }
     for (const RequestPtr& r : waiting_) {
-      st.waiting.push_back({r->id, static_cast<int32_t>(r->tokens.size()), 0, 0});
+      st.waiting.push_back({r->id, static_cast<int32_t>(r->tokens.size()), 0, 0, false,
+                            !sampling::IsGreedy(r->req.params), r->tokens.size() > r->n_prompt});
     }
     SchedulerConfig config = options_.scheduler;
     config.block_size = target_info_.kv_block_size();
@@ -570,10 +576,10 @@ bool RouterEngine::EmitTokens(Request& r, const iv1::TargetSequenceResult& res, 
   if (finished) chunk.mutable_text()->append(r.text->Finish());
   // Statistics.
   ++r.target_steps;
+  r.k.Observe(drafted, res.num_accepted());
   if (drafted > 0) {
     r.drafted += drafted;
     r.accepted += res.num_accepted();
-    r.k.Observe(drafted, res.num_accepted());
     for (int i = 0; i < drafted; ++i) {
       const std::string pos = std::to_string(i + 1);
       metrics_->router_draft_proposed.Add({{"position", pos}}).Increment();

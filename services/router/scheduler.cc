@@ -8,6 +8,12 @@ int32_t BlocksFor(int64_t tokens, int32_t block_size) {
   return static_cast<int32_t>((tokens + block_size - 1) / block_size);
 }
 
+// Where a sequence's prefill stops: its last committed token, whose logits row emits; or, for
+// a pinned sequence re-prefilled after a preemption, one short (the next row decodes).
+static int32_t PrefillEnd(const SeqView& s) {
+  return s.pinned_k && s.has_output ? s.committed - 1 : s.committed;
+}
+
 Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& config) {
   Schedule out;
   const int32_t bs = config.block_size;
@@ -25,22 +31,37 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
     for (size_t i = 0; i < running.size(); ++i) used += target_blocks(i);
     return used;
   };
-  if (target_used() > config.target_blocks) std::fill(k.begin(), k.end(), 0);
-  while (!running.empty() && target_used() > config.target_blocks) {
+  if (target_used() > config.target_blocks) {
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (!running[i].pinned_k) k[i] = 0;
+    }
+  }
+  while (running.size() > 1 && target_used() > config.target_blocks) {
     out.preempt.push_back(running.back().id);
     running.pop_back();
     k.pop_back();
   }
+  if (!running.empty() && target_used() > config.target_blocks) {
+    k[0] = 0;  // alone and still too big with drafts
+    if (target_used() > config.target_blocks) {
+      out.preempt.push_back(running.back().id);
+      running.pop_back();
+      k.pop_back();
+    }
+  }
+  std::vector<bool> sit_out(running.size(), false);  // pinned rows that wait this iteration
   // Draft KV: only drafts are at stake.
   if (config.draft_blocks > 0) {
     int64_t used = 0;
     for (size_t i = 0; i < running.size(); ++i) {
       if (k[i] == 0 || running[i].local_drafts) continue;
       const int32_t b = BlocksFor(running[i].committed + k[i], bs);
-      if (used + b > config.draft_blocks) {
-        k[i] = 0;
-      } else {
+      if (used + b <= config.draft_blocks) {
         used += b;
+      } else if (running[i].pinned_k && b <= config.draft_blocks) {
+        sit_out[i] = true;  // fits once others finish
+      } else {
+        k[i] = 0;
       }
     }
   } else {
@@ -54,7 +75,8 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   std::vector<bool> planned(running.size(), false);
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
     const SeqView& s = running[i];
-    if (s.committed - s.target_pos != 1) continue;
+    if (s.committed - s.target_pos != 1 || sit_out[i]) continue;
+    if (s.pinned_k && k[i] + 1 > budget && budget < config.max_batch_tokens) continue;
     const int32_t kk = std::min(k[i], budget - 1);
     out.plans.push_back({s.id, s.target_pos, s.committed, true, kk});
     budget -= 1 + kk;
@@ -64,7 +86,7 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
     const SeqView& s = running[i];
     if (planned[i] || s.committed - s.target_pos <= 1) continue;
-    const int32_t end = std::min(s.committed, s.target_pos + budget);
+    const int32_t end = std::min(PrefillEnd(s), s.target_pos + budget);
     out.plans.push_back({s.id, s.target_pos, end, end == s.committed, 0});
     budget -= end - s.target_pos;
   }
@@ -90,7 +112,7 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
       target_free -= need;
       out.admit.push_back(s.id);
       ++n_running;
-      const int32_t end = std::min(s.committed, s.target_pos + budget);
+      const int32_t end = std::min(PrefillEnd(s), s.target_pos + budget);
       out.plans.push_back({s.id, s.target_pos, end, end == s.committed, 0});
       budget -= end - s.target_pos;
     }

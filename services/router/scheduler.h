@@ -13,6 +13,13 @@
 //    drafts). Over target capacity, drafts are dropped first, then the most recently admitted
 //    running sequence is preempted (recompute: released everywhere, back to the head of the
 //    queue with its history, re-prefilled later). Over draft capacity, only drafts are dropped.
+//  * Pinned k: a sampled request's realized tokens depend on its k schedule (the distribution
+//    does not), so for the same seed to give the same text in any batch its k is never changed
+//    by other requests: over budget or draft KV it sits the iteration out instead, and target
+//    KV preempts rather than drop its drafts. Only a request that cannot fit with its drafts
+//    even alone, or a draft service that is down, changes a pinned k. Re-prefilled after a
+//    preemption, it stops one token short so its next token comes from a decode row with its
+//    drafts, as it would have without the preemption.
 #ifndef SPECD_SERVICES_ROUTER_SCHEDULER_H_
 #define SPECD_SERVICES_ROUTER_SCHEDULER_H_
 
@@ -37,6 +44,8 @@ struct SeqView {
   int32_t target_pos = 0;  // committed tokens whose KV the target holds
   int32_t want_k = 0;      // drafts wanted this step (0 = none); only for decode rows
   bool local_drafts = false;  // drafts come from the router itself (n-gram): no draft KV
+  bool pinned_k = false;      // want_k must not be reduced for load (see Pinned k above)
+  bool has_output = false;    // generated at least one token (a re-prefill after preemption)
 };
 
 struct SchedulerState {

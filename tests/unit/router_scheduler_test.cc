@@ -18,10 +18,12 @@ struct Sim {
   std::vector<int64_t> admitted_order, finished_order;
   int preemptions = 0;
   int iterations = 0;
+  int pinned_rows = 0;  // decode rows of pinned sequences, each checked to keep its k
 
-  void Submit(int64_t id, int32_t prompt, int32_t new_tokens, int32_t want_k = 0) {
+  void Submit(int64_t id, int32_t prompt, int32_t new_tokens, int32_t want_k = 0,
+              bool pinned = false) {
     ASSERT_TRUE(CanEnqueue(state.waiting.size(), config));
-    state.waiting.push_back({id, prompt, 0, want_k});
+    state.waiting.push_back({id, prompt, 0, want_k, false, pinned});
     goal[id] = prompt + new_tokens;
   }
 
@@ -65,6 +67,10 @@ struct Sim {
       SeqView* v = Find(p.id);
       EXPECT_EQ(p.start, v->target_pos);
       blocks += BlocksFor(v->committed + p.k, config.block_size);
+      if (p.emit && v->pinned_k && v->committed - v->target_pos == 1) {
+        ++pinned_rows;
+        EXPECT_EQ(p.k, v->want_k) << "pinned k changed for " << p.id << " at " << iterations;
+      }
       if (p.emit) {
         v->committed += 1 + p.k;
         v->target_pos = v->committed - 1;
@@ -186,6 +192,60 @@ TEST(SchedulerTest, DraftKvOnlyDropsDrafts) {
   EXPECT_EQ(s.plans[0].k, 2);
   EXPECT_EQ(s.plans[1].k, 0);  // no draft room left: target-only, still running
   EXPECT_TRUE(sim.Step().preempt.empty());
+}
+
+// A sampled request's k is its own: the budget, draft KV and target KV make it wait or
+// preempt it, never shorten its drafts (the Sim checks every pinned row keeps want_k), while
+// greedy requests in the same batch have theirs trimmed.
+TEST(SchedulerTest, PinnedKIsNeverCutByLoad) {
+  struct Case {
+    const char* name;
+    int32_t budget, target_blocks, draft_blocks;
+  };
+  for (const Case c : {Case{"budget", 9, 1024, 1024}, Case{"draft kv", 64, 1024, 6},
+                       Case{"target kv", 64, 14, 1024}}) {
+    Sim sim;
+    sim.config.block_size = 4;
+    sim.config.max_batch_tokens = c.budget;
+    sim.config.target_blocks = c.target_blocks;
+    sim.config.draft_blocks = c.draft_blocks;
+    for (int i = 1; i <= 4; ++i) sim.Submit(i, 5, 12, 4, /*pinned=*/i % 2 == 1);
+    bool unpinned_trimmed = false;
+    while ((!sim.state.running.empty() || !sim.state.waiting.empty()) && sim.iterations < 500) {
+      std::map<int64_t, SeqView> before;
+      for (const SeqView& v : sim.state.running) before[v.id] = v;
+      for (const SeqPlan& p : sim.Step().plans) {
+        auto it = before.find(p.id);
+        if (it != before.end() && !it->second.pinned_k && p.emit && p.k < 4 &&
+            it->second.committed + 4 < sim.goal[p.id]) {
+          unpinned_trimmed = true;
+        }
+      }
+    }
+    EXPECT_EQ(sim.finished_order.size(), 4u) << c.name;
+    EXPECT_GT(sim.pinned_rows, 4) << c.name;
+    EXPECT_TRUE(unpinned_trimmed) << c.name << ": the case puts no pressure on k";
+  }
+}
+
+TEST(SchedulerTest, PinnedReprefillStopsOneShortSoItsNextTokenIsDrafted) {
+  SchedulerConfig c;
+  c.draft_blocks = 1024;
+  SchedulerState st;
+  st.waiting.push_back({1, 30, 0, 4, false, /*pinned_k=*/true, /*has_output=*/true});
+  st.waiting.push_back({2, 30, 0, 4, false, /*pinned_k=*/false, /*has_output=*/true});
+  Schedule s = ScheduleIteration(st, c);
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[0].end, 29);
+  EXPECT_FALSE(s.plans[0].emit);
+  EXPECT_EQ(s.plans[1].end, 30);  // greedy: the prefill row emits
+  EXPECT_TRUE(s.plans[1].emit);
+  st.running = {{1, 30, 29, 4, false, true, true}};
+  st.waiting.clear();
+  s = ScheduleIteration(st, c);
+  ASSERT_EQ(s.plans.size(), 1u);
+  EXPECT_TRUE(s.plans[0].emit);
+  EXPECT_EQ(s.plans[0].k, 4);
 }
 
 TEST(SchedulerTest, NoDraftServiceMeansNoDrafts) {

@@ -147,12 +147,17 @@ TEST(AdaptiveKTest, FollowsAcceptanceAndLoad) {
   AdaptiveK k(c);
   for (int i = 0; i < 30; ++i) k.Observe(4, 4);
   EXPECT_GT(k.acceptance(), 0.9);
-  EXPECT_GE(k.Next(1), 4);
+  EXPECT_GE(k.Want(1), 4);
+  EXPECT_EQ(k.Want(1), k.Want(1));  // asking does not change it
   for (int i = 0; i < 30; ++i) k.Observe(4, 0);
   EXPECT_LT(k.acceptance(), 0.05);
   int probes = 0;
-  for (int i = 0; i < 32; ++i) probes += k.Next(1) > 0;
-  EXPECT_EQ(probes, 2);  // one probe per probe_every steps
+  for (int i = 0; i < 34; ++i) {
+    const int32_t want = k.Want(1);
+    probes += want > 0;
+    k.Observe(want, 0);  // each step runs what was wanted
+  }
+  EXPECT_EQ(probes, 2);  // a probe after every probe_every (16) steps without drafts
 }
 
 }  // namespace

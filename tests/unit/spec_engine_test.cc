@@ -190,15 +190,32 @@ TEST_F(SpecEngineTest, SeededSamplingIsIndependentOfBatching) {
     auto e = MakeEngine(d.get(), o);
     alone.push_back(EngineGenerate(*e, {prompts[i]}, {params[i]}, 30)[0]);
   }
-  // Batched: the same tokens. (Under KV pressure the engine drops drafts for a step, and a
-  // different k schedule gives different — equally distributed — samples; only greedy output
-  // is independent of k. AdaptiveKAndKvPressureKeepGreedyOutput covers that.)
-  {
+  // Batched: the same tokens, also when the batch changes what the engine would choose —
+  // adaptive k, a token budget smaller than the drafts (pinned sequences wait a step), and KV
+  // pressure (preemption, drafts dropped for greedy sequences only). A sampled sequence's k
+  // schedule is its own (SpecEngine::PinnedK); a greedy one in the same batch still adapts.
+  struct Variant {
+    const char* name;
+    bool adaptive;
+    int32_t budget, kv_blocks;
+  };
+  for (const Variant v : {Variant{"fixed", false, 256, 1024}, Variant{"adaptive", true, 256, 1024},
+                          Variant{"tight budget", true, 12, 1024},
+                          Variant{"kv pressure", true, 256, 14}}) {
     auto d = MakeDrafter("model");
     SpecEngineOptions o;
     o.k = 4;
+    o.adaptive_k = v.adaptive;
+    o.max_batch_tokens = v.budget;
+    o.kv_blocks = v.kv_blocks;
+    o.max_running = 6;
     auto e = MakeEngine(d.get(), o);
-    EXPECT_EQ(EngineGenerate(*e, prompts, params, 30), alone);
+    ASSERT_TRUE(e) << v.name;
+    EXPECT_EQ(EngineGenerate(*e, prompts, params, 30), alone) << v.name;
+    EXPECT_EQ(e->kv_cache().num_used_blocks(), 0) << v.name;
+    if (v.kv_blocks < 100) {
+      EXPECT_GT(e->stats().preemptions, 0) << v.name;
+    }
   }
   // k = 0 is plain sampling: the same tokens as the independent plain decoder.
   auto e = MakeEngine(nullptr, SpecEngineOptions{});
