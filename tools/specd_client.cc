@@ -1,6 +1,6 @@
 // `specd client ...`: talks to a running cluster's router over gRPC.
 //   specd client generate --server ADDR -p TEXT [--chat] [-n N] [--temp T] [--seed S]
-//                         [--spec off|auto|draft|ngram] [-k K] [--stop STR]...   (streamed)
+//                         [--spec off|auto|draft|ngram|self] [-k K] [--stop STR]...   (streamed)
 //   specd client tokenize --server ADDR -p TEXT
 //   specd client health   --server ADDR
 //   specd client info     --server ADDR
@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "specd/v1/generation.grpc.pb.h"
@@ -26,7 +27,7 @@ constexpr char kClientUsage[] =
     "  --chat             send the prompt as a user chat message\n"
     "  -n N               max new tokens (default 128)\n"
     "  --temp T  --top-k K  --top-p P  --seed S  --stop STR (repeatable)  --ignore-eos\n"
-    "  --spec off|auto|draft|ngram  -k K (draft tokens per step, 0 = adaptive)\n"
+    "  --spec off|auto|draft|ngram|self  -k K (draft tokens per step, 0 = adaptive)\n"
     "  --timeout S        deadline in seconds (default 300)\n";
 
 int Fail(const grpc::Status& s) {
@@ -80,10 +81,15 @@ int RunClient(int argc, char** argv) {
       s->set_ignore_eos(true);
     } else if (f == "--spec") {
       const std::string_view m = next();
-      req.mutable_speculation()->set_mode(m == "off"     ? specd::v1::SPECULATION_MODE_OFF
-                                          : m == "draft" ? specd::v1::SPECULATION_MODE_DRAFT
-                                          : m == "ngram" ? specd::v1::SPECULATION_MODE_NGRAM
-                                                         : specd::v1::SPECULATION_MODE_AUTO);
+      specd::v1::SpeculationMode mode;
+      if (!specd::v1::SpeculationMode_Parse(absl::AsciiStrToUpper("SPECULATION_MODE_" + std::string(m)),
+                                            &mode) ||
+          mode == specd::v1::SPECULATION_MODE_UNSPECIFIED) {
+        std::fprintf(stderr, "specd client: --spec: unknown mode '%.*s' (off, auto, draft, ngram or self)\n",
+                     static_cast<int>(m.size()), m.data());
+        return 2;
+      }
+      req.mutable_speculation()->set_mode(mode);
     } else if (f == "-k") {
       req.mutable_speculation()->set_num_draft_tokens(std::atoi(next()));
     } else if (f == "--timeout") {

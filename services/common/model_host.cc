@@ -78,6 +78,8 @@ specd::internal::v1::ServiceInfo ModelHost::Info() const {
   info.set_num_sequences(static_cast<int32_t>(kv_->num_sequences()));
   info.set_instance_id(instance_id_);
   info.set_world_size(1);
+  info.set_num_layers(model_->num_layers());
+  info.set_model_layers(model_->config().num_layers);
   return info;
 }
 

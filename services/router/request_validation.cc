@@ -260,9 +260,8 @@ absl::StatusOr<ValidatedRequest> ValidateRequest(const specd::v1::GenerateReques
       out.spec_mode = SpecMode::kNgram;
       break;
     case specd::v1::SPECULATION_MODE_SELF:
-      return absl::UnimplementedError(absl::StrCat(
-          "speculation.mode ", specd::v1::SpeculationMode_Name(sp.mode()),
-          " is not served by this cluster yet (use AUTO, DRAFT, NGRAM or OFF; a self-draft runs as the draft service with --layers)"));
+      out.spec_mode = SpecMode::kSelf;  // RouterEngine checks the draft service is a self-draft
+      break;
     default:
       return Invalid("speculation.mode", absl::StrCat("has unknown value ", sp.mode()));
   }

@@ -32,7 +32,7 @@ struct ModelLimits {
   bool draft_available = false;
 };
 
-enum class SpecMode { kOff, kAuto, kDraft, kNgram };
+enum class SpecMode { kOff, kAuto, kDraft, kNgram, kSelf };
 
 struct ValidatedRequest {
   std::vector<int32_t> prompt;

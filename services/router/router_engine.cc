@@ -82,6 +82,10 @@ void RouterEngine::MaybeReconnectDraft() {
     draft_up_ = true;
     draft_blocks_ = info->kv_num_blocks();
     draft_context_ = info->context_length();
+    draft_kind_ = info->model() == target_info_.model() && info->num_layers() > 0 &&
+                          info->num_layers() < info->model_layers()
+                      ? DraftKind::kSelf
+                      : DraftKind::kSeparate;
   }
   metrics_->router_draft_available.Set(draft_up_ ? 1 : 0);
 }
@@ -140,6 +144,16 @@ absl::StatusOr<int64_t> RouterEngine::Submit(ValidatedRequest request,
   r->sink = std::move(sink);
   absl::MutexLock l(&mu_);
   if (draining_ || stop_) return absl::UnavailableError("the router is shutting down");
+  if (r->req.spec_mode == SpecMode::kSelf &&
+      (draft_ == nullptr || draft_kind_ == DraftKind::kSeparate)) {
+    // While the draft service is down its kind may be unknown: the request then runs
+    // target-only until it is back, like DRAFT.
+    return absl::FailedPreconditionError(
+        "speculation.mode: SPECULATION_MODE_SELF needs a draft service running the target's "
+        "first layers (specd-draft --model <target file> --layers N); this cluster's draft is " +
+        std::string(draft_ == nullptr ? "not configured" : "a separate model") +
+        " (use DRAFT, AUTO, NGRAM or OFF)");
+  }
   if (!CanEnqueue(waiting_.size(), options_.scheduler)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the queue is full (", options_.scheduler.max_queue, " requests waiting); retry later"));

@@ -109,6 +109,9 @@ class RouterEngine {
   bool draft_up_ ABSL_GUARDED_BY(mu_) = false;
   int32_t draft_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t draft_context_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the draft service last said it is: SELF requests need the target's own first layers.
+  enum class DraftKind { kUnknown, kSelf, kSeparate };
+  DraftKind draft_kind_ ABSL_GUARDED_BY(mu_) = DraftKind::kUnknown;
 
   // Loop-thread state.
   absl::Time draft_retry_at_ = absl::InfinitePast();

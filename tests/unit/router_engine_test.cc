@@ -30,9 +30,11 @@ std::string TinyModel(uint64_t seed) {
   return path;
 }
 
-std::unique_ptr<services::ModelHost> Host(const std::string& path, int kv_blocks) {
+std::unique_ptr<services::ModelHost> Host(const std::string& path, int kv_blocks,
+                                          int num_layers = 0) {
   services::ModelHostOptions o;
   o.model_path = path;
+  o.num_layers = num_layers;
   o.threads = 1;
   o.kv_blocks = kv_blocks;
   o.max_batch_tokens = 128;
@@ -98,14 +100,15 @@ class RouterEngineTest : public ::testing::Test {
   }
 
   void Make(RouterOptions options = {}, int target_blocks = 256, bool with_draft = true,
-            const std::string* draft_model = nullptr, const std::string* target_model = nullptr) {
+            const std::string* draft_model = nullptr, const std::string* target_model = nullptr,
+            int draft_layers = 0) {
     auto t = std::make_unique<LocalTargetBackend>(std::make_unique<services::TargetWorker>(
         Host(target_model ? *target_model : *target_path_, target_blocks)));
     target_ = t.get();
     std::unique_ptr<LocalDraftBackend> d;
     if (with_draft) {
       d = std::make_unique<LocalDraftBackend>(std::make_unique<services::DraftWorker>(
-          Host(draft_model ? *draft_model : *draft_path_, 256)));
+          Host(draft_model ? *draft_model : *draft_path_, 256, draft_layers)));
       draft_ = d.get();
     }
     if (options.scheduler.max_batch_tokens > 128) options.scheduler.max_batch_tokens = 128;
@@ -178,6 +181,30 @@ TEST_F(RouterEngineTest, SelfDraftAcceptsEverything) {
   const auto c = sink->completion();
   EXPECT_EQ(c.speculation().accepted_tokens(), c.speculation().draft_tokens());
   EXPECT_GT(c.speculation().mean_accepted_length(), 3.0);
+}
+
+// SPECULATION_MODE_SELF runs on a draft service that serves the target's own first layers,
+// and is refused, naming the field, when the draft is a separate model.
+TEST_F(RouterEngineTest, SelfModeNeedsASelfDraftService) {
+  Make({}, 256, true, target_path_, nullptr, /*draft_layers=*/1);
+  const auto prompt = Prompt(9, 3);
+  auto sink = Run(Req(prompt, 30, SpecMode::kSelf, 3));
+  sink->Wait();
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, prompt, 30));
+  EXPECT_GT(sink->completion().speculation().draft_tokens(), 0);
+  engine_->Stop();
+
+  Make();  // a separate draft model
+  auto refused = engine_->Submit(Req(prompt, 30, SpecMode::kSelf, 3), std::make_shared<Collect>());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("speculation.mode"), std::string::npos);
+  engine_->Stop();
+
+  Make({}, 256, /*with_draft=*/false);
+  EXPECT_FALSE(engine_->Submit(Req(prompt, 30, SpecMode::kSelf, 3), std::make_shared<Collect>())
+                   .ok());
 }
 
 TEST_F(RouterEngineTest, NgramSpeculationWithoutDraftServiceMatchesPlain) {

@@ -99,11 +99,21 @@ TEST_F(ValidationTest, EveryBadFieldIsNamed) {
   r = Good(); r.set_request_id(std::string(300, 'x')); ExpectBad(r, "request_id");
 }
 
-TEST_F(ValidationTest, UnservedSpeculationModesAreUnimplemented) {
-  auto r = Good();
-  r.mutable_speculation()->set_mode(specd::v1::SPECULATION_MODE_SELF);
-  EXPECT_EQ(ValidateRequest(r, *tokenizer_, nullptr, Limits()).status().code(),
-            absl::StatusCode::kUnimplemented);
+TEST_F(ValidationTest, EverySpeculationModeMaps) {
+  const std::pair<specd::v1::SpeculationMode, SpecMode> modes[] = {
+      {specd::v1::SPECULATION_MODE_UNSPECIFIED, SpecMode::kAuto},
+      {specd::v1::SPECULATION_MODE_AUTO, SpecMode::kAuto},
+      {specd::v1::SPECULATION_MODE_OFF, SpecMode::kOff},
+      {specd::v1::SPECULATION_MODE_DRAFT, SpecMode::kDraft},
+      {specd::v1::SPECULATION_MODE_NGRAM, SpecMode::kNgram},
+      {specd::v1::SPECULATION_MODE_SELF, SpecMode::kSelf}};
+  for (const auto& [mode, want] : modes) {
+    auto r = Good();
+    r.mutable_speculation()->set_mode(mode);
+    auto v = ValidateRequest(r, *tokenizer_, nullptr, Limits());
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->spec_mode, want) << specd::v1::SpeculationMode_Name(mode);
+  }
 }
 
 TEST_F(ValidationTest, StopStringSpanningTokensIsCutExactly) {
