@@ -48,6 +48,10 @@ struct RopeParams {
   int32_t original_context = 8192;
   // linear scaling: positions are divided by linear_scale
   float linear_scale = 1;
+  // Per-pair frequency divisors [rope_dim / 2] (GGUF tensor rope_freqs.weight, how converted
+  // Llama 3.1+ files carry their scaling); when set, the Llama-3 fields above are not used.
+  // Points into the model file, which outlives every use.
+  const float* freq_factors = nullptr;
 };
 
 // Weight types MatMul accepts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.

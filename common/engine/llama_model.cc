@@ -97,6 +97,20 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const gguf::GgufFil
   absl::StatusOr<ModelConfig> config = ReadModelConfig(file);
   if (!config.ok()) return config.status();
   m->config_ = *config;
+  if (file.FindTensor("rope_freqs.weight") != nullptr) {
+    // Llama 3.1+ as converted by llama.cpp: the scaled frequencies ship as a tensor.
+    absl::StatusOr<const float*> factors =
+        Vector(file, "rope_freqs.weight", m->config_.rope.rope_dim / 2);
+    if (!factors.ok()) return factors.status();
+    for (int32_t i = 0; i < m->config_.rope.rope_dim / 2; ++i) {
+      if (!((*factors)[i] > 0.0f) || !std::isfinite((*factors)[i])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "tensor rope_freqs.weight[%d] = %g: frequency factors must be finite and > 0", i,
+            (*factors)[i]));
+      }
+    }
+    m->config_.rope.freq_factors = *factors;
+  }
   m->options_ = options;
   m->backend_ = backend;
   m->comm_ = comm;

@@ -144,6 +144,13 @@ absl::Status WriteTinyModel(const TinyModelSpec& s, const std::string& path) {
   w.Set(a + ".attention.head_count_kv", Value::U32(s.num_kv_heads));
   w.Set(a + ".rope.freq_base", Value::F32(s.rope_base));
   w.Set(a + ".rope.dimension_count", Value::U32(head_dim));
+  if (s.llama3_rope_scaling) {
+    w.Set(a + ".rope.scaling.type", Value::Str("llama3"));
+    w.Set(a + ".rope.scaling.factor", Value::F32(s.rope_scaling_factor));
+    w.Set(a + ".rope.scaling.low_freq_factor", Value::F32(s.rope_low_freq_factor));
+    w.Set(a + ".rope.scaling.high_freq_factor", Value::F32(s.rope_high_freq_factor));
+    w.Set(a + ".rope.scaling.original_context_length", Value::U32(s.rope_original_context));
+  }
   w.Set(a + ".attention.layer_norm_rms_epsilon", Value::F32(1e-5f));
   w.Set(a + ".vocab_size", Value::U32(vocab));
 
@@ -168,6 +175,12 @@ absl::Status WriteTinyModel(const TinyModelSpec& s, const std::string& path) {
   if (!st.ok()) return st;
   if (!(st = w.AddTensorF32("output_norm.weight", GgmlType::kF32, {D}, ones_ish(D))).ok()) {
     return st;
+  }
+  if (!s.rope_freq_factors.empty()) {
+    // Written after the random draws above would shift them: keep the RNG stream unchanged.
+    st = w.AddTensorF32("rope_freqs.weight", GgmlType::kF32,
+                        {static_cast<int64_t>(s.rope_freq_factors.size())}, s.rope_freq_factors);
+    if (!st.ok()) return st;
   }
   if (!s.tied_output) {
     st = w.AddTensorF32("output.weight", s.weight_type, {D, vocab}, random(D * vocab, 4.0f));

@@ -21,6 +21,12 @@ struct TinyModelSpec {
   int32_t num_kv_heads = 2;
   int32_t context_length = 512;
   float rope_base = 10000.0f;
+  // Llama-3 RoPE scaling in metadata (rope.scaling.type = "llama3" and its parameters)...
+  bool llama3_rope_scaling = false;
+  float rope_scaling_factor = 8.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
+  int32_t rope_original_context = 8192;
+  // ... or per-pair frequency divisors as the tensor rope_freqs.weight (non-empty: written).
+  std::vector<float> rope_freq_factors;
   gguf::GgmlType weight_type = gguf::GgmlType::kQ8_0;  // 2-D weights; norms stay F32
   gguf::GgmlType embedding_type = gguf::GgmlType::kQ8_0;
   bool tied_output = true;

@@ -273,7 +273,9 @@ void RopeInvFreq(const RopeParams& p, double* inv_freq) {
   const int half = p.rope_dim / 2;
   for (int i = 0; i < half; ++i) {
     double f = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rope_dim);
-    if (p.llama3_scaling) {
+    if (p.freq_factors != nullptr) {
+      f /= p.freq_factors[i];
+    } else if (p.llama3_scaling) {
       // Llama 3.1: keep high frequencies, divide low ones by `factor`, blend between.
       const double low_freq_wavelen = p.original_context / static_cast<double>(p.low_freq_factor);
       const double high_freq_wavelen = p.original_context / static_cast<double>(p.high_freq_factor);

@@ -218,6 +218,67 @@ TEST(LlamaModelTest, BadBatchesAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(m->kv->num_used_blocks(), 0);
 }
 
+// Converted Llama 3.1+ files carry their RoPE scaling as the tensor rope_freqs.weight (per-pair
+// frequency divisors) instead of metadata. A model whose divisors are the Llama-3 formula,
+// computed here independently, gives the logits of the same model with the metadata form.
+TEST(LlamaModelTest, RopeFreqsTensorMatchesLlama3MetadataScaling) {
+  testing::TinyModelSpec base;
+  base.weight_type = gguf::GgmlType::kF32;  // float activations: no int8 rounding flips
+  base.embedding_type = gguf::GgmlType::kF32;
+  const int32_t head_dim = base.embedding_dim / base.num_heads;  // 16: 8 pairs
+  testing::TinyModelSpec meta = base;
+  meta.llama3_rope_scaling = true;
+  meta.rope_original_context = 32;  // wavelengths 6.3 .. 19869: pairs unchanged, blended, divided
+  testing::TinyModelSpec tensor = base;
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double f = std::pow(double{base.rope_base}, -2.0 * i / head_dim);
+    const double wavelen = 2 * M_PI / f;
+    const double low = 32 / 1.0, high = 32 / 4.0;  // original_context / low|high_freq_factor
+    double scaled = f;
+    if (wavelen > low) {
+      scaled = f / 8;
+    } else if (wavelen >= high) {
+      const double smooth = (32 / wavelen - 1.0) / (4.0 - 1.0);
+      scaled = (1 - smooth) * f / 8 + smooth * f;
+    }
+    tensor.rope_freq_factors.push_back(static_cast<float>(f / scaled));
+  }
+  ASSERT_EQ(tensor.rope_freq_factors.front(), 1.0f);   // a high frequency: kept
+  ASSERT_EQ(tensor.rope_freq_factors.back(), 8.0f);    // a low one: divided by the factor
+  auto run = [&](const std::string& name, const testing::TinyModelSpec& spec) {
+    auto l = Load(TinyModelPath(name, spec), /*reference=*/false);
+    EXPECT_TRUE(l);
+    if (!l) return std::vector<float>{};
+    const std::vector<int32_t> toks = Tokens(200, l->model->vocab_size(), 3);
+    EXPECT_TRUE(l->kv->AddSequence(1).ok());
+    ForwardBatch b;
+    b.Add(1, 0, toks.data(), static_cast<int32_t>(toks.size()), /*all_logits=*/true);
+    return l->Run(b);
+  };
+  const std::vector<float> a = run("rope_meta", meta), b = run("rope_tensor", tensor),
+                           plain = run("rope_none", base);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), plain.size());
+  double max_diff = 0, max_plain_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double{a[i]} - b[i]));
+    max_plain_diff = std::max(max_plain_diff, std::fabs(double{a[i]} - plain[i]));
+  }
+  EXPECT_LT(max_diff, 1e-3);       // float32 divisors vs the double formula
+  EXPECT_GT(max_plain_diff, 0.1);  // the scaling really changes the model
+
+  // A divisor tensor of the wrong size is a load error naming it.
+  testing::TinyModelSpec bad = base;
+  bad.rope_freq_factors = {1.0f, 2.0f, 3.0f};
+  auto f = gguf::GgufFile::Open(TinyModelPath("rope_bad", bad));
+  ASSERT_TRUE(f.ok());
+  LocalCommunicator comm;
+  auto be = MakeReferenceBackend();
+  auto m = LlamaModel::Load(**f, be.get(), &comm, {});
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("rope_freqs.weight"), std::string::npos) << m.status();
+}
+
 TEST(LlamaModelTest, MissingTensorAndUnknownArchitectureAreClearErrors) {
   // Unknown architecture.
   {
