@@ -331,13 +331,13 @@ int main(int argc, char** argv) {
     }
     c.vocab_size = std::min(c.vocab_size, info.vocab_size());
   }
+  if (!c.qps_sweep.empty()) c.mode = "open";
   nlohmann::json out;
   out["config"] = {{"server", c.server}, {"mode", c.mode}, {"spec", c.spec}, {"k", c.k},
                    {"prompt_tokens", c.prompt_tokens}, {"max_new_tokens", c.max_new_tokens},
                    {"temperature", c.temperature}, {"concurrency", c.concurrency},
                    {"in_process", !c.in_process_model.empty()}};
   if (!c.qps_sweep.empty()) {
-    c.mode = "open";
     for (absl::string_view q : absl::StrSplit(c.qps_sweep, ',')) {
       const double qps = std::strtod(std::string(q).c_str(), nullptr);
       out["points"].push_back(RunPoint(*stub, inproc.get(), c, qps));

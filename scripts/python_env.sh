@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Creates .venv (git-ignored) with the Python packages the tests need (the Python gRPC client
-# test) and prints its interpreter path. Idempotent.
+# Creates .venv (git-ignored) with the Python packages the tests and tools need (grpcio +
+# grpcio-tools + grpcio-reflection for the Python gRPC client test, matplotlib for
+# loadtest/plot.py) and prints its interpreter path. Idempotent: pip runs only when an import
+# fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv >&2
 fi
-if ! .venv/bin/python -c 'import grpc, grpc_tools' 2>/dev/null; then
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check grpcio grpcio-tools >&2
+if ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_reflection, matplotlib' 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    grpcio grpcio-tools grpcio-reflection matplotlib >&2
 fi
 echo "$PWD/.venv/bin/python"

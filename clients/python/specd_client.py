@@ -105,3 +105,25 @@ class SpecdClient:
     def healthy(self):
         resp = self.health_stub.Check(self.s.health_pb.HealthCheckRequest(), timeout=5)
         return resp.status == self.s.health_pb.HealthCheckResponse.SERVING
+
+
+def list_services(address, timeout=10.0):
+    """Service names that `address` lists through gRPC server reflection (grpcio-reflection)."""
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase)
+
+    with grpc.insecure_channel(address) as channel:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        return sorted(ProtoReflectionDescriptorDatabase(channel).get_services())
+
+
+def reflected_methods(address, service, timeout=10.0):
+    """Method names of `service`, from the descriptors `address` serves through reflection."""
+    from google.protobuf.descriptor_pool import DescriptorPool
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase)
+
+    with grpc.insecure_channel(address) as channel:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        pool = DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
+        return sorted(m.name for m in pool.FindServiceByName(service).methods)

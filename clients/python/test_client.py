@@ -1,12 +1,30 @@
-"""Exercises the Python client against a running cluster: python3 test_client.py ADDRESS."""
-import sys
+"""Exercises the Python client against a running cluster:
+
+    python3 test_client.py ROUTER_ADDRESS [--target ADDRESS] [--draft ADDRESS]
+
+With --target / --draft it also checks gRPC server reflection on those workers (the router's
+is always checked).
+"""
+import argparse
 
 import grpc
 
-from specd_client import SpecdClient
+from specd_client import SpecdClient, list_services, reflected_methods
+
+HEALTH = "grpc.health.v1.Health"
+REFLECTION = "grpc.reflection.v1alpha.ServerReflection"
 
 
-def main(address):
+def check_reflection(name, address, service, methods):
+    services = list_services(address)
+    for want in (service, HEALTH, REFLECTION):
+        assert want in services, (name, address, want, services)
+    got = reflected_methods(address, service)
+    assert set(methods) <= set(got), (name, service, methods, got)
+    print(f"reflection on {name}: {', '.join(services)}")
+
+
+def main(address, target="", draft=""):
     c = SpecdClient(address, timeout=120)
     assert c.healthy(), "router not SERVING"
     info = c.model_info()
@@ -35,8 +53,20 @@ def main(address):
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
         assert e.details().startswith("prompt"), e.details()
+
+    check_reflection("router", address, "specd.v1.Generation",
+                     ["Generate", "GenerateStream", "Tokenize", "GetModelInfo"])
+    for name, worker in (("target", target), ("draft", draft)):
+        if worker:
+            check_reflection(name, worker, f"specd.internal.v1.{name.capitalize()}",
+                             ["Step", "Release", "GetInfo"])
     print("python client: ok")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("router")
+    ap.add_argument("--target", default="", help="target worker address: check its reflection")
+    ap.add_argument("--draft", default="", help="draft worker address: check its reflection")
+    a = ap.parse_args()
+    main(a.router, a.target, a.draft)

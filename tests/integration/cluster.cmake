@@ -7,6 +7,10 @@ if(NOT SPECD_CORE_ONLY)
     SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_test.cc
     DEPS specd_cluster_harness specd_engine specd_sampling LABELS integration TIMEOUT 300)
   add_dependencies(cluster_test specd-target specd-draft specd-router)
+  specd_test(cluster_load_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_load_test.cc
+    DEPS specd_cluster_harness specd_testing LABELS integration TIMEOUT 180)
+  add_dependencies(cluster_load_test specd-target specd-draft specd-router)
 endif()
 if(NOT SPECD_CORE_ONLY)
   specd_test(python_client_test

@@ -93,6 +93,7 @@ Cluster::Cluster(ClusterOptions o) : options(std::move(o)) {
   spec.seed = 31;
   EXPECT_TRUE(WriteTinyModel(spec, target_model).ok());
   spec.seed = 32;
+  if (options.draft_model_spec) options.draft_model_spec(spec);
   EXPECT_TRUE(WriteTinyModel(spec, draft_model).ok());
   target_addr = "unix:" + dir + "/target.sock";
   draft_addr = "unix:" + dir + "/draft.sock";

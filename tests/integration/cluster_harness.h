@@ -6,10 +6,12 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/testing/tiny_model.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "specd/internal/v1/draft.grpc.pb.h"
@@ -42,6 +44,10 @@ struct ClusterOptions {
   std::vector<std::string> router_flags;   // extra flags
   std::vector<std::string> target_flags;
   int target_kv_blocks = 512;
+  // Changes the draft's tiny model (otherwise the target's spec with another seed). Both
+  // random models mostly repeat their input, so they agree almost always; e.g. a larger
+  // weight_scale makes the draft's proposals get rejected part of the time.
+  std::function<void(TinyModelSpec&)> draft_model_spec;
 };
 
 class Cluster {
