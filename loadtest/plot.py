@@ -70,7 +70,9 @@ def plot(out, files):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     c = runs[0][1] if runs else {}
-    fig.suptitle(f"specd cluster, {c.get('prompt_tokens')}-token prompts, "
+    prompts = ("built-in chat prompts" if c.get("prompts") == "builtin"
+               else f"{c.get('prompt_tokens')}-token random prompts")
+    fig.suptitle(f"specd cluster, {prompts}, "
                  f"{c.get('max_new_tokens')} new tokens, temperature {c.get('temperature')}")
     fig.tight_layout()
     fig.savefig(out, dpi=100)

@@ -3,6 +3,7 @@
 // end-to-end latency percentiles, throughput, speculation acceptance and errors by code, as
 // JSON. --qps-sweep a,b,c runs one open-loop point per rate (the latency-vs-QPS curve).
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,8 @@
 #include "nlohmann/json.hpp"
 #include "absl/synchronization/notification.h"
 #include "common/gguf/gguf_file.h"
+#include "loadtest/prompt_set.h"
+#include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/flags.h"
 #include "services/common/metrics.h"
@@ -41,6 +44,7 @@ struct Sample {
 
 struct Config {
   std::string server = "localhost:50051", mode = "closed", spec = "auto", qps_sweep, out;
+  std::string prompts = "builtin";  // or "random": prompt_tokens random ids
   // In-process baseline: the same router engine and workers, no network.
   std::string in_process_model, in_process_draft;
   int32_t in_process_draft_layers = 0, threads = 1, max_batch_tokens = 512;
@@ -49,20 +53,33 @@ struct Config {
   double qps = 2, duration_s = 30, temperature = 0;
 };
 
+// "off", "auto", ... -> the enum; "" when unknown (main() rejects it before any request).
+specd::v1::SpeculationMode SpecMode(const std::string& name) {
+  std::string upper = "SPECULATION_MODE_";
+  for (char ch : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  specd::v1::SpeculationMode mode = specd::v1::SPECULATION_MODE_UNSPECIFIED;
+  if (!specd::v1::SpeculationMode_Parse(upper, &mode)) return specd::v1::SPECULATION_MODE_UNSPECIFIED;
+  return mode;
+}
+
 specd::v1::GenerateRequest MakeRequest(const Config& c, int index) {
   specd::v1::GenerateRequest r;
-  std::mt19937 gen(index);
-  for (int i = 0; i < c.prompt_tokens; ++i) {
-    r.mutable_tokens()->add_ids(3 + gen() % std::max(1, c.vocab_size - 3));
+  if (c.prompts == "builtin") {
+    const auto& set = specd::loadtest::BuiltinPrompts();
+    specd::v1::ChatMessage* m = r.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(set[index % set.size()]);
+  } else {
+    std::mt19937 gen(index);
+    for (int i = 0; i < c.prompt_tokens; ++i) {
+      r.mutable_tokens()->add_ids(3 + gen() % std::max(1, c.vocab_size - 3));
+    }
   }
   r.mutable_sampling()->set_max_new_tokens(c.max_new_tokens);
   r.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
   r.mutable_sampling()->set_ignore_eos(true);
   r.mutable_sampling()->set_seed(index);
-  r.mutable_speculation()->set_mode(c.spec == "off"     ? specd::v1::SPECULATION_MODE_OFF
-                                    : c.spec == "draft" ? specd::v1::SPECULATION_MODE_DRAFT
-                                    : c.spec == "ngram" ? specd::v1::SPECULATION_MODE_NGRAM
-                                                        : specd::v1::SPECULATION_MODE_AUTO);
+  r.mutable_speculation()->set_mode(SpecMode(c.spec));
   r.mutable_speculation()->set_num_draft_tokens(c.k);
   return r;
 }
@@ -104,13 +121,14 @@ class TimingSink : public specd::router::RequestSink {
 struct InProcess {
   std::unique_ptr<specd::gguf::GgufFile> file;
   std::unique_ptr<specd::tok::Tokenizer> tokenizer;
+  std::unique_ptr<specd::tok::ChatTemplate> chat;  // null: the model has none
   specd::services::Metrics metrics;
   std::unique_ptr<specd::router::RouterEngine> engine;
 };
 
 Sample OneInProcess(InProcess& p, const Config& c, int index) {
   const specd::v1::GenerateRequest r = MakeRequest(c, index);
-  auto v = specd::router::ValidateRequest(r, *p.tokenizer, nullptr, p.engine->limits());
+  auto v = specd::router::ValidateRequest(r, *p.tokenizer, p.chat.get(), p.engine->limits());
   Sample fail;
   if (!v.ok()) {
     fail.code = static_cast<int>(v.status().code());
@@ -272,10 +290,14 @@ int main(int argc, char** argv) {
   f.Add("qps", "SPECD_LOADTEST_QPS", &c.qps, "open loop: mean arrival rate");
   f.Add("qps-sweep", "SPECD_LOADTEST_QPS_SWEEP", &c.qps_sweep, "open loop: comma-separated rates");
   f.Add("duration-s", "SPECD_LOADTEST_DURATION_S", &c.duration_s, "open loop: seconds per point");
-  f.Add("prompt-tokens", "SPECD_LOADTEST_PROMPT_TOKENS", &c.prompt_tokens, "prompt length");
+  f.Add("prompts", "SPECD_LOADTEST_PROMPTS", &c.prompts,
+        "builtin (chat prompts of varied length, loadtest/prompt_set.cc) or random (token ids)");
+  f.Add("prompt-tokens", "SPECD_LOADTEST_PROMPT_TOKENS", &c.prompt_tokens,
+        "random prompts: length in tokens");
   f.Add("max-new-tokens", "SPECD_LOADTEST_MAX_NEW_TOKENS", &c.max_new_tokens, "tokens out");
   f.Add("temperature", "SPECD_LOADTEST_TEMPERATURE", &c.temperature, "0 = greedy");
-  f.Add("spec", "SPECD_LOADTEST_SPEC", &c.spec, "speculation: off, auto, draft or ngram");
+  f.Add("spec", "SPECD_LOADTEST_SPEC", &c.spec,
+        "speculation: off, auto, draft, ngram or self");
   f.Add("k", "SPECD_LOADTEST_K", &c.k, "draft tokens per step (0 = adaptive)");
   f.Add("out", "SPECD_LOADTEST_OUT", &c.out, "JSON output file (default stdout)");
   f.Add("in-process-model", "SPECD_LOADTEST_IN_PROCESS_MODEL", &c.in_process_model,
@@ -293,6 +315,16 @@ int main(int argc, char** argv) {
                  f.Usage().c_str());
     return 2;
   }
+  if (c.prompts != "builtin" && c.prompts != "random") {
+    std::fprintf(stderr, "specd-loadtest: --prompts must be builtin or random, got '%s'\n",
+                 c.prompts.c_str());
+    return 2;
+  }
+  if (SpecMode(c.spec) == specd::v1::SPECULATION_MODE_UNSPECIFIED) {
+    std::fprintf(stderr, "specd-loadtest: --spec must be off, auto, draft, ngram or self, got '%s'\n",
+                 c.spec.c_str());
+    return 2;
+  }
   auto stub = specd::v1::Generation::NewStub(
       grpc::CreateChannel(c.server, grpc::InsecureChannelCredentials()));
   std::unique_ptr<InProcess> inproc;
@@ -300,6 +332,9 @@ int main(int argc, char** argv) {
     inproc = std::make_unique<InProcess>();
     inproc->file = std::move(*specd::gguf::GgufFile::Open(c.in_process_model));
     inproc->tokenizer = std::move(*specd::tok::Tokenizer::FromGguf(*inproc->file));
+    if (auto chat = specd::tok::ChatTemplate::FromGguf(*inproc->file); chat.ok()) {
+      inproc->chat = std::make_unique<specd::tok::ChatTemplate>(std::move(*chat));
+    }
     std::unique_ptr<specd::router::DraftBackend> draft;
     if (!c.in_process_draft.empty()) {
       draft = std::make_unique<specd::router::LocalDraftBackend>(
@@ -334,7 +369,8 @@ int main(int argc, char** argv) {
   if (!c.qps_sweep.empty()) c.mode = "open";
   nlohmann::json out;
   out["config"] = {{"server", c.server}, {"mode", c.mode}, {"spec", c.spec}, {"k", c.k},
-                   {"prompt_tokens", c.prompt_tokens}, {"max_new_tokens", c.max_new_tokens},
+                   {"prompts", c.prompts}, {"prompt_tokens", c.prompt_tokens},
+                   {"max_new_tokens", c.max_new_tokens},
                    {"temperature", c.temperature}, {"concurrency", c.concurrency},
                    {"in_process", !c.in_process_model.empty()}};
   if (!c.qps_sweep.empty()) {

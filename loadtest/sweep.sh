@@ -11,9 +11,10 @@
 #   SPECD_BUILD     build directory with services/, tools/ and loadtest/ [build]
 #   QPS             comma-separated offered rates [0.5,1,2,4]
 #   DURATION_S      seconds of arrivals per point; the point then waits for its requests [10]
-#   PROMPT_TOKENS   random-token prompt length [32]
+#   PROMPTS         builtin (chat prompts of varied length) or random [builtin]
+#   PROMPT_TOKENS   random prompts: length in tokens [32]
 #   NEW_TOKENS      tokens generated per request (ignore_eos) [32]
-#   SPECS           settings to compare, MODE or MODE:K (K = 0: adaptive) [off auto draft:3]
+#   SPECS           settings to compare, MODE or MODE:K (K = 0: adaptive) [off auto ngram]
 #   THREADS         CPU threads per model service [1]
 set -euo pipefail
 
@@ -22,9 +23,10 @@ OUT="${1:-$ROOT/docs/img}"
 BUILD="${SPECD_BUILD:-$ROOT/build}"
 QPS="${QPS:-0.5,1,2,4}"
 DURATION_S="${DURATION_S:-10}"
+PROMPTS="${PROMPTS:-builtin}"
 PROMPT_TOKENS="${PROMPT_TOKENS:-32}"
 NEW_TOKENS="${NEW_TOKENS:-32}"
-SPECS="${SPECS:-off auto draft:3}"
+SPECS="${SPECS:-off auto ngram}"
 THREADS="${THREADS:-1}"
 
 [ -x "$BUILD/loadtest/specd-loadtest" ] || {
@@ -53,7 +55,7 @@ for s in $SPECS; do
   json="$OUT/latency_vs_qps_$name.json"
   echo "sweep: spec $mode k=$k, QPS $QPS, ${DURATION_S} s per point -> $json" >&2
   "$BUILD/loadtest/specd-loadtest" --server "localhost:$PORT" --qps-sweep "$QPS" \
-    --duration-s "$DURATION_S" --prompt-tokens "$PROMPT_TOKENS" --max-new-tokens "$NEW_TOKENS" \
+    --duration-s "$DURATION_S" --prompts "$PROMPTS" --prompt-tokens "$PROMPT_TOKENS" --max-new-tokens "$NEW_TOKENS" \
     --spec "$mode" --k "$k" --out "$json"
   JSONS+=("$json")
 done
