@@ -1,11 +1,18 @@
 // What the draft and target services share: a GGUF model with its tokenizer, backend, paged
 // KV cache, and the committed-token history of every sequence the router has placed here.
+//
+// Tensor parallelism: with world_size N > 1 the host is rank 0 of N ranks (threads sharing an
+// engine::ThreadGroup), each holding its slice of the heads and FFN columns and its own KV
+// cache. Rank 0 serves gRPC and drives the others through the Communicator: every call that
+// changes model state (Forward, AddSequence, Release) is broadcast first, so all ranks run
+// the same operations in the same order and their caches stay identical in shape.
 #ifndef SPECD_SERVICES_COMMON_MODEL_HOST_H_
 #define SPECD_SERVICES_COMMON_MODEL_HOST_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/node_hash_map.h"
@@ -15,6 +22,7 @@
 #include "common/engine/communicator.h"
 #include "common/engine/llama_model.h"
 #include "common/engine/paged_kv_cache.h"
+#include "common/engine/thread_communicator.h"
 #include "common/gguf/gguf_file.h"
 #include "common/tokenizer/tokenizer.h"
 #include "specd/internal/v1/common.pb.h"
@@ -28,17 +36,20 @@ struct ModelHostOptions {
   int32_t kv_block_size = 16;
   int32_t max_batch_tokens = 512;
   int32_t num_layers = 0;         // 0 = all (fewer: self-speculation drafts)
+  int32_t world_size = 1;         // tensor-parallel ranks; `threads` are shared among them
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
 };
 
 class ModelHost {
  public:
-  // `comm` may be null (one rank); otherwise it must outlive the host.
-  static absl::StatusOr<std::unique_ptr<ModelHost>> Load(const ModelHostOptions& options,
-                                                         engine::Communicator* comm = nullptr);
+  static absl::StatusOr<std::unique_ptr<ModelHost>> Load(const ModelHostOptions& options);
+  ~ModelHost();
 
-  engine::LlamaModel& model() { return *model_; }
-  engine::PagedKvCache& kv() { return *kv_; }
+  // One forward on every rank (logits from rank 0): the only way to run the model.
+  absl::Status Forward(const engine::ForwardBatch& batch, float* logits);
+  const engine::LlamaModel& model() const { return *model_; }
+  const engine::PagedKvCache& kv() const { return *kv_; }
+  int32_t world_size() const { return options_.world_size; }
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   absl::Span<const int32_t> eos_ids() const { return eos_ids_; }
   const ModelHostOptions& options() const { return options_; }
@@ -57,8 +68,17 @@ class ModelHost {
 
  private:
   ModelHost() = default;
+  struct Rank;           // a rank > 0: its shard, cache and thread
+  struct Command;        // what rank 0 broadcasts before each state change
+  // Rank 0 side: hands `c` (and for a forward, the batch) to the other ranks.
+  absl::Status Broadcast(Command& c, const engine::ForwardBatch* batch);
+  static void RankLoop(Rank* rank);
+
   ModelHostOptions options_;
   engine::LocalCommunicator local_comm_;
+  std::unique_ptr<engine::ThreadGroup> group_;
+  std::unique_ptr<engine::Communicator> comm_;  // rank 0's, with world_size > 1
+  std::vector<std::unique_ptr<Rank>> ranks_;    // ranks 1 .. N-1
   std::unique_ptr<gguf::GgufFile> file_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::unique_ptr<engine::Backend> backend_;

@@ -23,7 +23,6 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   std::string listen = component == "target" ? "0.0.0.0:50052" : "0.0.0.0:50053";
   ModelHostOptions mo;
   int32_t metrics_port = 0;
-  int32_t world_size = 1;
   double grace_s = 10;
   GrpcSettings grpc_settings;
   FlagSet flags("specd-" + component);
@@ -36,7 +35,8 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
             "most tokens one forward pass carries");
   flags.Add("layers", env + "_LAYERS", &mo.num_layers,
             "run only the first N layers (self-speculation drafts); 0 = all");
-  flags.Add("world-size", env + "_WORLD_SIZE", &world_size, "tensor-parallel ranks");
+  flags.Add("world-size", env + "_WORLD_SIZE", &mo.world_size,
+            "tensor-parallel ranks (threads of this process; --threads are split among them)");
   flags.Add("metrics-port", env + "_METRICS_PORT", &metrics_port,
             "Prometheus /metrics HTTP port (0 = off)");
   flags.Add("drain-grace-s", env + "_DRAIN_GRACE_S", &grace_s,
@@ -46,13 +46,6 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     if (s.code() == absl::StatusCode::kCancelled) return 0;
     std::fprintf(stderr, "specd-%s: %s\n%s", component.c_str(), std::string(s.message()).c_str(),
                  flags.Usage().c_str());
-    return 2;
-  }
-  if (world_size != 1) {
-    // The worker is written rank-0-drives-all through Communicator, but only the single-rank
-    // communicator exists so far.
-    std::fprintf(stderr, "specd-%s: --world-size %d: tensor parallelism is not available yet\n",
-                 component.c_str(), world_size);
     return 2;
   }
   auto host = ModelHost::Load(mo);

@@ -114,7 +114,7 @@ absl::StatusOr<iv1::DraftStepResponse> DraftWorker::Step(const iv1::DraftStepReq
                 static_cast<int32_t>(ids.size()), false);
     }
     logits_.resize(batch.logit_rows.size() * size_t(vocab));
-    if (absl::Status st = host_->model().Forward(batch, host_->kv(), logits_.data()); !st.ok()) {
+    if (absl::Status st = host_->Forward(batch, logits_.data()); !st.ok()) {
       return st;
     }
     for (size_t j = 0; j < items.size(); ++j) {

@@ -66,7 +66,6 @@ absl::Status TargetWorker::Validate(const iv1::TargetStepRequest& request) const
 absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStepRequest& request) {
   if (absl::Status s = Validate(request); !s.ok()) return s;
   const auto t0 = std::chrono::steady_clock::now();
-  engine::PagedKvCache& kv = host_->kv();
   const int32_t vocab = host_->vocab_size();
   iv1::TargetStepResponse response;
   response.set_instance_id(host_->instance_id());
@@ -111,7 +110,7 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
   }
   logits_.resize(batch.logit_rows.size() * static_cast<size_t>(vocab));
   if (!batch.slices.empty()) {
-    if (absl::Status st = host_->model().Forward(batch, kv, logits_.data()); !st.ok()) {
+    if (absl::Status st = host_->Forward(batch, logits_.data()); !st.ok()) {
       // Nothing was written, but the histories of new sequences must not claim tokens.
       return st;
     }

@@ -143,8 +143,12 @@ TEST(ClusterLoadTest, FiveHundredRequestsAtConcurrency64NoneLostKvFreed) {
   // A draft that disagrees with the target part of the time (~20-70 % of its proposals are
   // accepted), so rejections and KV rollback happen under load too.
   o.draft_model_spec = [](TinyModelSpec& s) { s.weight_scale = 0.2f; };
+  // The target runs as 2 tensor-parallel ranks (rank 0 serves gRPC and drives rank 1): greedy
+  // output below is still checked against one-rank plain decoding.
+  o.target_flags = {"--world-size", "2"};
   Cluster c(o);
   ASSERT_EQ(c.Health(c.router_addr), 1);
+  ASSERT_EQ(c.TargetInfo().world_size(), 2);
 
   std::vector<std::vector<int32_t>> want(kPrompts);
   for (int p = 0; p < kPrompts; ++p) {

@@ -30,10 +30,12 @@ std::string TinyModel(uint64_t seed) {
   return path;
 }
 
-std::unique_ptr<ModelHost> Host(const std::string& path, int kv_blocks = 64) {
+std::unique_ptr<ModelHost> Host(const std::string& path, int kv_blocks = 64,
+                                int world_size = 1) {
   ModelHostOptions o;
   o.model_path = path;
-  o.threads = 1;
+  o.world_size = world_size;
+  o.threads = world_size;
   o.kv_blocks = kv_blocks;
   o.max_batch_tokens = 64;
   absl::StatusOr<std::unique_ptr<ModelHost>> h = ModelHost::Load(o);
@@ -156,6 +158,31 @@ TEST_F(WorkersTest, SpeculativeGreedyMatchesPlain) {
   int steps = 0;
   EXPECT_EQ(Decode(target, &self, 4, 64, 30, &steps), want);
   EXPECT_LE(steps, 1 + (29 + 4) / 5);
+}
+
+// A target served by 2 tensor-parallel ranks (rank 0 drives rank 1 through the Communicator):
+// the same greedy output as the engine on one rank, with chunked prefill, speculation and
+// rollback, and release mirrored on every rank's cache.
+TEST_F(WorkersTest, TensorParallelTargetMatchesOneRank) {
+  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
+  {
+    TargetWorker target(Host(*target_path_, 64, /*world_size=*/2));
+    EXPECT_EQ(target.Info().world_size(), 2);
+    EXPECT_EQ(Decode(target, nullptr, 0, 7, 30), want);
+  }
+  TargetWorker target(Host(*target_path_, 64, /*world_size=*/2));
+  DraftWorker draft(Host(*draft_path_));
+  EXPECT_EQ(Decode(target, &draft, 3, 64, 30), want);
+  iv1::ReleaseRequest rel;
+  rel.add_seq_ids(7);
+  EXPECT_EQ(target.Release(rel).kv().used_blocks(), 0);
+  // Heads that do not split: a load error naming the ranks, not a crash.
+  ModelHostOptions o;
+  o.model_path = *target_path_;
+  o.world_size = 4;  // the tiny model has 2 KV heads
+  auto bad = ModelHost::Load(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("4 ranks"), std::string::npos) << bad.status();
 }
 
 TEST_F(WorkersTest, UnknownSequenceNeedsPrefillAndReleaseFreesBlocks) {
