@@ -14,7 +14,8 @@
 #   --draft-layers N     layers of a self draft [default 8]
 #   --port P             router TCP port [SPECD_PORT, default 50051]
 #   --metrics-port P     router metrics port; target/draft use P+1/P+2 [default 9090]
-#   --threads N          CPU threads for each model service [default: half the cores]
+#   --threads N          CPU threads for each model service [default: all cores — the router
+#                        runs the draft step and then the target step, never both at once]
 #   --prompt TEXT        answer this prompt through the cluster (chat template), then stop
 #   -n N                 max new tokens for --prompt [default 64]
 set -euo pipefail
@@ -26,7 +27,7 @@ DRAFT_MODEL="${SPECD_DRAFT_MODEL:-self}"
 DRAFT_LAYERS=8
 PORT="${SPECD_PORT:-50051}"
 METRICS_PORT=9090
-THREADS=$(( ($(nproc) + 1) / 2 ))
+THREADS=$(nproc)
 PROMPT=""
 N=64
 while [ $# -gt 0 ]; do
