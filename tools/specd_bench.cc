@@ -1,7 +1,8 @@
 // specd-bench: engine throughput on one model, with baselines measured in the same run.
 //   decode tok/s at batch 1/4/16, prefill tok/s for 128- and 512-token prompts, peak RSS,
 //   the machine's memory read bandwidth and the resulting decode roofline
-//   (weight bytes per step / bandwidth), and — when llama-cpp-python is importable —
+//   (weight bytes per step / bandwidth), and — when llama-cpp-python is importable (by
+//   --llama-cpp-python PYTHON, $SPECD_LLAMA_CPP_PYTHON or python3) —
 //   llama.cpp's decode and prefill on the same file and thread count, as ratios.
 // This is a benchmark, not a test: it prints figures and asserts nothing.
 #include <sys/resource.h>
@@ -161,33 +162,74 @@ struct Runner {
 };
 
 struct LlamaCppFigures {
-  bool ok = false;
+  bool importable = false;  // `python -c 'import llama_cpp'` succeeded
+  bool ok = false;          // and the bench printed its figures
   double decode = 0, prefill128 = 0, prefill512 = 0;
+  std::string version = "?";  // llama-cpp-python's
 };
 
-// Runs tools/llama_cpp_bench.py when llama-cpp-python is importable.
-LlamaCppFigures RunLlamaCpp(const std::string& script, const std::string& model, int threads) {
+// Single-quotes `s` for /bin/sh: paths may hold spaces.
+std::string ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs tools/llama_cpp_bench.py with `python` (any interpreter that can import llama_cpp,
+// e.g. the venv of scripts/install_llama_cpp_python.sh). The script's stderr is left through
+// so that a failure is visible; the import probe stays quiet, as "not installed" is normal.
+LlamaCppFigures RunLlamaCpp(const std::string& python, const std::string& script,
+                            const std::string& model, int threads) {
   LlamaCppFigures f;
-  const std::string cmd = absl::StrFormat(
-      "python3 -c 'import llama_cpp' 2>/dev/null && python3 %s %s %d 2>/dev/null", script, model,
-      threads);
+  const std::string py = ShellQuote(python);
+  f.importable = std::system((py + " -c 'import llama_cpp' >/dev/null 2>&1").c_str()) == 0;
+  if (!f.importable) return f;
+  const std::string cmd = absl::StrFormat("%s %s %s %d", py, ShellQuote(script),
+                                          ShellQuote(model), threads);
+  std::fflush(stdout);
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return f;
   char line[512];
   while (std::fgets(line, sizeof line, p)) {
     double a, b, c;
+    char version[64];
     if (std::sscanf(line, "llama.cpp decode=%lf prefill128=%lf prefill512=%lf", &a, &b, &c) == 3) {
-      f = {true, a, b, c};
+      f.ok = a > 0 && b > 0 && c > 0;
+      f.decode = a;
+      f.prefill128 = b;
+      f.prefill512 = c;
+    } else if (std::sscanf(line, "llama-cpp-python version=%63s", version) == 1) {
+      f.version = version;
     }
   }
-  pclose(p);
+  if (pclose(p) != 0) f.ok = false;
   return f;
+}
+
+// tools/llama_cpp_bench.py: $SPECD_SOURCE_DIR/tools, else next to the binary, else the
+// source tree this binary was configured from (the build dir holds no copy of the script).
+std::string FindLlamaCppScript(const std::string& argv0) {
+  if (const char* src = std::getenv("SPECD_SOURCE_DIR")) {
+    return std::string(src) + "/tools/llama_cpp_bench.py";
+  }
+  const std::string beside = argv0.substr(0, argv0.rfind('/') + 1) + "llama_cpp_bench.py";
+  if (access(beside.c_str(), R_OK) == 0) return beside;
+#ifdef SPECD_LLAMA_CPP_BENCH_PY
+  return SPECD_LLAMA_CPP_BENCH_PY;
+#else
+  return beside;
+#endif
 }
 
 int Main(int argc, char** argv) {
   std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   int threads = 0, steps = 64;
   bool with_llama_cpp = true;
+  // Interpreter for the llama.cpp comparison: --llama-cpp-python, else $SPECD_LLAMA_CPP_PYTHON.
+  std::string llama_python = "python3";
+  if (const char* py = std::getenv("SPECD_LLAMA_CPP_PYTHON"); py != nullptr && *py != 0) {
+    llama_python = py;
+  }
   bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
   SpecBenchOptions spec;
   for (int i = 1; i < argc; ++i) {
@@ -200,6 +242,8 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(argv[++i], &steps)) return 2;
     } else if (a == "--no-llama-cpp") {
       with_llama_cpp = false;
+    } else if (a == "--llama-cpp-python" && i + 1 < argc) {
+      llama_python = argv[++i];
     } else if (a == "--spec") {
       spec_bench = true;
     } else if (a == "--spec-tokens" && i + 1 < argc) {
@@ -213,7 +257,7 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
-                   "[--no-llama-cpp]\n"
+                   "[--no-llama-cpp | --llama-cpp-python PYTHON]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
                    "[--spec-prompts N] [--self-draft L] [--no-pair]\n");
       return 2;
@@ -272,21 +316,24 @@ int Main(int argc, char** argv) {
               "(target: other <= 150 MiB)\n",
               PeakRssMiB(), file_mib, kv_mib, PeakRssMiB() - file_mib - kv_mib);
   if (with_llama_cpp) {
-    std::string script = argv[0];
-    script = script.substr(0, script.rfind('/') + 1) + "llama_cpp_bench.py";
-    if (const char* src = std::getenv("SPECD_SOURCE_DIR")) {
-      script = std::string(src) + "/tools/llama_cpp_bench.py";
-    }
-    const LlamaCppFigures l = RunLlamaCpp(script, model_path, threads);
+    const std::string script = FindLlamaCppScript(argv[0]);
+    const LlamaCppFigures l = RunLlamaCpp(llama_python, script, model_path, threads);
     if (l.ok) {
-      std::printf("llama.cpp decode batch 1: %.1f tok/s -> specd/llama.cpp = %.2fx\n", l.decode,
-                  d1 / l.decode);
+      std::printf("llama.cpp (llama-cpp-python %s, same file, %d threads):\n", l.version.c_str(),
+                  threads);
+      std::printf("llama.cpp decode batch 1: %.1f tok/s -> specd/llama.cpp = %.2fx "
+                  "(target >= 0.8x)\n",
+                  l.decode, d1 / l.decode);
       std::printf("llama.cpp prefill 128: %.1f tok/s -> %.2fx; prefill 512: %.1f tok/s -> "
                   "%.2fx\n",
                   l.prefill128, p128 / l.prefill128, l.prefill512, p512 / l.prefill512);
+    } else if (!l.importable) {
+      std::printf("llama.cpp: not measured (%s cannot import llama_cpp; see "
+                  "scripts/install_llama_cpp_python.sh and --llama-cpp-python)\n",
+                  llama_python.c_str());
     } else {
-      std::printf("llama.cpp: not measured (llama-cpp-python not importable by python3, or "
-                  "%s failed)\n", script.c_str());
+      std::printf("llama.cpp: not measured (%s %s failed)\n", llama_python.c_str(),
+                  script.c_str());
     }
   }
   return 0;
