@@ -99,6 +99,8 @@ Cluster::Cluster(ClusterOptions o) : options(std::move(o)) {
   draft_addr = "unix:" + dir + "/draft.sock";
   router_port = FreeTcpPort();
   router_metrics_port = FreeTcpPort();
+  target_metrics_port = FreeTcpPort();
+  draft_metrics_port = FreeTcpPort();
   router_addr = "127.0.0.1:" + std::to_string(router_port);
   StartTarget();
   if (options.with_draft) StartDraft();
@@ -124,7 +126,8 @@ void Cluster::StartTarget() {
   std::vector<std::string> argv = {Bin("specd-target"), "--listen", target_addr, "--model",
                                    target_model, "--threads", "1", "--kv-blocks",
                                    std::to_string(options.target_kv_blocks),
-                                   "--max-batch-tokens", "256"};
+                                   "--max-batch-tokens", "256", "--metrics-port",
+                                   std::to_string(target_metrics_port)};
   argv.insert(argv.end(), options.target_flags.begin(), options.target_flags.end());
   target = std::make_unique<Process>(argv, dir + "/target.log");
 }
@@ -133,7 +136,7 @@ void Cluster::StartDraft() {
   draft = std::make_unique<Process>(
       std::vector<std::string>{Bin("specd-draft"), "--listen", draft_addr, "--model", draft_model,
                                "--threads", "1", "--kv-blocks", "512", "--max-batch-tokens",
-                               "256"},
+                               "256", "--metrics-port", std::to_string(draft_metrics_port)},
       dir + "/draft.log");
 }
 
@@ -207,5 +210,7 @@ std::string HttpGet(int port, const std::string& path) {
 }
 
 std::string Cluster::RouterMetrics() { return HttpGet(router_metrics_port, "/metrics"); }
+std::string Cluster::TargetMetrics() { return HttpGet(target_metrics_port, "/metrics"); }
+std::string Cluster::DraftMetrics() { return HttpGet(draft_metrics_port, "/metrics"); }
 
 }  // namespace specd::testing

@@ -66,11 +66,13 @@ class Cluster {
   specd::v1::Generation::Stub& router() { return *router_stub_; }
   specd::internal::v1::ServiceInfo TargetInfo();
   specd::internal::v1::ServiceInfo DraftInfo();
-  // GET /metrics of the router.
+  // GET /metrics of the router, the target and the draft.
   std::string RouterMetrics();
+  std::string TargetMetrics();
+  std::string DraftMetrics();
 
   std::string dir, target_model, draft_model, target_addr, draft_addr, router_addr;
-  int router_port = 0, router_metrics_port = 0;
+  int router_port = 0, router_metrics_port = 0, target_metrics_port = 0, draft_metrics_port = 0;
   std::unique_ptr<Process> target, draft, router_proc;
   ClusterOptions options;
 

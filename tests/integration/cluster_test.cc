@@ -252,6 +252,25 @@ TEST_F(ClusterTest, MetricsCountersMoved) {
   const size_t at = m.find(sample);
   ASSERT_NE(at, std::string::npos);
   EXPECT_GT(std::strtod(m.c_str() + at + sample.size(), nullptr), 100.0);
+
+  // The workers' own /metrics: steps served and timed, tokens forwarded, KV gauges.
+  auto value = [](const std::string& text, const std::string& series) {
+    const size_t p = text.find("\n" + series + " ");
+    return p == std::string::npos ? -1.0
+                                  : std::strtod(text.c_str() + p + series.size() + 2, nullptr);
+  };
+  for (const std::string component : {"target", "draft"}) {
+    const std::string w = component == "target" ? c.TargetMetrics() : c.DraftMetrics();
+    const std::string ok = "specd_service_requests_total{code=\"OK\",component=\"" + component +
+                           "\",method=\"Step\"}";
+    EXPECT_GT(value(w, ok), 10) << component << "\n" << w;
+    EXPECT_GT(value(w, "specd_service_step_latency_seconds_count{component=\"" + component + "\"}"),
+              10) << component;
+    EXPECT_GT(value(w, "specd_service_step_tokens_sum{component=\"" + component + "\"}"), 50)
+        << component;
+    EXPECT_GT(value(w, "specd_service_kv_blocks{component=\"" + component + "\",state=\"free\"}"), 0)
+        << component;
+  }
 }
 
 // From here on the tests break things; they run last.
