@@ -139,7 +139,12 @@ absl::StatusOr<int64_t> RouterEngine::Submit(ValidatedRequest request,
   r->n_prompt = static_cast<int32_t>(request.prompt.size());
   r->tokens = request.prompt;
   r->text = std::make_unique<TextStream>(tokenizer_, request.stop);
-  r->k = AdaptiveK(options_.adaptive_k);
+  AdaptiveKConfig k_config = options_.adaptive_k;
+  if (const double a = draft_acceptance_.load(std::memory_order_relaxed);
+      a >= 0 && sampling::IsGreedy(request.params) && request.spec_mode != SpecMode::kNgram) {
+    k_config.prior = a;
+  }
+  r->k = AdaptiveK(k_config);
   r->req = std::move(request);
   r->sink = std::move(sink);
   absl::MutexLock l(&mu_);
@@ -591,6 +596,12 @@ bool RouterEngine::EmitTokens(Request& r, const iv1::TargetSequenceResult& res, 
   // Statistics.
   ++r.target_steps;
   r.k.Observe(drafted, res.num_accepted());
+  if (drafted > 0 && r.req.spec_mode != SpecMode::kNgram) {
+    const int32_t tried = std::min(drafted, res.num_accepted() + 1);
+    const double step = static_cast<double>(res.num_accepted()) / tried;
+    const double old = draft_acceptance_.load(std::memory_order_relaxed);
+    draft_acceptance_.store(old < 0 ? step : 0.9 * old + 0.1 * step, std::memory_order_relaxed);
+  }
   if (drafted > 0) {
     r.drafted += drafted;
     r.accepted += res.num_accepted();

@@ -5,6 +5,7 @@
 #ifndef SPECD_SERVICES_ROUTER_ROUTER_ENGINE_H_
 #define SPECD_SERVICES_ROUTER_ROUTER_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -112,6 +113,11 @@ class RouterEngine {
   // What the draft service last said it is: SELF requests need the target's own first layers.
   enum class DraftKind { kUnknown, kSelf, kSeparate };
   DraftKind draft_kind_ ABSL_GUARDED_BY(mu_) = DraftKind::kUnknown;
+  // How often the draft service's tokens are accepted, over all requests (an EWMA per verified
+  // step, written by the loop only): a new greedy request starts its adaptive k from it rather
+  // than from a fixed guess, so a draft that is rarely right is not tried (and prefilled) again
+  // for every request. Sampled requests keep the fixed prior (their k must not depend on others).
+  std::atomic<double> draft_acceptance_{-1.0};  // < 0: no evidence yet
 
   // Loop-thread state.
   absl::Time draft_retry_at_ = absl::InfinitePast();

@@ -437,6 +437,28 @@ TEST_F(RouterEngineTest, SeededSampledOutputIndependentOfBatchWithAdaptiveK) {
   EXPECT_GT(metrics_.router_preemptions.Value(), 0);
 }
 
+// A draft that is never right: the first greedy request learns it (drafting a few steps from
+// the fixed prior); later ones start from the router-wide acceptance and hardly draft at all.
+TEST_F(RouterEngineTest, AdaptiveKStartsFromTheDraftsTrackRecord) {
+  testing::TinyModelSpec spec;
+  spec.seed = 23;
+  spec.tied_output = false;  // its own head: disagrees with the tied target almost always
+  const std::string bad = ::testing::TempDir() + "/router_bad_draft.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(spec, bad).ok());
+  Make({}, 256, true, &bad);
+  std::vector<int32_t> drafted;
+  for (int i = 0; i < 4; ++i) {
+    auto sink = Run(Req(Prompt(10, 40 + i), 30, SpecMode::kAuto, 0));
+    sink->Wait();
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, Prompt(10, 40 + i), 30));
+    EXPECT_EQ(sink->completion().speculation().accepted_tokens(), 0);
+    drafted.push_back(sink->completion().speculation().draft_tokens());
+  }
+  EXPECT_GE(drafted[0], 4);
+  EXPECT_LE(drafted[3], 2);  // at most the occasional probe
+}
+
 TEST_F(RouterEngineTest, RequestLargerThanKvCapacityIsRefused) {
   Make({}, /*target_blocks=*/4);  // 64 tokens
   auto id = engine_->Submit(Req(Prompt(20, 1), 60, SpecMode::kOff), std::make_shared<Collect>());
