@@ -51,6 +51,7 @@ struct SpecEngine::Sequence {
   std::vector<int32_t> tokens;     // x_1..x_n: prompt + generated
   int64_t kv_len = 0;              // the target KV holds tokens[0, kv_len)
   AcceptanceEstimate acceptance;
+  int32_t steps_without_drafts = 0;  // adaptive k: a probe is due after kProbeEvery
   SpecResult result;
   bool cancelled = false;
   bool done = false;  // finished this step; erased from running_ at its end
@@ -379,7 +380,14 @@ absl::Status SpecEngine::Step() {
       for (int32_t i = 0; i < B; ++i) k.push_back(cand[i].cap);
     }
     for (int32_t i = 0; i < B; ++i) {
-      if (PinnedK(*dec[i])) k[i] = cand[i].cap;
+      if (PinnedK(*dec[i])) {
+        k[i] = cand[i].cap;
+      } else if (options_.adaptive_k && k[i] == 0 && cand[i].cap > 0 &&
+                 dec[i]->steps_without_drafts >= kProbeEvery) {
+        // At k = 0 the acceptance estimate never moves: without a probe now and then a
+        // pessimistic prior would keep a good drafter off for good.
+        k[i] = 1;
+      }
     }
     // Token budget and logit rows: trim the longest free drafts first; a pinned sequence that
     // still does not fit waits a step rather than change its k (unless it is alone).
@@ -481,7 +489,7 @@ absl::Status SpecEngine::Step() {
             for (int32_t ki : k) n += ki >= j ? 1 : 0;
             shape += draft_cost_.Shape(n);
           }
-          draft_cost_.ObserveTotal(shape, secs);
+          if (options_.track_load) draft_cost_.ObserveTotal(shape, secs);
         }
         for (size_t j = 0; j < which.size(); ++j) {
           out[j].proposals.resize(std::min<size_t>(out[j].proposals.size(), k[which[j]]));
@@ -496,6 +504,7 @@ absl::Status SpecEngine::Step() {
   }
   for (int32_t i = 0; i < B; ++i) {
     k[i] = static_cast<int32_t>(drafts[i].proposals.size());
+    dec[i]->steps_without_drafts = k[i] > 0 ? 0 : dec[i]->steps_without_drafts + 1;
     if (static_cast<size_t>(k[i]) < stats_.k_chosen.size()) ++stats_.k_chosen[k[i]];
   }
   stats_.last_k = k;
@@ -532,7 +541,7 @@ absl::Status SpecEngine::Step() {
     const double secs = Since(t0);
     if (!st.ok()) return st;
     stats_.verify_seconds += secs;
-    verify_cost_.Observe(static_cast<double>(T), secs);
+    if (options_.track_load) verify_cost_.Observe(static_cast<double>(T), secs);
   }
   ++stats_.steps;
   stats_.target_tokens += T;

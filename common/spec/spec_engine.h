@@ -71,6 +71,9 @@ struct SpecEngineOptions {
   // the curves start from `verify_cost` / `draft_cost` (must be set then).
   bool calibrate = true;
   CostCurve verify_cost, draft_cost;
+  // Rescale the curves online from measured step times (a shared machine drifts). Off: the
+  // curves are used exactly as given (tests; k choices that do not depend on timing).
+  bool track_load = true;
   std::vector<int32_t> eos_token_ids;  // end-of-generation ids (stop unless ignore_eos)
   // Tests only: replaces sampling::VerifyDraft (e.g. a deliberately wrong verifier, to show the
   // losslessness test can fail). Null = VerifyDraft.
@@ -133,6 +136,7 @@ class SpecEngine {
   int32_t KCap(const Sequence& s) const;
   // A sampled sequence's k schedule must not depend on the batch: see spec_engine.cc.
   static bool PinnedK(const Sequence& s);
+  static constexpr int32_t kProbeEvery = 16;  // adaptive k: steps at k = 0 before a k = 1 probe
 
   engine::LlamaModel* target_ = nullptr;
   Drafter* drafter_ = nullptr;

@@ -172,6 +172,33 @@ TEST_F(SpecEngineTest, AdaptiveKAndKvPressureKeepGreedyOutput) {
   }
 }
 
+// Adaptive k starts from a pessimistic prior (alpha 0.5) under which these costs say k = 0;
+// probes every SpecEngine::kProbeEvery steps find that the drafter (the target itself) is always
+// right, and the engine then speculates deep.
+TEST_F(SpecEngineTest, AdaptiveKProbesAndFindsAGoodDrafter) {
+  const auto prompts = Prompts(1, vocab_);
+  const auto params = Greedy(1);
+  auto d = MakeDrafter("same");
+  SpecEngineOptions o;
+  o.k = 4;
+  o.adaptive_k = true;
+  o.calibrate = false;
+  o.track_load = false;
+  o.verify_cost = CostCurve({{1, 1.0}, {5, 1.6}, {40, 8.0}});
+  o.draft_cost = CostCurve({{1, 0.4}, {8, 1.0}});
+  ASSERT_EQ(ChooseK(std::vector<KCandidate>{{0.5, 4}}, 0, 4, o.verify_cost, o.draft_cost),
+            std::vector<int32_t>{0});
+  ASSERT_EQ(ChooseK(std::vector<KCandidate>{{0.95, 4}}, 0, 4, o.verify_cost, o.draft_cost),
+            std::vector<int32_t>{4});
+  auto e = MakeEngine(d.get(), o);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(EngineGenerate(*e, prompts, params, 80),
+            PlainGenerate(*target_->model, prompts, params, 80, {}));
+  EXPECT_GT(e->stats().drafted, 20);
+  EXPECT_EQ(e->stats().accepted, e->stats().drafted);
+  EXPECT_GT(e->stats().k_chosen[4], 0);
+}
+
 TEST_F(SpecEngineTest, SeededSamplingIsIndependentOfBatching) {
   const auto prompts = Prompts(6, vocab_);
   std::vector<sampling::SamplingParams> params(prompts.size());
