@@ -371,21 +371,29 @@ absl::Status SpecEngine::Step() {
     std::vector<KCandidate> cand(B);
     const double prior = global_acceptance_.alpha();
     for (int32_t i = 0; i < B; ++i) cand[i] = {dec[i]->acceptance.alpha(prior), KCap(*dec[i])};
+    std::vector<int32_t> k_if_perfect;  // what k would be if every draft were accepted
     if (options_.adaptive_k) {
       static const CostCurve kFree;
+      const CostCurve& draft_cost =
+          drafter_ != nullptr && drafter_->runs_model() ? draft_cost_ : kFree;
       const int64_t prefill = dec_prefill + std::min(pending, left);
-      k = ChooseK(cand, static_cast<int32_t>(prefill), options_.k, verify_cost_,
-                  drafter_ != nullptr && drafter_->runs_model() ? draft_cost_ : kFree);
+      k = ChooseK(cand, static_cast<int32_t>(prefill), options_.k, verify_cost_, draft_cost);
+      std::vector<KCandidate> perfect = cand;
+      for (KCandidate& c : perfect) c.alpha = 1.0;
+      k_if_perfect = ChooseK(perfect, static_cast<int32_t>(prefill), options_.k, verify_cost_,
+                             draft_cost);
     } else {
       for (int32_t i = 0; i < B; ++i) k.push_back(cand[i].cap);
     }
     for (int32_t i = 0; i < B; ++i) {
       if (PinnedK(*dec[i])) {
         k[i] = cand[i].cap;
-      } else if (options_.adaptive_k && k[i] == 0 && cand[i].cap > 0 &&
+      } else if (options_.adaptive_k && k[i] == 0 && k_if_perfect[i] > 0 &&
                  dec[i]->steps_without_drafts >= kProbeEvery) {
         // At k = 0 the acceptance estimate never moves: without a probe now and then a
-        // pessimistic prior would keep a good drafter off for good.
+        // pessimistic prior would keep a good drafter off for good. Only where drafting
+        // could pay at all (a perfect drafter would get k > 0): not when the batch is
+        // compute-bound or a draft step costs as much as a target step.
         k[i] = 1;
       }
     }

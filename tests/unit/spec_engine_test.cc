@@ -197,6 +197,16 @@ TEST_F(SpecEngineTest, AdaptiveKProbesAndFindsAGoodDrafter) {
   EXPECT_GT(e->stats().drafted, 20);
   EXPECT_EQ(e->stats().accepted, e->stats().drafted);
   EXPECT_GT(e->stats().k_chosen[4], 0);
+
+  // A draft step as dear as a target step: no k pays even if every draft were accepted, so
+  // the engine does not probe at all.
+  o.draft_cost = CostCurve({{1, 1.0}, {8, 8.0}});
+  auto d2 = MakeDrafter("same");
+  auto e2 = MakeEngine(d2.get(), o);
+  ASSERT_TRUE(e2);
+  EXPECT_EQ(EngineGenerate(*e2, prompts, params, 80),
+            PlainGenerate(*target_->model, prompts, params, 80, {}));
+  EXPECT_EQ(e2->stats().drafted, 0);
 }
 
 TEST_F(SpecEngineTest, SeededSamplingIsIndependentOfBatching) {
