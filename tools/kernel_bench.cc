@@ -218,7 +218,7 @@ void RegisterAll() {
   for (int threads : {1, 2}) {
     for (GgmlType t : qtypes) {
       for (auto& s : smol) {
-        for (int64_t T : {1, 4, 16}) {
+        for (int64_t T : {1, 4, 5, 16}) {
           benchmark::RegisterBenchmark("BM_MatMul", BM_MatMul)
               ->Args({static_cast<int64_t>(t), s[0], s[1], T, threads})
               ->ArgNames({"type", "rows", "cols", "T", "thr"})

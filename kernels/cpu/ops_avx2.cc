@@ -508,8 +508,11 @@ void MatMulFT(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int6
   for (int64_t nc = n0; nc < n1; nc += kRowChunk) {
     const int64_t ne = nc + kRowChunk < n1 ? nc + kRowChunk : n1;
     int64_t t = 0;
-    for (; t + 4 <= T; t += 4) RowsF<kType, 4, 2>(w, x + t * K, nc, ne, y + t * w.rows);
+    // Tiles of 4 activation rows; a remainder of 5 (a k = 4 verification row) is one tile, so
+    // each weight is converted once rather than again for a lone fifth row.
+    for (; T - t >= 4 && T - t != 5; t += 4) RowsF<kType, 4, 2>(w, x + t * K, nc, ne, y + t * w.rows);
     switch (T - t) {
+      case 5: RowsF<kType, 5, 2>(w, x + t * K, nc, ne, y + t * w.rows); break;
       case 3: RowsF<kType, 3, 2>(w, x + t * K, nc, ne, y + t * w.rows); break;
       case 2: RowsF<kType, 2, 2>(w, x + t * K, nc, ne, y + t * w.rows); break;
       case 1: RowsF<kType, 1, 4>(w, x + t * K, nc, ne, y + t * w.rows); break;

@@ -501,7 +501,7 @@ TEST_P(BackendTest, MatMulMatchesReference) {
       for (int64_t rows : {1, 6, 37}) {
         Weights w = RandWeights(rng, ti, rows, cols);
         const std::vector<float> wf = DequantAll(w.m);
-        for (int64_t T : {1, 3, 15, 16, 17, 64}) {
+        for (int64_t T : {1, 3, 5, 9, 15, 16, 17, 64}) {
           if (cols > 600 && T > 17) continue;  // keep the runtime down
           std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f);
           std::vector<float> y(T * rows), yr(T * rows);
