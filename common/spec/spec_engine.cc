@@ -51,7 +51,11 @@ struct SpecEngine::Sequence {
   std::vector<int32_t> tokens;     // x_1..x_n: prompt + generated
   int64_t kv_len = 0;              // the target KV holds tokens[0, kv_len)
   AcceptanceEstimate acceptance;
-  int32_t steps_without_drafts = 0;  // adaptive k: a probe is due after kProbeEvery
+  int32_t steps_without_drafts = 0;  // adaptive k: a probe is due after probe_every
+  // Doubles each time a probe leaves k at 0 (drafting still does not pay: the probes' draft
+  // catch-up is pure cost then), back to kProbeEvery once the choice itself drafts.
+  int32_t probe_every = kProbeEvery;
+  bool probed = false;  // this step's k = 1 was a probe
   SpecResult result;
   bool cancelled = false;
   bool done = false;  // finished this step; erased from running_ at its end
@@ -389,12 +393,13 @@ absl::Status SpecEngine::Step() {
       if (PinnedK(*dec[i])) {
         k[i] = cand[i].cap;
       } else if (options_.adaptive_k && k[i] == 0 && k_if_perfect[i] > 0 &&
-                 dec[i]->steps_without_drafts >= kProbeEvery) {
+                 dec[i]->steps_without_drafts >= dec[i]->probe_every) {
         // At k = 0 the acceptance estimate never moves: without a probe now and then a
         // pessimistic prior would keep a good drafter off for good. Only where drafting
         // could pay at all (a perfect drafter would get k > 0): not when the batch is
         // compute-bound or a draft step costs as much as a target step.
         k[i] = 1;
+        dec[i]->probed = true;
       }
     }
     // Token budget and logit rows: trim the longest free drafts first; a pinned sequence that
@@ -512,7 +517,14 @@ absl::Status SpecEngine::Step() {
   }
   for (int32_t i = 0; i < B; ++i) {
     k[i] = static_cast<int32_t>(drafts[i].proposals.size());
-    dec[i]->steps_without_drafts = k[i] > 0 ? 0 : dec[i]->steps_without_drafts + 1;
+    Sequence& s = *dec[i];
+    if (k[i] > 0 && !s.probed) {
+      s.probe_every = kProbeEvery;  // chosen on its merits
+    } else if (k[i] == 0 && s.steps_without_drafts == 0 && s.generated() > 0) {
+      s.probe_every = std::min(s.probe_every * 2, 16 * kProbeEvery);  // the last probe did not pay
+    }
+    s.probed = false;
+    s.steps_without_drafts = k[i] > 0 ? 0 : s.steps_without_drafts + 1;
     if (static_cast<size_t>(k[i]) < stats_.k_chosen.size()) ++stats_.k_chosen[k[i]];
   }
   stats_.last_k = k;
