@@ -392,12 +392,13 @@ absl::Status SpecEngine::Step() {
     for (int32_t i = 0; i < B; ++i) {
       if (PinnedK(*dec[i])) {
         k[i] = cand[i].cap;
-      } else if (options_.adaptive_k && k[i] == 0 && k_if_perfect[i] > 0 &&
+      } else if (options_.adaptive_k && k[i] == 0 && k_if_perfect[i] >= 2 &&
                  dec[i]->steps_without_drafts >= dec[i]->probe_every) {
         // At k = 0 the acceptance estimate never moves: without a probe now and then a
         // pessimistic prior would keep a good drafter off for good. Only where drafting
-        // could pay at all (a perfect drafter would get k > 0): not when the batch is
-        // compute-bound or a draft step costs as much as a target step.
+        // clearly could pay (a perfect drafter would go >= 2 deep): not when the batch is
+        // compute-bound or a draft step costs about as much as a target step, where a
+        // probe's draft catch-up (not in the cost model) is pure loss.
         k[i] = 1;
         dec[i]->probed = true;
       }
