@@ -392,13 +392,14 @@ absl::Status SpecEngine::Step() {
     for (int32_t i = 0; i < B; ++i) {
       if (PinnedK(*dec[i])) {
         k[i] = cand[i].cap;
-      } else if (options_.adaptive_k && k[i] == 0 && k_if_perfect[i] >= 2 &&
+      } else if (options_.adaptive_k && k[i] == 0 && k_if_perfect[i] >= 2 && B <= 2 &&
                  dec[i]->steps_without_drafts >= dec[i]->probe_every) {
         // At k = 0 the acceptance estimate never moves: without a probe now and then a
         // pessimistic prior would keep a good drafter off for good. Only where drafting
-        // clearly could pay (a perfect drafter would go >= 2 deep): not when the batch is
-        // compute-bound or a draft step costs about as much as a target step, where a
-        // probe's draft catch-up (not in the cost model) is pure loss.
+        // clearly could pay (a perfect drafter would go >= 2 deep) and the batch is small: a
+        // probe makes the draft model catch up on every token since its last draft, a cost
+        // the k model does not see; at batch 8 on 2 cores that made the F16/Q4_1 pair 0.74x
+        // plain (specd-bench --spec), while at batch 1 probing takes it from 1.0x to 1.3x.
         k[i] = 1;
         dec[i]->probed = true;
       }
