@@ -19,18 +19,9 @@ LOADTEST="$BUILD/loadtest/specd-loadtest"
 [ -x "$LOADTEST" ] || { echo "cluster_bench: $LOADTEST missing (build first)" >&2; exit 1; }
 PYTHON="$("$ROOT/scripts/python_env.sh")"
 mkdir -p "$OUT"
-free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-PORT="$(free_port)"
-
-"$ROOT/scripts/run_cluster.sh" --build "$BUILD" --threads "$THREADS" --port "$PORT" \
-  --metrics-port "$(free_port)" &
-CLUSTER=$!
-trap 'kill -TERM "$CLUSTER" 2>/dev/null || true; wait "$CLUSTER" 2>/dev/null || true' EXIT
-for _ in $(seq 1 1200); do
-  "$BUILD/tools/specd" client health --server "localhost:$PORT" --timeout 1 >/dev/null 2>&1 && break
-  kill -0 "$CLUSTER" 2>/dev/null || { echo "cluster_bench: the cluster did not start" >&2; exit 1; }
-  sleep 0.1
-done
+# shellcheck source=loadtest/cluster_lib.sh
+. "$ROOT/loadtest/cluster_lib.sh"
+start_cluster cluster_bench
 
 COMMON=(--mode closed --prompts random --prompt-tokens 64 --spec off)
 run() {  # name, extra flags...
@@ -49,9 +40,7 @@ run cluster_batch1 --server "localhost:$PORT" "${COMMON[@]}" --concurrency 1 --r
   --max-new-tokens 32
 run inproc_batch1 --in-process-model "$MODEL" --threads "$THREADS" "${COMMON[@]}" \
   --concurrency 1 --requests 8 --max-new-tokens 32
-kill -TERM "$CLUSTER" 2>/dev/null || true
-wait "$CLUSTER" 2>/dev/null || true
-trap - EXIT
+stop_cluster
 
 if [ "${SWEEP:-1}" != 0 ]; then
   SPECD_BUILD="$BUILD" "$ROOT/loadtest/sweep.sh" "$OUT" >&2

@@ -33,18 +33,9 @@ THREADS="${THREADS:-1}"
   echo "sweep: $BUILD/loadtest/specd-loadtest missing (build first)" >&2; exit 1; }
 PYTHON="$("$ROOT/scripts/python_env.sh")"
 mkdir -p "$OUT"
-PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-METRICS_PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-
-"$ROOT/scripts/run_cluster.sh" --build "$BUILD" --threads "$THREADS" --port "$PORT" \
-  --metrics-port "$METRICS_PORT" &
-CLUSTER=$!
-trap 'kill -TERM "$CLUSTER" 2>/dev/null || true; wait "$CLUSTER" 2>/dev/null || true' EXIT
-for _ in $(seq 1 1200); do
-  "$BUILD/tools/specd" client health --server "localhost:$PORT" --timeout 1 >/dev/null 2>&1 && break
-  kill -0 "$CLUSTER" 2>/dev/null || { echo "sweep: the cluster did not start" >&2; exit 1; }
-  sleep 0.1
-done
+# shellcheck source=loadtest/cluster_lib.sh
+. "$ROOT/loadtest/cluster_lib.sh"
+start_cluster sweep
 
 JSONS=()
 for s in $SPECS; do

@@ -1,0 +1,29 @@
+# Sourced by loadtest/sweep.sh and loadtest/cluster_bench.sh: start a local cluster on free
+# ports and wait until the router is healthy. Needs ROOT, BUILD, THREADS, PYTHON set.
+# Sets PORT (router) and CLUSTER (launcher pid); the cluster stops when the script exits,
+# or earlier with stop_cluster.
+
+free_port() {
+  "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+stop_cluster() {
+  kill -TERM "$CLUSTER" 2>/dev/null || true
+  wait "$CLUSTER" 2>/dev/null || true
+  trap - EXIT
+}
+
+start_cluster() {  # name for messages
+  PORT="$(free_port)"
+  "$ROOT/scripts/run_cluster.sh" --build "$BUILD" --threads "$THREADS" --port "$PORT" \
+    --metrics-port "$(free_port)" &
+  CLUSTER=$!
+  trap stop_cluster EXIT
+  for _ in $(seq 1 1200); do
+    "$BUILD/tools/specd" client health --server "localhost:$PORT" --timeout 1 >/dev/null 2>&1 && return 0
+    kill -0 "$CLUSTER" 2>/dev/null || { echo "$1: the cluster did not start" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "$1: the cluster did not become healthy" >&2
+  exit 1
+}
