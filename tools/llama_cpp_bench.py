@@ -44,16 +44,19 @@ def main():
     llm.eval([100 + i for i in range(8)])
     last_logits()
 
-    # Decode first, in the same order as specd-bench: 32-token prompt, then 64 greedy steps.
-    llm.reset()
-    llm.eval([100 + i for i in range(32)])
-    nxt = 300
+    # Decode first, in the same order as specd-bench: 32-token prompt, then 64 greedy steps,
+    # best of 3.
     steps = 64
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        llm.eval([nxt])
-        nxt = int(np.argmax(last_logits()))
-    dec = steps / (time.perf_counter() - t0)
+    dec = 0.0
+    for _ in range(3):
+        llm.reset()
+        llm.eval([100 + i for i in range(32)])
+        nxt = 300
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            llm.eval([nxt])
+            nxt = int(np.argmax(last_logits()))
+        dec = max(dec, steps / (time.perf_counter() - t0))
 
     p128 = prefill(128, 3)
     p512 = prefill(512, 2)

@@ -13,6 +13,32 @@
 
 namespace specd::kernels::cpu::internal {
 
+// Attention splits each (token, kv head) pair's keys into fixed chunks of kAttnChunk
+// keys (chunk c = keys [c * kAttnChunk, (c + 1) * kAttnChunk)). Each chunk yields a raw
+// partial (unnormalised output o, its score max m and exp-sum l); the pair's output is
+// the fold of its partials in chunk order. Chunk bounds depend only on the position,
+// so the result is the same however pairs are batched or split over threads.
+inline constexpr int32_t kAttnChunk = 64;
+
+// One attention work item: chunks [c0, c1) of the pair (t, kv head h).
+struct AttnItem {
+  int32_t t;
+  int32_t h;
+  int32_t c0;
+  int32_t c1;
+  // -1: fold the chunks and write the output; otherwise (c1 == c0 + 1) store the raw
+  // partial at partials + partial * AttnPartialFloats(group, d) for a later merge.
+  int64_t partial;
+};
+
+// Stored partials [first, first + count) of the pair (t, h), in chunk order.
+struct AttnMerge {
+  int32_t t;
+  int32_t h;
+  int64_t first;
+  int64_t count;
+};
+
 struct AttnArgs {
   const float* q;                      // [T, Hq, d]
   int32_t num_q_heads;
@@ -21,11 +47,19 @@ struct AttnArgs {
   const PagedKvLayer* kv;
   float scale;
   float* out;                          // [T, Hq, d]
+  const AttnItem* items;
+  const AttnMerge* merges;
+  float* partials;                     // [num partials][group][d + 2]: o[group][d], m[group], l[group]
 };
 
-// Scratch floats PagedAttention needs per work item with context length len.
-inline int64_t AttnScratchFloats(int64_t len, int32_t group, int32_t head_dim) {
-  return static_cast<int64_t>(group) * (len + head_dim + 8);
+inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {
+  return static_cast<int64_t>(group) * (head_dim + 2);
+}
+// Scratch floats one thread needs for attention items: K/V rows of one chunk
+// [kAttnChunk][d], scores [group][kAttnChunk], one chunk's partial and the fold state.
+inline int64_t AttnScratchFloats(int32_t group, int32_t head_dim) {
+  return static_cast<int64_t>(kAttnChunk) * head_dim + static_cast<int64_t>(group) * kAttnChunk +
+         2 * AttnPartialFloats(group, head_dim) + 64;
 }
 
 inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
@@ -60,8 +94,11 @@ struct Backend {
   // out[i] = silu(g[i]) * u[i] for i < n.
   void (*swiglu)(const float* g, const float* u, float* out, int64_t n);
   void (*softmax)(float* x, int64_t n);
-  // Work items [i0, i1) of item = t * num_kv_heads + kv_head.
+  // Work items a.items[i0, i1). scratch: AttnScratchFloats(group, d) floats.
   void (*attention)(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch);
+  // Merges a.merges[i0, i1): folds each pair's stored partials and writes its output,
+  // bitwise as an item covering all its chunks would. scratch: as for attention.
+  void (*attention_merge)(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch);
   // dst[i] = f16(src[i]) (round to nearest even).
   void (*to_f16)(const float* src, uint16_t* dst, int64_t n);
 };

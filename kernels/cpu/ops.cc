@@ -108,41 +108,104 @@ float KvLoad(const PagedKvLayer& kv, const void* base, int64_t index) {
   return 0.0f;
 }
 
-void GenAttention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
+using internal::AttnItem;
+using internal::AttnMerge;
+using internal::kAttnChunk;
+
+// Raw partial of keys [j0, j1) for the pair (t, h): part = o[group][d], m[group], l[group].
+// s: [kAttnChunk] scores.
+void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* s,
+                  float* part) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim, hkv = kv.num_kv_heads, group = a.num_q_heads / hkv;
   const int64_t row = static_cast<int64_t>(hkv) * d;
-  for (int64_t item = i0; item < i1; ++item) {
-    const int64_t t = item / hkv;
-    const int32_t h = static_cast<int32_t>(item % hkv);
-    const int64_t len = static_cast<int64_t>(a.positions[t]) + 1;
-    const int32_t* table = a.block_tables[t];
-    for (int32_t g = 0; g < group; ++g) {
-      const int64_t qh = t * a.num_q_heads + static_cast<int64_t>(h) * group + g;
-      const float* q = a.q + qh * d;
-      float* s = scratch;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) {
-        const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-        float dot = 0.0f;
-        for (int32_t i = 0; i < d; ++i) dot += q[i] * KvLoad(kv, kv.k, slot * row + h * d + i);
-        s[j] = dot * a.scale;
-        mx = s[j] > mx ? s[j] : mx;
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < len; ++j) {
-        s[j] = std::exp(s[j] - mx);
-        sum += s[j];
-      }
-      float* o = a.out + qh * d;
-      for (int32_t i = 0; i < d; ++i) o[i] = 0.0f;
-      for (int64_t j = 0; j < len; ++j) {
-        const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-        for (int32_t i = 0; i < d; ++i) o[i] += s[j] * KvLoad(kv, kv.v, slot * row + h * d + i);
-      }
-      const float inv = 1.0f / sum;
-      for (int32_t i = 0; i < d; ++i) o[i] *= inv;
+  const int32_t* table = a.block_tables[t];
+  float* m = part + static_cast<int64_t>(group) * d;
+  float* l = m + group;
+  for (int32_t g = 0; g < group; ++g) {
+    const float* q = a.q + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group + g) * d;
+    float mx = -INFINITY;
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+      float dot = 0.0f;
+      for (int32_t i = 0; i < d; ++i) dot += q[i] * KvLoad(kv, kv.k, slot * row + h * d + i);
+      s[j - j0] = dot * a.scale;
+      mx = s[j - j0] > mx ? s[j - j0] : mx;
     }
+    float sum = 0.0f;
+    for (int64_t j = j0; j < j1; ++j) {
+      s[j - j0] = std::exp(s[j - j0] - mx);
+      sum += s[j - j0];
+    }
+    float* o = part + static_cast<int64_t>(g) * d;
+    for (int32_t i = 0; i < d; ++i) o[i] = 0.0f;
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * KvLoad(kv, kv.v, slot * row + h * d + i);
+    }
+    m[g] = mx;
+    l[g] = sum;
+  }
+}
+
+// Folds the next chunk's partial into state (the first chunk is copied): rescales both
+// to the larger max and adds.
+void GenAttnFold(bool first, const float* part, float* state, int32_t group, int32_t d) {
+  const int64_t od = static_cast<int64_t>(group) * d;
+  if (first) {
+    std::memcpy(state, part, sizeof(float) * (od + 2 * group));
+    return;
+  }
+  for (int32_t g = 0; g < group; ++g) {
+    const float ms = state[od + g], mp = part[od + g];
+    const float mx = ms > mp ? ms : mp;
+    const float ws = std::exp(ms - mx), wp = std::exp(mp - mx);
+    state[od + g] = mx;
+    state[od + group + g] = state[od + group + g] * ws + part[od + group + g] * wp;
+    for (int32_t i = 0; i < d; ++i) state[g * d + i] = state[g * d + i] * ws + part[g * d + i] * wp;
+  }
+}
+
+// out rows of the pair (t, h) = o / l.
+void GenAttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) {
+  const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
+  for (int32_t g = 0; g < group; ++g) {
+    const float inv = 1.0f / state[static_cast<int64_t>(group) * d + group + g];
+    float* dst = a.out + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group + g) * d;
+    for (int32_t i = 0; i < d; ++i) dst[i] = state[g * d + i] * inv;
+  }
+}
+
+void GenAttention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
+  const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
+  const int64_t pf = internal::AttnPartialFloats(group, d);
+  float* s = scratch;
+  float* part = s + kAttnChunk;
+  float* state = part + pf;
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttnItem& it = a.items[i];
+    const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
+    for (int32_t c = it.c0; c < it.c1; ++c) {
+      const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
+      const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
+      if (it.partial >= 0) {
+        GenAttnChunk(a, it.t, it.h, j0, j1, s, a.partials + it.partial * pf);
+      } else {
+        GenAttnChunk(a, it.t, it.h, j0, j1, s, part);
+        GenAttnFold(c == it.c0, part, state, group, d);
+      }
+    }
+    if (it.partial < 0) GenAttnFinish(a, it.t, it.h, state);
+  }
+}
+
+void GenAttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
+  const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
+  const int64_t pf = internal::AttnPartialFloats(group, d);
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttnMerge& mg = a.merges[i];
+    for (int64_t c = 0; c < mg.count; ++c) GenAttnFold(c == 0, a.partials + (mg.first + c) * pf, scratch, group, d);
+    GenAttnFinish(a, mg.t, mg.h, scratch);
   }
 }
 
@@ -151,7 +214,8 @@ void GenToF16(const float* src, uint16_t* dst, int64_t n) {
 }
 
 const Backend kGeneric = {
-    GenQuantizeAct, GenMatMulQ, GenMatMulF, GenRmsNorm, GenSwiGlu, GenSoftmax, GenAttention, GenToF16,
+    GenQuantizeAct, GenMatMulQ, GenMatMulF, GenRmsNorm, GenSwiGlu, GenSoftmax, GenAttention,
+    GenAttentionMerge, GenToF16,
 };
 
 // ------------------------------------------------------------ dispatch
@@ -409,18 +473,52 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
   const int32_t hkv = kv.num_kv_heads, d = kv.head_dim;
   if (hkv <= 0 || num_q_heads % hkv != 0) Fail("PagedAttention: Hq % Hkv != 0");
   const int32_t group = num_q_heads / hkv;
-  int64_t max_len = 1;
   for (int64_t t = 0; t < T; ++t) {
     if (positions[t] < 0) Fail("PagedAttention: negative position");
-    if (positions[t] + 1 > max_len) max_len = positions[t] + 1;
   }
   const Backend& be = (d % 8 == 0 && d <= 512) ? Be() : kGeneric;
-  const int64_t scratch_n = internal::AttnScratchFloats(max_len, group, d);
-  const AttnArgs args{q, num_q_heads, positions, block_tables, &kv, scale, out};
-  pool.ParallelFor(T * hkv, [&](int64_t b, int64_t e) {
+  // Work items. Many pairs (prefill, batches): one item per (token, kv head) folds all
+  // its chunks. Few pairs (single-sequence decode): one item per chunk so every thread
+  // gets work, then a merge pass folds the stored partials in the same order (bitwise
+  // the same result).
+  const int64_t pairs = T * hkv;
+  bool split = false;
+  if (pairs < 4 * static_cast<int64_t>(pool.num_threads())) {
+    for (int64_t t = 0; t < T; ++t) split = split || positions[t] + 1 > kAttnChunk;
+  }
+  static thread_local std::vector<AttnItem> items;
+  static thread_local std::vector<AttnMerge> merges;
+  static thread_local std::vector<float> partial_buf;
+  items.clear();
+  merges.clear();
+  int64_t num_partials = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t chunks = (positions[t] + kAttnChunk) / kAttnChunk;
+    for (int32_t h = 0; h < hkv; ++h) {
+      if (!split) {
+        items.push_back(AttnItem{static_cast<int32_t>(t), h, 0, chunks, -1});
+        continue;
+      }
+      merges.push_back(AttnMerge{static_cast<int32_t>(t), h, num_partials, chunks});
+      for (int32_t c = 0; c < chunks; ++c) {
+        items.push_back(AttnItem{static_cast<int32_t>(t), h, c, c + 1, num_partials++});
+      }
+    }
+  }
+  float* partials = split ? Scratch(partial_buf, num_partials * internal::AttnPartialFloats(group, d)) : nullptr;
+  const int64_t scratch_n = internal::AttnScratchFloats(group, d);
+  const AttnArgs args{q, num_q_heads, positions, block_tables, &kv, scale, out,
+                      items.data(), merges.data(), partials};
+  pool.ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
     static thread_local std::vector<float> buf;
     be.attention(args, b, e, Scratch(buf, scratch_n));
   });
+  if (split) {
+    pool.ParallelFor(static_cast<int64_t>(merges.size()), [&](int64_t b, int64_t e) {
+      static thread_local std::vector<float> buf;
+      be.attention_merge(args, b, e, Scratch(buf, scratch_n));
+    });
+  }
 }
 
 }  // namespace specd::kernels::cpu

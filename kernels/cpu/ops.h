@@ -5,7 +5,8 @@
 // Batch invariance: every output row depends only on its own inputs. MatMul splits
 // work over output features and activation rows, never over the reduction, and a
 // multi-row tile accumulates each (t, n) in exactly the order of the single-row
-// path; PagedAttention computes each (token, head) alone. So results are bitwise
+// path; PagedAttention computes each (token, head) alone, over key chunks whose bounds
+// depend only on the position, folded in chunk order. So results are bitwise
 // identical whatever T is, whatever else is in the batch, and however many threads
 // run (for a given ISA path).
 #ifndef SPECD_KERNELS_CPU_OPS_H_

@@ -662,64 +662,194 @@ inline void LoadKvRow(KvDtype dt, const void* base, int64_t index, int32_t d, fl
   }
 }
 
-inline float Dot(const float* a, const float* b, int32_t d) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 16 <= d; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+// Converts K or V rows of keys [j0, j1) of kv head h to buf [round8(n)][d] f32,
+// zeroing the padding rows.
+void LoadKvChunk(const AttnArgs& a, const void* base, int32_t t, int32_t h, int64_t j0, int64_t j1,
+                 float* buf) {
+  const PagedKvLayer& kv = *a.kv;
+  const int32_t d = kv.head_dim;
+  const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * d;
+  const int32_t* table = a.block_tables[t];
+  for (int64_t j = j0; j < j1; ++j) {
+    const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+    LoadKvRow(kv.dtype, base, slot * row + static_cast<int64_t>(h) * d, d, buf + (j - j0) * d);
   }
-  if (i < d) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  return HsumPs(_mm256_add_ps(acc0, acc1));
+  const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
+  for (int64_t r = n; r < n8; ++r) {
+    for (int32_t i = 0; i < d; i += 8) _mm256_storeu_ps(buf + r * d + i, _mm256_setzero_ps());
+  }
+}
+
+// [sum(a0), ..., sum(a7)]
+inline __m256 Transpose8Sum(const __m256 (&acc)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  // u0: [a0..a3 low-half sums | a0..a3 high-half sums], u1 likewise for a4..a7
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// s[r] = dot(q, k[r]) * scale for r < n8 (n8 % 8 == 0).  q: [d]  k: [n8][d]
+void ChunkScores(const float* q, const float* k, int32_t d, int64_t n8, float scale, float* s) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int64_t kb = 0; kb < n8; kb += 8) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+    const float* kr = k + kb * d;
+    for (int32_t i = 0; i < d; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr + r * d + i), acc[r]);
+    }
+    _mm256_storeu_ps(s + kb, _mm256_mul_ps(Transpose8Sum(acc), sc));
+  }
+}
+
+// o[i0, i0 + 8 NV) = sum_j p[j] v[j][i0, ...).  p: [n]  v: [n][d]
+template <int NV>
+void PvBlock(const float* p, const float* v, int64_t n, int32_t d, int32_t i0, float* o) {
+  __m256 acc[NV];
+#pragma GCC unroll 8
+  for (int u = 0; u < NV; ++u) acc[u] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const float* vr = v + j * d + i0;
+#pragma GCC unroll 8
+    for (int u = 0; u < NV; ++u) acc[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * u), acc[u]);
+  }
+#pragma GCC unroll 8
+  for (int u = 0; u < NV; ++u) _mm256_storeu_ps(o + i0 + 8 * u, acc[u]);
+}
+
+// o[d] = sum_j p[j] v[j], in blocks of up to 64 columns held in registers.
+void ChunkPv(const float* p, const float* v, int64_t n, int32_t d, float* o) {
+  for (int32_t i0 = 0; i0 < d; i0 += 64) {
+    switch ((d - i0) / 8 < 8 ? (d - i0) / 8 : 8) {
+      case 1: PvBlock<1>(p, v, n, d, i0, o); break;
+      case 2: PvBlock<2>(p, v, n, d, i0, o); break;
+      case 3: PvBlock<3>(p, v, n, d, i0, o); break;
+      case 4: PvBlock<4>(p, v, n, d, i0, o); break;
+      case 5: PvBlock<5>(p, v, n, d, i0, o); break;
+      case 6: PvBlock<6>(p, v, n, d, i0, o); break;
+      case 7: PvBlock<7>(p, v, n, d, i0, o); break;
+      default: PvBlock<8>(p, v, n, d, i0, o); break;
+    }
+  }
+}
+
+// Raw partial of keys [j0, j1) (at most kAttnChunk) for the pair (t, h):
+// part = o[group][d], m[group], l[group].  kvbuf: [kAttnChunk][d]  s: [group][kAttnChunk]
+void AttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* kvbuf,
+               float* s, float* part) {
+  const int32_t d = a.kv->head_dim;
+  const int32_t group = a.num_q_heads / a.kv->num_kv_heads;
+  const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
+  const float* qh = a.q + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group) * d;
+  float* m = part + static_cast<int64_t>(group) * d;
+  float* l = m + group;
+  // The KV rows are scattered (one head's slice of each token's row, blocks anywhere in
+  // the pool) and rarely cached after a pass over the weights: request them all up
+  // front so their misses overlap.
+  {
+    const PagedKvLayer& kv = *a.kv;
+    const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * d;
+    const int64_t es = kv.dtype == KvDtype::kF32 ? 4 : 2;
+    const int64_t bytes = es * d;
+    const int32_t* table = a.block_tables[t];
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+      const int64_t off = (slot * row + static_cast<int64_t>(h) * d) * es;
+      for (int64_t o = 0; o < bytes; o += 64) {
+        _mm_prefetch(static_cast<const char*>(kv.k) + off + o, _MM_HINT_T0);
+        _mm_prefetch(static_cast<const char*>(kv.v) + off + o, _MM_HINT_T0);
+      }
+    }
+  }
+  LoadKvChunk(a, a.kv->k, t, h, j0, j1, kvbuf);
+  for (int32_t g = 0; g < group; ++g) {
+    float* sg = s + static_cast<int64_t>(g) * kAttnChunk;
+    ChunkScores(qh + static_cast<int64_t>(g) * d, kvbuf, d, n8, a.scale, sg);
+    m[g] = MaxOf(sg, n);
+    l[g] = ExpShiftSum(sg, n, m[g]);
+  }
+  LoadKvChunk(a, a.kv->v, t, h, j0, j1, kvbuf);
+  for (int32_t g = 0; g < group; ++g) {
+    ChunkPv(s + static_cast<int64_t>(g) * kAttnChunk, kvbuf, n, d, part + static_cast<int64_t>(g) * d);
+  }
+}
+
+// Folds the next chunk's partial into state (the first chunk is copied): rescales both
+// to the larger max and adds.
+void AttnFold(bool first, const float* part, float* state, int32_t group, int32_t d) {
+  const int64_t od = static_cast<int64_t>(group) * d;
+  if (first) {
+    std::memcpy(state, part, sizeof(float) * (od + 2 * group));
+    return;
+  }
+  for (int32_t g = 0; g < group; ++g) {
+    const float ms = state[od + g], mp = part[od + g];
+    const float mx = ms > mp ? ms : mp;
+    const float ws = std::exp(ms - mx), wp = std::exp(mp - mx);
+    state[od + g] = mx;
+    state[od + group + g] = state[od + group + g] * ws + part[od + group + g] * wp;
+    const __m256 wsv = _mm256_set1_ps(ws), wpv = _mm256_set1_ps(wp);
+    for (int32_t i = 0; i < d; i += 8) {
+      float* so = state + static_cast<int64_t>(g) * d + i;
+      const __m256 pv = _mm256_mul_ps(_mm256_loadu_ps(part + static_cast<int64_t>(g) * d + i), wpv);
+      _mm256_storeu_ps(so, _mm256_fmadd_ps(_mm256_loadu_ps(so), wsv, pv));
+    }
+  }
+}
+
+// Output rows of the pair (t, h) = o / l.
+void AttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) {
+  const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
+  for (int32_t g = 0; g < group; ++g) {
+    const __m256 inv = _mm256_set1_ps(1.0f / state[static_cast<int64_t>(group) * d + group + g]);
+    float* dst = a.out + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group + g) * d;
+    for (int32_t i = 0; i < d; i += 8) {
+      _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_loadu_ps(state + static_cast<int64_t>(g) * d + i), inv));
+    }
+  }
 }
 
 void Attention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
-  const PagedKvLayer& kv = *a.kv;
-  const int32_t d = kv.head_dim;
-  const int32_t hkv = kv.num_kv_heads;
-  const int32_t group = a.num_q_heads / hkv;
-  const int64_t row = static_cast<int64_t>(hkv) * d;
-  float kvbuf[512];  // one converted K or V head row; ops.cc guarantees d <= 512
-  for (int64_t item = i0; item < i1; ++item) {
-    const int64_t t = item / hkv;
-    const int32_t h = static_cast<int32_t>(item % hkv);
-    const int64_t len = static_cast<int64_t>(a.positions[t]) + 1;
-    const int32_t* table = a.block_tables[t];
-    float* scores = scratch;                 // [group][len]
-    float* obuf = scratch + group * len;     // [group][d]
-    const float* qh = a.q + (t * a.num_q_heads + static_cast<int64_t>(h) * group) * d;
-    for (int64_t j = 0; j < len; ++j) {
-      const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      LoadKvRow(kv.dtype, kv.k, slot * row + static_cast<int64_t>(h) * d, d, kvbuf);
-      for (int32_t g = 0; g < group; ++g) scores[g * len + j] = Dot(qh + g * d, kvbuf, d) * a.scale;
-    }
-    float* inv_sum = obuf + group * d;       // [group]
-    for (int32_t g = 0; g < group; ++g) {
-      float* s = scores + g * len;
-      const float sum = ExpShiftSum(s, len, MaxOf(s, len));
-      inv_sum[g] = 1.0f / sum;
-      for (int32_t i = 0; i < d; ++i) obuf[g * d + i] = 0.0f;
-    }
-    for (int64_t j = 0; j < len; ++j) {
-      const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      LoadKvRow(kv.dtype, kv.v, slot * row + static_cast<int64_t>(h) * d, d, kvbuf);
-      for (int32_t g = 0; g < group; ++g) {
-        const __m256 p = _mm256_set1_ps(scores[g * len + j]);
-        float* o = obuf + g * d;
-        for (int32_t i = 0; i < d; i += 8)
-          _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(kvbuf + i), _mm256_loadu_ps(o + i)));
+  const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
+  const int64_t pf = AttnPartialFloats(group, d);
+  float* kvbuf = scratch;
+  float* s = kvbuf + static_cast<int64_t>(kAttnChunk) * d;
+  float* part = s + static_cast<int64_t>(group) * kAttnChunk;
+  float* state = part + pf;
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttnItem& it = a.items[i];
+    const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
+    for (int32_t c = it.c0; c < it.c1; ++c) {
+      const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
+      const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
+      if (it.partial >= 0) {
+        AttnChunk(a, it.t, it.h, j0, j1, kvbuf, s, a.partials + it.partial * pf);
+      } else {
+        AttnChunk(a, it.t, it.h, j0, j1, kvbuf, s, part);
+        AttnFold(c == it.c0, part, state, group, d);
       }
     }
-    for (int32_t g = 0; g < group; ++g) {
-      const __m256 inv = _mm256_set1_ps(inv_sum[g]);
-      float* dst = a.out + (t * a.num_q_heads + static_cast<int64_t>(h) * group + g) * d;
-      for (int32_t i = 0; i < d; i += 8) _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_loadu_ps(obuf + g * d + i), inv));
-    }
+    if (it.partial < 0) AttnFinish(a, it.t, it.h, state);
+  }
+}
+
+void AttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
+  const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
+  const int64_t pf = AttnPartialFloats(group, d);
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttnMerge& mg = a.merges[i];
+    for (int64_t c = 0; c < mg.count; ++c) AttnFold(c == 0, a.partials + (mg.first + c) * pf, scratch, group, d);
+    AttnFinish(a, mg.t, mg.h, scratch);
   }
 }
 
 const Backend kAvx2 = {
-    QuantizeAct, MatMulQ, MatMulF, RmsNormRows, SwiGluRange, SoftmaxRow, Attention, ToF16,
+    QuantizeAct, MatMulQ, MatMulF, RmsNormRows, SwiGluRange, SoftmaxRow, Attention, AttentionMerge, ToF16,
 };
 
 }  // namespace

@@ -696,11 +696,13 @@ TEST_P(BackendTest, PagedAttentionMatchesReference) {
   struct Heads {
     int32_t hq, hkv, d;
   };
-  for (Heads hs : {Heads{9, 3, 64}, Heads{7, 1, 128}, Heads{4, 4, 64}}) {
+  // d = 72: nine 8-float columns, so the AVX2 path's 64-column register blocks split.
+  for (Heads hs : {Heads{9, 3, 64}, Heads{7, 1, 128}, Heads{4, 4, 64}, Heads{6, 2, 72}}) {
     for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
       const int32_t bs = 16;
-      // Sequence lengths around the block size, plus a long one.
-      const std::vector<int64_t> lens = {1, 15, 16, 17, 1000};
+      // Sequence lengths around the KV block size and the attention key chunk
+      // (kAttnChunk = 64, bs ± 1 and chunk ± 1), plus a long one.
+      const std::vector<int64_t> lens = {1, 15, 16, 17, 63, 64, 65, 129, 1000};
       KvPool pool(dt, 100, bs, hs.hkv, hs.d);
       SeqSet seqs = MakeSeqs(rng, pool, lens);
       // Ragged batch: each sequence contributes its last few positions as queries.
