@@ -226,12 +226,14 @@ void RegisterAll() {
         }
       }
     }
-    // Tied output head (Q8_0 49152 x 576).
-    for (int64_t T : {1, 4, 16}) {
-      benchmark::RegisterBenchmark("BM_MatMul_head", BM_MatMul)
-          ->Args({static_cast<int64_t>(GgmlType::kQ8_0), 49152, 576, T, threads})
-          ->ArgNames({"type", "rows", "cols", "T", "thr"})
-          ->UseRealTime();
+    // Tied output head (Q8_0 49152 x 576), and as the F16 re-encoded target has it.
+    for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kF16}) {
+      for (int64_t T : {1, 4, 5, 16}) {
+        benchmark::RegisterBenchmark("BM_MatMul_head", BM_MatMul)
+            ->Args({static_cast<int64_t>(t), 49152, 576, T, threads})
+            ->ArgNames({"type", "rows", "cols", "T", "thr"})
+            ->UseRealTime();
+      }
     }
     // K-quants need cols % 256 == 0.
     for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
