@@ -40,6 +40,11 @@ struct Row {
   std::string name;
   double tok_s = 0;      // wall clock, best of the repetitions
   double tok_cpu_s = 0;  // per CPU-second of this process (less sensitive to other load)
+  // Batch 1 only: tokens after each request's first step per second after it. The first
+  // step is the prompt's prefill (the same work with or without speculation), which would
+  // otherwise dilute the ratio; it also emits the first step's drafts, so leaving it out
+  // is conservative for speculation.
+  double decode_tok_s = 0;
   spec::SpecStats stats;
   std::string costs;  // adaptive runs: the cost curves the decisions came from
 };
@@ -82,7 +87,8 @@ struct Bench {
     best.name = name;
     for (int rep = 0; rep < kReps; ++rep) {
       (*e)->ResetStats();
-      int64_t generated = 0;
+      int64_t generated = 0, decode_tokens = 0;
+      double decode_secs = 0;
       const double c0 = CpuSeconds();
       const auto t0 = Clock::now();
       for (size_t p0 = 0; p0 < prompts.size(); p0 += batch) {
@@ -97,7 +103,18 @@ struct Bench {
           if (!id.ok()) return id.status();
           ids.push_back(*id);
         }
+        int64_t after_first = 0;
+        auto t_first = Clock::now();
+        if (batch == 1) {
+          if (auto st = (*e)->Step(); !st.ok()) return st;
+          after_first = (*e)->stats().emitted;
+          t_first = Clock::now();
+        }
         if (auto st = (*e)->RunToCompletion(); !st.ok()) return st;
+        if (batch == 1) {
+          decode_tokens += (*e)->stats().emitted - after_first;
+          decode_secs += std::chrono::duration<double>(Clock::now() - t_first).count();
+        }
         for (auto id : ids) {
           auto r = (*e)->TakeResult(id);
           if (!r.ok()) return r.status();
@@ -107,6 +124,7 @@ struct Bench {
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       if (generated / secs > best.tok_s) {
         best.tok_s = generated / secs;
+        best.decode_tok_s = decode_secs > 0 ? decode_tokens / decode_secs : 0;
         best.tok_cpu_s = generated / std::max(1e-9, CpuSeconds() - c0);
         best.stats = (*e)->stats();
       }
@@ -123,7 +141,8 @@ struct Bench {
   }
 };
 
-void Print(const Row& r, double plain) {
+// plain: the plain row's tok/s and (batch 1) decode tok/s, or nullptr for a plain row.
+void Print(const Row& r, const Row* plain) {
   const spec::SpecStats& s = r.stats;
   std::string acc;
   for (size_t i = 0; i < s.drafted_at.size(); ++i) {
@@ -131,10 +150,15 @@ void Print(const Row& r, double plain) {
     absl::StrAppendFormat(&acc, "%s%.2f", acc.empty() ? "" : " ",
                           double(s.accepted_at[i]) / s.drafted_at[i]);
   }
+  std::string decode;
+  if (r.decode_tok_s > 0) {
+    const double base = plain && plain->decode_tok_s > 0 ? plain->decode_tok_s : r.decode_tok_s;
+    decode = absl::StrFormat(" | decode %6.1f tok/s %5.2fx", r.decode_tok_s, r.decode_tok_s / base);
+  }
   std::printf(
-      "  %-34s %7.1f tok/s %5.2fx (%6.1f tok/cpu-s) | acc.len %4.2f mean k %4.2f | draft "
+      "  %-34s %7.1f tok/s %5.2fx (%6.1f tok/cpu-s)%s | acc.len %4.2f mean k %4.2f | draft "
       "%6.2f verify %6.2f ms/step | accept/pos %s\n",
-      r.name.c_str(), r.tok_s, plain > 0 ? r.tok_s / plain : 1.0, r.tok_cpu_s,
+      r.name.c_str(), r.tok_s, plain ? r.tok_s / plain->tok_s : 1.0, r.tok_cpu_s, decode.c_str(),
       s.MeanAcceptedLength(), s.MeanK(), s.steps ? 1e3 * s.draft_seconds / s.steps : 0.0,
       s.steps ? 1e3 * s.verify_seconds / s.steps : 0.0, acc.empty() ? "-" : acc.c_str());
   if (!r.costs.empty()) std::printf("      %s\n", r.costs.c_str());
@@ -192,11 +216,12 @@ int RunSpecBench(const SpecBenchOptions& o) {
   std::printf("speculative decoding: %s, %d chat prompts x %d greedy tokens, threads %d\n",
               o.model_path.c_str(), o.prompts, o.new_tokens, o.threads);
   for (int batch : {1, 8}) {
+    if (o.pair_only) break;
     std::printf("batch %d (%s):\n", batch,
                 batch == 1 ? "one request at a time" : "8 requests continuously batched");
     auto plain = b.Run("plain (no speculation)", nullptr, 0, false, batch);
     if (!plain.ok()) return Fail(plain.status());
-    Print(*plain, 0);
+    Print(*plain, nullptr);
     for (const spec::DrafterChoice* c : {&same, &self, &ngram}) {
       auto d = spec::MakeDrafter(*c, **file, o.model_path, backend.get());
       if (!d.ok()) return Fail(d.status());
@@ -207,34 +232,49 @@ int RunSpecBench(const SpecBenchOptions& o) {
             adaptive ? ", k auto" : ", k 4");
         auto r = b.Run(name, d->get(), adaptive ? 8 : 4, adaptive, batch);
         if (!r.ok()) return Fail(r.status());
-        Print(*r, plain->tok_s);
+        Print(*r, &*plain);
       }
     }
   }
   if (!o.pair) return 0;
 
-  // The pair: target = this file re-encoded to F16 at load, draft = the file as is.
-  engine::ModelOptions f16 = mo;
-  f16.reencode_weights = gguf::GgmlType::kF16;
-  auto big = engine::LlamaModel::Load(**file, backend.get(), &comm, f16);
-  if (!big.ok()) return Fail(big.status());
-  b.target = big->get();
-  std::printf(
-      "pair: target = %s re-encoded to F16 (%.0f MB of weights per step), draft = the "
-      "Q4_1 file (%.0f MB):\n",
-      o.model_path.c_str(), (*big)->weight_bytes() / 1e6, (*target)->weight_bytes() / 1e6);
+  // The pairs: target = this file re-encoded at load, draft = the file as is.
   auto d = spec::MakeDrafter(same, **file, o.model_path, backend.get());
   if (!d.ok()) return Fail(d.status());
-  for (int batch : {1, 8}) {
-    auto plain = b.Run(absl::StrCat("F16 plain, batch ", batch), nullptr, 0, false, batch);
-    if (!plain.ok()) return Fail(plain.status());
-    Print(*plain, 0);
-    for (bool adaptive : {false, true}) {
-      auto r =
-          b.Run(absl::StrCat("F16 + Q4_1 draft, batch ", batch, adaptive ? ", k auto" : ", k 4"),
-                d->get(), adaptive ? 8 : 4, adaptive, batch);
-      if (!r.ok()) return Fail(r.status());
-      Print(*r, plain->tok_s);
+  for (const std::string& type : o.pair_types) {
+    gguf::GgmlType pair_type = gguf::GgmlType::kF16;
+    std::string tname = "F16";
+    if (type == "bf16") {
+      pair_type = gguf::GgmlType::kBF16;
+      tname = "BF16";
+    } else if (type == "f32") {
+      pair_type = gguf::GgmlType::kF32;
+      tname = "F32";
+    } else if (type != "f16") {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--pair-type: expected f16, bf16 or f32, got ", type)));
+    }
+    engine::ModelOptions big_opt = mo;
+    big_opt.reencode_weights = pair_type;
+    auto big = engine::LlamaModel::Load(**file, backend.get(), &comm, big_opt);
+    if (!big.ok()) return Fail(big.status());
+    b.target = big->get();
+    std::printf(
+        "pair: target = %s re-encoded to %s (%.0f MB of weights per step), draft = the "
+        "file as is (%.0f MB):\n",
+        o.model_path.c_str(), tname.c_str(), (*big)->weight_bytes() / 1e6,
+        (*target)->weight_bytes() / 1e6);
+    for (int batch : {1, 8}) {
+      auto plain = b.Run(absl::StrCat(tname, " plain, batch ", batch), nullptr, 0, false, batch);
+      if (!plain.ok()) return Fail(plain.status());
+      Print(*plain, nullptr);
+      for (bool adaptive : {false, true}) {
+        auto r = b.Run(absl::StrCat(tname, " + file draft, batch ", batch,
+                                    adaptive ? ", k auto" : ", k 4"),
+                       d->get(), adaptive ? 8 : 4, adaptive, batch);
+        if (!r.ok()) return Fail(r.status());
+        Print(*r, &*plain);
+      }
     }
   }
   return 0;

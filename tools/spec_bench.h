@@ -1,10 +1,11 @@
 // `specd-bench --spec`: plain vs speculative decoding on one model, per drafter, at batch 1 and
-// 8, with fixed and adaptive k, plus the pair target = the model re-encoded to F16 at load vs
-// draft = the file itself. Prints tok/s, speed-up, acceptance and where the time goes.
+// 8, with fixed and adaptive k, plus the pair target = the model re-encoded to F16 (or BF16 /
+// F32) at load vs draft = the file itself. Prints tok/s, speed-up, acceptance and where the time goes.
 #ifndef SPECD_TOOLS_SPEC_BENCH_H_
 #define SPECD_TOOLS_SPEC_BENCH_H_
 
 #include <string>
+#include <vector>
 
 namespace specd {
 
@@ -14,7 +15,11 @@ struct SpecBenchOptions {
   int new_tokens = 48;  // per request
   int prompts = 8;      // requests per configuration (run one by one at batch 1)
   int self_layers = 6;
-  bool pair = true;  // also the F16 target vs Q4_1 draft pair
+  bool pair = true;  // also the re-encoded target vs the file as draft
+  bool pair_only = false;  // skip the single-file drafters
+  // The pairs' target weights (f16, bf16, f32): F16 is the pair the issue names; F32 has
+  // the cost gap (draft step ~0.3 of a target step) that speculation is meant for.
+  std::vector<std::string> pair_types = {"f16", "f32"};
 };
 
 int RunSpecBench(const SpecBenchOptions& o);

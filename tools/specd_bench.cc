@@ -254,12 +254,24 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(argv[++i], &spec.self_layers)) return 2;
     } else if (a == "--no-pair") {
       spec.pair = false;
+    } else if (a == "--pair-only") {
+      spec.pair_only = true;
+    } else if (a == "--pair-type" && i + 1 < argc) {
+      const std::string t = argv[++i];
+      if (t != "f16" && t != "bf16" && t != "f32") {
+        std::fprintf(stderr, "specd-bench: --pair-type: expected f16, bf16 or f32, got %s\n",
+                     t.c_str());
+        return 2;
+      }
+      spec.pair_types = {t};
     } else {
       std::fprintf(stderr,
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
                    "[--no-llama-cpp | --llama-cpp-python PYTHON]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
-                   "[--spec-prompts N] [--self-draft L] [--no-pair]\n");
+                   "[--spec-prompts N] [--self-draft L]\n"
+                   "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
+                   "  (the pairs' targets default to f16 and f32)\n");
       return 2;
     }
   }
