@@ -139,9 +139,11 @@ void QuantizeAct(const float* x, int64_t n, ActBlockQ8* out) {
 // unsigned), a float scale, an optional float min and (Q6_K) int16 per-16 multipliers.
 
 inline __m256i Nibbles16(const uint8_t* p) {  // 16 bytes -> 32 nibbles (low ones first)
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+  // Both lanes get the 16 bytes; the high lane is shifted right by 4 (per 64 bits: the
+  // bits moving across byte borders are masked off), then one mask keeps the nibbles.
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i shifted = _mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4));
+  return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
 }
 
 // Scale gathering: the 32-bit word at byte offset idx(b) of the row, for 8 blocks at
