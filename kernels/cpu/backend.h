@@ -62,6 +62,44 @@ inline int64_t AttnScratchFloats(int32_t group, int32_t head_dim) {
          2 * AttnPartialFloats(group, head_dim) + 64;
 }
 
+// The work-item loops every backend's attention shares, so all split and fold alike; each
+// backend passes its own kernels (lambdas local to its translation unit, so every
+// instantiation is distinct):
+//   chunk(t, h, j0, j1, part)   raw partial of keys [j0, j1) of the pair (t, h) into part
+//   fold(first, part, state)    folds the next chunk's partial into state
+//   finish(t, h, state)         writes the pair's output rows
+template <class ChunkFn, class FoldFn, class FinishFn>
+inline void RunAttnItems(const AttnArgs& a, int64_t i0, int64_t i1, float* part, float* state,
+                         ChunkFn chunk, FoldFn fold, FinishFn finish) {
+  const int64_t pf = AttnPartialFloats(a.num_q_heads / a.kv->num_kv_heads, a.kv->head_dim);
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttnItem& it = a.items[i];
+    const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
+    for (int32_t c = it.c0; c < it.c1; ++c) {
+      const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
+      const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
+      if (it.partial >= 0) {
+        chunk(it.t, it.h, j0, j1, a.partials + it.partial * pf);
+      } else {
+        chunk(it.t, it.h, j0, j1, part);
+        fold(c == it.c0, part, state);
+      }
+    }
+    if (it.partial < 0) finish(it.t, it.h, state);
+  }
+}
+
+template <class FoldFn, class FinishFn>
+inline void RunAttnMerges(const AttnArgs& a, int64_t i0, int64_t i1, float* state, FoldFn fold,
+                          FinishFn finish) {
+  const int64_t pf = AttnPartialFloats(a.num_q_heads / a.kv->num_kv_heads, a.kv->head_dim);
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttnMerge& mg = a.merges[i];
+    for (int64_t c = 0; c < mg.count; ++c) fold(c == 0, a.partials + (mg.first + c) * pf, state);
+    finish(mg.t, mg.h, state);
+  }
+}
+
 inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
 // Weight rows a quantized MatMul decodes at once (scales, and for T > 4 the int8 codes)
 // and then reuses for every tile of activation rows.

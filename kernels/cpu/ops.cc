@@ -178,35 +178,24 @@ void GenAttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) 
 
 void GenAttention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
   const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
-  const int64_t pf = internal::AttnPartialFloats(group, d);
   float* s = scratch;
   float* part = s + kAttnChunk;
-  float* state = part + pf;
-  for (int64_t i = i0; i < i1; ++i) {
-    const AttnItem& it = a.items[i];
-    const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
-    for (int32_t c = it.c0; c < it.c1; ++c) {
-      const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
-      const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
-      if (it.partial >= 0) {
-        GenAttnChunk(a, it.t, it.h, j0, j1, s, a.partials + it.partial * pf);
-      } else {
-        GenAttnChunk(a, it.t, it.h, j0, j1, s, part);
-        GenAttnFold(c == it.c0, part, state, group, d);
-      }
-    }
-    if (it.partial < 0) GenAttnFinish(a, it.t, it.h, state);
-  }
+  float* state = part + internal::AttnPartialFloats(group, d);
+  internal::RunAttnItems(
+      a, i0, i1, part, state,
+      [&](int32_t t, int32_t h, int64_t j0, int64_t j1, float* p) {
+        GenAttnChunk(a, t, h, j0, j1, s, p);
+      },
+      [&](bool first, const float* p, float* st) { GenAttnFold(first, p, st, group, d); },
+      [&](int32_t t, int32_t h, const float* st) { GenAttnFinish(a, t, h, st); });
 }
 
 void GenAttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
   const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
-  const int64_t pf = internal::AttnPartialFloats(group, d);
-  for (int64_t i = i0; i < i1; ++i) {
-    const AttnMerge& mg = a.merges[i];
-    for (int64_t c = 0; c < mg.count; ++c) GenAttnFold(c == 0, a.partials + (mg.first + c) * pf, scratch, group, d);
-    GenAttnFinish(a, mg.t, mg.h, scratch);
-  }
+  internal::RunAttnMerges(
+      a, i0, i1, scratch,
+      [&](bool first, const float* p, float* st) { GenAttnFold(first, p, st, group, d); },
+      [&](int32_t t, int32_t h, const float* st) { GenAttnFinish(a, t, h, st); });
 }
 
 void GenToF16(const float* src, uint16_t* dst, int64_t n) {

@@ -833,36 +833,25 @@ void AttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) {
 
 void Attention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
   const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
-  const int64_t pf = AttnPartialFloats(group, d);
   float* kvbuf = scratch;
   float* s = kvbuf + static_cast<int64_t>(kAttnChunk) * d;
   float* part = s + static_cast<int64_t>(group) * kAttnChunk;
-  float* state = part + pf;
-  for (int64_t i = i0; i < i1; ++i) {
-    const AttnItem& it = a.items[i];
-    const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
-    for (int32_t c = it.c0; c < it.c1; ++c) {
-      const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
-      const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
-      if (it.partial >= 0) {
-        AttnChunk(a, it.t, it.h, j0, j1, kvbuf, s, a.partials + it.partial * pf);
-      } else {
-        AttnChunk(a, it.t, it.h, j0, j1, kvbuf, s, part);
-        AttnFold(c == it.c0, part, state, group, d);
-      }
-    }
-    if (it.partial < 0) AttnFinish(a, it.t, it.h, state);
-  }
+  float* state = part + AttnPartialFloats(group, d);
+  RunAttnItems(
+      a, i0, i1, part, state,
+      [&](int32_t t, int32_t h, int64_t j0, int64_t j1, float* p) {
+        AttnChunk(a, t, h, j0, j1, kvbuf, s, p);
+      },
+      [&](bool first, const float* p, float* st) { AttnFold(first, p, st, group, d); },
+      [&](int32_t t, int32_t h, const float* st) { AttnFinish(a, t, h, st); });
 }
 
 void AttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
   const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
-  const int64_t pf = AttnPartialFloats(group, d);
-  for (int64_t i = i0; i < i1; ++i) {
-    const AttnMerge& mg = a.merges[i];
-    for (int64_t c = 0; c < mg.count; ++c) AttnFold(c == 0, a.partials + (mg.first + c) * pf, scratch, group, d);
-    AttnFinish(a, mg.t, mg.h, scratch);
-  }
+  RunAttnMerges(
+      a, i0, i1, scratch,
+      [&](bool first, const float* p, float* st) { AttnFold(first, p, st, group, d); },
+      [&](int32_t t, int32_t h, const float* st) { AttnFinish(a, t, h, st); });
 }
 
 const Backend kAvx2 = {
