@@ -525,11 +525,14 @@ absl::Status SpecEngine::Step() {
       const double secs = Since(t0);
       stats_.draft_seconds += secs;
       if (st.ok()) {
-        // A sequence that did not draft last step makes the draft model catch up on every
-        // token since (a probe): that is not what a draft step costs, and counting it would
-        // inflate the draft curve until drafting never looks worth it again.
+        // A sequence that did not draft last step (a probe) or drafts for the first time
+        // makes the draft model catch up on every token since, or prefill its prompt: that
+        // is not what a draft step costs, and counting it would inflate the draft curve
+        // until drafting never looks worth it again.
         bool catching_up = false;
-        for (int32_t i : which) catching_up = catching_up || dec[i]->steps_without_drafts > 0;
+        for (int32_t i : which) {
+          catching_up = catching_up || dec[i]->steps_without_drafts > 0 || dec[i]->generated() == 0;
+        }
         if (drafter_->runs_model() && !catching_up) {
           double shape = 0.0;
           for (int32_t j = 1; j <= *std::max_element(k.begin(), k.end()); ++j) {
