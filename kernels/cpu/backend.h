@@ -6,6 +6,7 @@
 #ifndef SPECD_KERNELS_CPU_BACKEND_H_
 #define SPECD_KERNELS_CPU_BACKEND_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/act_quant.h"
@@ -60,6 +61,21 @@ inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {
 inline int64_t AttnScratchFloats(int32_t group, int32_t head_dim) {
   return static_cast<int64_t>(kAttnChunk) * head_dim + static_cast<int64_t>(group) * kAttnChunk +
          2 * AttnPartialFloats(group, head_dim) + 64;
+}
+
+// Folding the next chunk's partial into state, the part every backend shares: moves the
+// pair's max and exp-sum in state to the larger max and returns in ws / wp the factors by
+// which group g's output rows are rescaled: o_state = o_state * ws + o_part * wp.
+// (static: each ISA's translation unit keeps its own copy, see the comment at the top.)
+static inline void AttnFoldScales(const float* part, float* state, int32_t group, int32_t d,
+                                  int32_t g, float* ws, float* wp) {
+  const int64_t od = static_cast<int64_t>(group) * d;
+  const float ms = state[od + g], mp = part[od + g];
+  const float mx = ms > mp ? ms : mp;
+  *ws = std::exp(ms - mx);
+  *wp = std::exp(mp - mx);
+  state[od + g] = mx;
+  state[od + group + g] = state[od + group + g] * *ws + part[od + group + g] * *wp;
 }
 
 // The work-item loops every backend's attention shares, so all split and fold alike; each

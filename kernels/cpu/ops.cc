@@ -157,11 +157,8 @@ void GenAttnFold(bool first, const float* part, float* state, int32_t group, int
     return;
   }
   for (int32_t g = 0; g < group; ++g) {
-    const float ms = state[od + g], mp = part[od + g];
-    const float mx = ms > mp ? ms : mp;
-    const float ws = std::exp(ms - mx), wp = std::exp(mp - mx);
-    state[od + g] = mx;
-    state[od + group + g] = state[od + group + g] * ws + part[od + group + g] * wp;
+    float ws, wp;
+    internal::AttnFoldScales(part, state, group, d, g, &ws, &wp);
     for (int32_t i = 0; i < d; ++i) state[g * d + i] = state[g * d + i] * ws + part[g * d + i] * wp;
   }
 }

@@ -805,11 +805,8 @@ void AttnFold(bool first, const float* part, float* state, int32_t group, int32_
     return;
   }
   for (int32_t g = 0; g < group; ++g) {
-    const float ms = state[od + g], mp = part[od + g];
-    const float mx = ms > mp ? ms : mp;
-    const float ws = std::exp(ms - mx), wp = std::exp(mp - mx);
-    state[od + g] = mx;
-    state[od + group + g] = state[od + group + g] * ws + part[od + group + g] * wp;
+    float ws, wp;
+    AttnFoldScales(part, state, group, d, g, &ws, &wp);
     const __m256 wsv = _mm256_set1_ps(ws), wpv = _mm256_set1_ps(wp);
     for (int32_t i = 0; i < d; i += 8) {
       float* so = state + static_cast<int64_t>(g) * d + i;
