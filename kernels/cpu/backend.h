@@ -50,7 +50,8 @@ struct AttnArgs {
   float* out;                          // [T, Hq, d]
   const AttnItem* items;
   const AttnMerge* merges;
-  float* partials;                     // [num partials][group][d + 2]: o[group][d], m[group], l[group]
+  // [num partials][group][d + 2]: o[group][d], m[group], l[group]
+  float* partials;
 };
 
 inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {
