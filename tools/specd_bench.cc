@@ -230,6 +230,7 @@ int Main(int argc, char** argv) {
   if (const char* py = std::getenv("SPECD_LLAMA_CPP_PYTHON"); py != nullptr && *py != 0) {
     llama_python = py;
   }
+  int only_batch = 0;  // --only-decode N: just decode at batch N, for profiling
   bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
   SpecBenchOptions spec;
   for (int i = 1; i < argc; ++i) {
@@ -240,6 +241,11 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(argv[++i], &threads)) return 2;
     } else if (a == "--steps" && i + 1 < argc) {
       if (!absl::SimpleAtoi(argv[++i], &steps)) return 2;
+    } else if (a == "--only-decode" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &only_batch) || only_batch < 1 || only_batch > 16) {
+        std::fprintf(stderr, "specd-bench: --only-decode: expected a batch of 1 to 16\n");
+        return 2;
+      }
     } else if (a == "--no-llama-cpp") {
       with_llama_cpp = false;
     } else if (a == "--llama-cpp-python" && i + 1 < argc) {
@@ -267,7 +273,7 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
-                   "[--no-llama-cpp | --llama-cpp-python PYTHON]\n"
+                   "[--no-llama-cpp | --llama-cpp-python PYTHON] [--only-decode BATCH]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
@@ -312,6 +318,12 @@ int Main(int argc, char** argv) {
   std::printf("memory read bandwidth: %.2f GB/s -> decode roofline %.1f tok/s\n", bandwidth,
               roofline);
   r.Decode(1, 8, 8);  // warm-up: page in the weights
+  if (only_batch > 0) {  // a steady decode loop to run under a profiler
+    for (int rep = 0; rep < 5; ++rep) {
+      std::printf("decode batch %d: %8.1f tok/s\n", only_batch, r.Decode(only_batch, 32, steps));
+    }
+    return 0;
+  }
   // Best of 3, like the prefill figures and the bandwidth (best of 5): on a shared
   // machine the best run is the one least disturbed by other processes.
   auto best_decode = [&](int batch, int n) {

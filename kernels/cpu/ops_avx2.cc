@@ -138,14 +138,6 @@ void QuantizeAct(const float* x, int64_t n, ActBlockQ8* out) {
 // A decoder turns 32-value sub-block b of a weight row into int8 values q (signed or
 // unsigned), a float scale, an optional float min and (Q6_K) int16 per-16 multipliers.
 
-inline __m256i Nibbles16(const uint8_t* p) {  // 16 bytes -> 32 nibbles (low ones first)
-  // Both lanes get the 16 bytes; the high lane is shifted right by 4 (per 64 bits: the
-  // bits moving across byte borders are masked off), then one mask keeps the nibbles.
-  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m256i shifted = _mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4));
-  return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
-}
-
 // Scale gathering: the 32-bit word at byte offset idx(b) of the row, for 8 blocks at
 // once (lanes past nb read nothing and give 0), then f16 -> f32 of its low or high half.
 template <class Idx>
@@ -178,31 +170,6 @@ struct DecQ8_0 {
   }
   static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 34 + 2));
-  }
-};
-
-struct DecQ4_0 {
-  static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = true;
-  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
-    for (int64_t b0 = 0; b0 < nb; b0 += 8)
-      _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](int64_t b) { return b * 18; })));
-  }
-  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
-    return _mm256_sub_epi8(Nibbles16(row + b * 18 + 2), _mm256_set1_epi8(8));
-  }
-};
-
-struct DecQ4_1 {
-  static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true;
-  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-      const __m256i w = GatherWords(row, b0, nb, [](int64_t b) { return b * 20; });
-      _mm256_storeu_ps(d + b0, LowHalves(w));
-      _mm256_storeu_ps(m + b0, HighHalves(w));
-    }
-  }
-  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
-    return Nibbles16(row + b * 20 + 4);
   }
 };
 
@@ -428,12 +395,201 @@ void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
   }
 }
 
+// ---------------------------------------------------------------- Q4_0 / Q4_1 MatMul, 8 rows per vector
+//
+// Q4 weights take a layout of their own: 8 weight rows share every vector, one per
+// 32-bit lane. A group of 8 rows is decoded once per block into 8 vectors
+//   v[j]: [8 rows][4 codes]  = codes 4j .. 4j+3 of each row,
+// and a token's block is then 8 x (broadcast 4 activation bytes, maddubs) summed in
+// int16 (|sum| <= 8 * 2 * 15 * 127 = 30480), one madd to int32, and one convert: the
+// per-block work on floats is shared by the 8 rows instead of paid per row.
+//
+// Every (row, token) sees the same sequence, whatever T, the tile or the row group:
+//   acc = 0; for b: acc = fma(float(isum_b), dw_b * da_b, acc); [Q4_1: acc = fma(mw_b, s_b, acc)]
+// with isum_b the exact integer dot (Q4_0: sum(q * a) - 8 * sum(a)).
+
+// qs: [8 rows][16 bytes] for one block -> v[8] as described above.
+inline void Q4Interleave(const uint8_t* const (&qs)[8], __m256i* v) {
+  __m256i x[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {  // x[r] = [row r | row r + 4], 4 dwords each
+    x[r] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(qs[r + 4]),
+                               reinterpret_cast<const __m128i*>(qs[r]));
+  }
+  const __m256i t0 = _mm256_unpacklo_epi32(x[0], x[1]), t1 = _mm256_unpackhi_epi32(x[0], x[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(x[2], x[3]), t3 = _mm256_unpackhi_epi32(x[2], x[3]);
+  // d[j]: dword j of rows [0 1 2 3 | 4 5 6 7]; low nibbles are codes 4j.., high ones 16 + 4j..
+  const __m256i d[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                        _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+  const __m256i m = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_and_si256(d[j], m);
+    v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(d[j], 4), m);
+  }
+}
+
+// The 32-bit word at each of the 8 addresses.
+inline __m256i LoadWords8(const uint8_t* const (&p)[8]) {
+  int32_t v[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) std::memcpy(&v[i], p[i], 4);
+  return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+}
+
+// One token's step for block b of a row group: the int16 sums of the 8 code vectors
+// v against the block's activations, then the float update of acc (lanes = rows).
+// Every path (fused T = 1, tiles of 1-4 tokens) calls these two, so each lane sees
+// the same operations.
+inline __m256i Q4BlockSums(const __m256i* v, const ActBlockQ8& a, __m256i s16, int j) {
+  int32_t word;
+  std::memcpy(&word, a.qs + 4 * j, 4);
+  const __m256i p = _mm256_maddubs_epi16(v[j], _mm256_set1_epi32(word));
+  s16 = j == 0 ? p : _mm256_add_epi16(s16, p);
+  // Keeps the sums in this order: reassociated into trees, they spill to the stack.
+  __asm__("" : "+x"(s16));
+  return s16;
+}
+template <bool kMin>
+inline __m256 Q4BlockFinish(__m256i s16, __m256 dw, __m256 mw, float da, float sa,
+                            int32_t asum8, __m256 acc) {
+  __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+  if constexpr (!kMin) s32 = _mm256_sub_epi32(s32, _mm256_set1_epi32(asum8));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc);
+  if constexpr (kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc);
+  return acc;
+}
+
+// R tokens x 8 rows. q: [nb][8] vectors of the group; dm: [nb][2][8] scales and mins.
+template <bool kMin, int R>
+inline void TileQ4x8(const __m256i* q, const float* dm, int64_t nb, const ActBlockQ8* a,
+                     const int32_t* asum8, const float* const (&as)[R], const float* const (&ad)[R],
+                     __m256 (&acc)[R]) {
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i s16[R];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) s16[r] = Q4BlockSums(q + b * 8, a[r * nb + b], s16[r], j);
+    }
+    const __m256 dw = _mm256_load_ps(dm + b * 16);
+    const __m256 mw = kMin ? _mm256_load_ps(dm + b * 16 + 8) : dw;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      acc[r] = Q4BlockFinish<kMin>(s16[r], dw, mw, ad[r][b], as[r][b],
+                                   kMin ? 0 : asum8[r * nb + b], acc[r]);
+    }
+  }
+}
+
+inline void StoreRows(float* y, __m256 v, int64_t rows) {
+  if (rows == 8) {
+    _mm256_storeu_ps(y, v);
+  } else {
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    for (int64_t i = 0; i < rows; ++i) y[i] = tmp[i];
+  }
+}
+
+template <bool kMin, int R>
+inline void TokensQ4x8(const __m256i* q, const float* dm, int64_t nb, int64_t ss, const ActBlockQ8* act,
+                       const int32_t* asum8, const float* act_s, const float* act_d, int64_t t,
+                       int64_t ldy, int64_t rows, float* y) {
+  const float* as[R];
+  const float* ad[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    as[r] = act_s + (t + r) * ss;
+    ad[r] = act_d + (t + r) * ss;
+  }
+  __m256 out[R];
+  TileQ4x8<kMin, R>(q, dm, nb, act + t * nb, asum8 + t * nb, as, ad, out);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) StoreRows(y + (t + r) * ldy, out[r], rows);
+}
+
+// kQ4_1: blocks of 20 bytes (f16 d, f16 m, 16 bytes of codes); else Q4_0: 18 bytes
+// (f16 d, 16 bytes of codes), value = d * (code - 8).
+template <bool kMin>
+void MatMulQ4x8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
+                int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
+  constexpr int64_t kBlockBytes = kMin ? 20 : 18, kHead = kMin ? 4 : 2;
+  const int64_t nb = w.cols / 32, ss = MatMulSStride(nb);
+  const uint64_t rb = w.row_bytes;
+  // scratch: [nb][8] code vectors, [nb][2][8] scales / mins, [T][nb] 8 * sum(a) (Q4_0)
+  uintptr_t base = (reinterpret_cast<uintptr_t>(scratch) + 31) & ~uintptr_t{31};
+  __m256i* q = reinterpret_cast<__m256i*>(base);
+  float* dm = reinterpret_cast<float*>(q + nb * 8);
+  int32_t* asum8 = reinterpret_cast<int32_t*>(dm + nb * 16);
+  if constexpr (!kMin) {
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < T * nb; ++i) {  // exact integer sums of the activation blocks
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[i].qs));
+      asum8[i] = 8 * HsumEpi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), _mm256_set1_epi16(1)));
+    }
+  }
+  for (int64_t g = n0; g < n1; g += 8) {
+    const int64_t rows = n1 - g < 8 ? n1 - g : 8;
+    const uint8_t* rp[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) rp[i] = w.data + (g + (i < rows ? i : rows - 1)) * rb;
+    // Prefetch the group two ahead, spread over this group's blocks: a decode step
+    // is bandwidth-bound and the scale loads below overlap misses poorly.
+    const int64_t ahead = g + 16 < n1 ? 8 * static_cast<int64_t>(rb) : 0;
+    const char* pf = reinterpret_cast<const char*>(w.data + (g + 16) * rb);
+    __m256 acc1 = _mm256_setzero_ps();  // T == 1: decoded and used block by block
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t off = (b * ahead / nb) & ~int64_t{63}; off < (b + 1) * ahead / nb; off += 64) {
+        _mm_prefetch(pf + off, _MM_HINT_T0);
+      }
+      const uint8_t* qs[8];
+      const uint8_t* hd[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        hd[i] = rp[i] + b * kBlockBytes;
+        qs[i] = hd[i] + kHead;
+      }
+      const __m256i words = LoadWords8(hd);
+      const __m256 dw = LowHalves(words);
+      const __m256 mw = kMin ? HighHalves(words) : dw;
+      if (T == 1) {
+        __m256i v[8];
+        Q4Interleave(qs, v);
+        __m256i s16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) s16 = Q4BlockSums(v, act[b], s16, j);
+        acc1 = Q4BlockFinish<kMin>(s16, dw, mw, act_d[b], act_s[b], kMin ? 0 : asum8[b], acc1);
+      } else {
+        Q4Interleave(qs, q + b * 8);
+        _mm256_store_ps(dm + b * 16, dw);
+        if constexpr (kMin) _mm256_store_ps(dm + b * 16 + 8, mw);
+      }
+    }
+    float* yg = y + g;
+    if (T == 1) {
+      StoreRows(yg, acc1, rows);
+      continue;
+    }
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) TokensQ4x8<kMin, 4>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg);
+    switch (T - t) {
+      case 3: TokensQ4x8<kMin, 3>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+      case 2: TokensQ4x8<kMin, 2>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+      case 1: TokensQ4x8<kMin, 1>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+      default: break;
+    }
+  }
+}
+
 void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
              int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
   switch (w.type) {
     case GgmlType::kQ8_0: MatMulQT<DecQ8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_0: MatMulQT<DecQ4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_1: MatMulQT<DecQ4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_0: MatMulQ4x8<false>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_1: MatMulQ4x8<true>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ4_K: MatMulQT<DecQ4_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc only routes supported types here
