@@ -124,13 +124,13 @@ inline constexpr int64_t kQRowChunk = 4;
 // Scratch floats matmul_q needs per thread: per chunk the weight scales and mins
 // (2 x rows x ss), the scale products of one 4-row activation tile (4 x rows x ss),
 // the decoded int8 codes (rows x nb x 32 bytes) and Q6_K's int16 multipliers
-// (rows x nb x 32 bytes); the Q4 path of 8-row groups needs per group 8 code vectors
-// and 16 scale floats per block plus T x nb integer activation sums, 32-byte aligned;
+// (rows x nb x 32 bytes); the Q4/Q8_0 path of 8-row groups needs per group up to 16
+// code vectors and 16 scale floats per block plus T x nb integer activation sums, 32-byte aligned;
 // the generic path needs T floats.
 inline int64_t MatMulScratchFloats(int64_t T, int64_t nb) {
   const int64_t ss = MatMulSStride(nb);
   const int64_t a = kQRowChunk * (6 * ss + 16 * nb) + 64;
-  const int64_t q4 = nb * (64 + 16) + T * nb + 8;
+  const int64_t q4 = nb * (128 + 16) + T * nb + 8;
   const int64_t m = a > q4 ? a : q4;
   return m > T ? m : T;
 }

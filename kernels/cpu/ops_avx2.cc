@@ -162,17 +162,6 @@ inline __m256 HighHalves(__m256i w) { return HalvesToF32(_mm256_srli_epi32(w, 16
 // Decoders. Scales() runs once per weight row and chunk: it writes the float scale
 // (and min) of every 32-value sub-block. Quants() gives the 32 int8 codes of
 // sub-block b (and, for Q6_K, the int16 per-16 multipliers).
-struct DecQ8_0 {
-  static constexpr bool kSigned = true, kMin = false, kSub = false, kPre = false;
-  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
-    for (int64_t b0 = 0; b0 < nb; b0 += 8)
-      _mm256_storeu_ps(d + b0, LowHalves(GatherWords(row, b0, nb, [](int64_t b) { return b * 34; })));
-  }
-  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 34 + 2));
-  }
-};
-
 struct DecQ4_K {
   static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
@@ -395,38 +384,33 @@ void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
   }
 }
 
-// ---------------------------------------------------------------- Q4_0 / Q4_1 MatMul, 8 rows per vector
+// ---------------------------------------------------------------- Q4_0 / Q4_1 / Q8_0 MatMul, 8 rows per vector
 //
-// Q4 weights take a layout of their own: 8 weight rows share every vector, one per
-// 32-bit lane. A group of 8 rows is decoded once per block into 8 vectors
+// These types take a layout of their own: 8 weight rows share every vector, one per
+// 32-bit lane. A group of 8 rows is decoded once per block into vectors
 //   v[j]: [8 rows][4 codes]  = codes 4j .. 4j+3 of each row,
-// and a token's block is then 8 x (broadcast 4 activation bytes, maddubs) summed in
-// int16 (|sum| <= 8 * 2 * 15 * 127 = 30480), one madd to int32, and one convert: the
-// per-block work on floats is shared by the 8 rows instead of paid per row.
+// and a token's block is then 8 x (broadcast 4 activation bytes, maddubs), summed
+// exactly in integers, and one convert: the per-block work on floats is shared by the
+// 8 rows instead of paid per row.
 //
 // Every (row, token) sees the same sequence, whatever T, the tile or the row group:
 //   acc = 0; for b: acc = fma(float(isum_b), dw_b * da_b, acc); [Q4_1: acc = fma(mw_b, s_b, acc)]
 // with isum_b the exact integer dot (Q4_0: sum(q * a) - 8 * sum(a)).
 
-// qs: [8 rows][16 bytes] for one block -> v[8] as described above.
-inline void Q4Interleave(const uint8_t* const (&qs)[8], __m256i* v) {
+// p: 8 rows' 16-byte slices -> d[j]: dword j of the rows [0 1 2 3 | 4 5 6 7].
+inline void Transpose8x16(const uint8_t* const (&p)[8], __m256i (&d)[4]) {
   __m256i x[4];
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {  // x[r] = [row r | row r + 4], 4 dwords each
-    x[r] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(qs[r + 4]),
-                               reinterpret_cast<const __m128i*>(qs[r]));
+    x[r] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p[r + 4]),
+                               reinterpret_cast<const __m128i*>(p[r]));
   }
   const __m256i t0 = _mm256_unpacklo_epi32(x[0], x[1]), t1 = _mm256_unpackhi_epi32(x[0], x[1]);
   const __m256i t2 = _mm256_unpacklo_epi32(x[2], x[3]), t3 = _mm256_unpackhi_epi32(x[2], x[3]);
-  // d[j]: dword j of rows [0 1 2 3 | 4 5 6 7]; low nibbles are codes 4j.., high ones 16 + 4j..
-  const __m256i d[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                        _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-  const __m256i m = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    v[j] = _mm256_and_si256(d[j], m);
-    v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(d[j], 4), m);
-  }
+  d[0] = _mm256_unpacklo_epi64(t0, t2);
+  d[1] = _mm256_unpackhi_epi64(t0, t2);
+  d[2] = _mm256_unpacklo_epi64(t1, t3);
+  d[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
 // The 32-bit word at each of the 8 addresses.
@@ -437,49 +421,125 @@ inline __m256i LoadWords8(const uint8_t* const (&p)[8]) {
   return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
 }
 
-// One token's step for block b of a row group: the int16 sums of the 8 code vectors
-// v against the block's activations, then the float update of acc (lanes = rows).
-// Every path (fused T = 1, tiles of 1-4 tokens) calls these two, so each lane sees
-// the same operations.
-inline __m256i Q4BlockSums(const __m256i* v, const ActBlockQ8& a, __m256i s16, int j) {
+inline __m256i Bcast4(const ActBlockQ8& a, int j) {  // activation bytes 4j .. 4j+3, 8 times
   int32_t word;
   std::memcpy(&word, a.qs + 4 * j, 4);
-  const __m256i p = _mm256_maddubs_epi16(v[j], _mm256_set1_epi32(word));
-  s16 = j == 0 ? p : _mm256_add_epi16(s16, p);
-  // Keeps the sums in this order: reassociated into trees, they spill to the stack.
-  __asm__("" : "+x"(s16));
-  return s16;
+  return _mm256_set1_epi32(word);
 }
-template <bool kMin>
-inline __m256 Q4BlockFinish(__m256i s16, __m256 dw, __m256 mw, float da, float sa,
-                            int32_t asum8, __m256 acc) {
-  __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
-  if constexpr (!kMin) s32 = _mm256_sub_epi32(s32, _mm256_set1_epi32(asum8));
+
+// Formats. Decode() turns block b of 8 rows (hd: the rows' block starts) into kVecs
+// vectors and the rows' scales (and mins); Step() adds code vector j's products with
+// one token's activations to that token's integer sum s; Reduce() makes s the exact
+// int32 block dot of each row.
+struct X8Q4_1 {
+  static constexpr int kVecs = 8, kBlockBytes = 20;
+  static constexpr bool kMin = true, kAsum = false;
+  static inline void Decode(const uint8_t* const (&hd)[8], __m256i* v, __m256& dw, __m256& mw) {
+    const uint8_t* qs[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) qs[i] = hd[i] + 4;
+    Codes(qs, v);
+    const __m256i words = LoadWords8(hd);
+    dw = LowHalves(words);
+    mw = HighHalves(words);
+  }
+  // 16 bytes of nibbles per row: low nibbles are codes 0..15, high ones 16..31.
+  static inline void Codes(const uint8_t* const (&qs)[8], __m256i* v) {
+    __m256i d[4];
+    Transpose8x16(qs, d);
+    const __m256i m = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_and_si256(d[j], m);
+      v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(d[j], 4), m);
+    }
+  }
+  // int16 sums: |sum| <= 8 * 2 * 15 * 127 = 30480.
+  static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
+    const __m256i p = _mm256_maddubs_epi16(v[j], Bcast4(a, j));
+    return j == 0 ? p : _mm256_add_epi16(s, p);
+  }
+  static inline __m256i Reduce(__m256i s) { return _mm256_madd_epi16(s, _mm256_set1_epi16(1)); }
+};
+
+struct X8Q4_0 : X8Q4_1 {  // codes are stored unsigned; the - 8 is applied to the sum
+  static constexpr int kBlockBytes = 18;
+  static constexpr bool kMin = false, kAsum = true;
+  static inline void Decode(const uint8_t* const (&hd)[8], __m256i* v, __m256& dw, __m256& mw) {
+    const uint8_t* qs[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) qs[i] = hd[i] + 2;
+    Codes(qs, v);
+    dw = mw = LowHalves(LoadWords8(hd));
+  }
+};
+
+struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
+  static constexpr int kVecs = 16, kBlockBytes = 34;
+  static constexpr bool kMin = false, kAsum = false;
+  static inline void Decode(const uint8_t* const (&hd)[8], __m256i* v, __m256& dw, __m256& mw) {
+    const uint8_t* lo[8];
+    const uint8_t* hi[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = hd[i] + 2;
+      hi[i] = hd[i] + 18;
+    }
+    Transpose8x16(lo, *reinterpret_cast<__m256i(*)[4]>(v + 8));
+    Transpose8x16(hi, *reinterpret_cast<__m256i(*)[4]>(v + 12));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) v[j] = _mm256_abs_epi8(v[8 + j]);
+    dw = mw = LowHalves(LoadWords8(hd));
+  }
+  // |code| * (a with the code's sign): pairs <= 2 * 128 * 127 = 32512, so each
+  // product vector goes to int32 before it is added.
+  static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(v[j], _mm256_sign_epi8(Bcast4(a, j), v[8 + j])),
+                                        _mm256_set1_epi16(1));
+    return j == 0 ? p : _mm256_add_epi32(s, p);
+  }
+  static inline __m256i Reduce(__m256i s) { return s; }
+};
+
+// One token's block for a row group: Step over the 8 code vectors, then the float
+// update of acc (lanes = rows). Every path (T = 1, tiles of 1-4 tokens) runs these,
+// so each lane sees the same operations.
+template <class F>
+inline __m256i X8Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
+  s = F::Step(v, a, s, j);
+  // Keeps the sums in this order: reassociated into trees, they spill to the stack.
+  __asm__("" : "+x"(s));
+  return s;
+}
+template <class F>
+inline __m256 X8Finish(__m256i s, __m256 dw, __m256 mw, float da, float sa, int32_t asum8,
+                       __m256 acc) {
+  __m256i s32 = F::Reduce(s);
+  if constexpr (F::kAsum) s32 = _mm256_sub_epi32(s32, _mm256_set1_epi32(asum8));
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc);
-  if constexpr (kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc);
+  if constexpr (F::kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc);
   return acc;
 }
 
-// R tokens x 8 rows. q: [nb][8] vectors of the group; dm: [nb][2][8] scales and mins.
-template <bool kMin, int R>
-inline void TileQ4x8(const __m256i* q, const float* dm, int64_t nb, const ActBlockQ8* a,
-                     const int32_t* asum8, const float* const (&as)[R], const float* const (&ad)[R],
-                     __m256 (&acc)[R]) {
+// R tokens x 8 rows. q: [nb][kVecs] vectors of the group; dm: [nb][2][8] scales, mins.
+template <class F, int R>
+inline void TileX8(const __m256i* q, const float* dm, int64_t nb, const ActBlockQ8* a,
+                   const int32_t* asum8, const float* const (&as)[R], const float* const (&ad)[R],
+                   __m256 (&acc)[R]) {
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i s16[R];
+    __m256i s[R];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) s16[r] = Q4BlockSums(q + b * 8, a[r * nb + b], s16[r], j);
+      for (int r = 0; r < R; ++r) s[r] = X8Step<F>(q + b * F::kVecs, a[r * nb + b], s[r], j);
     }
     const __m256 dw = _mm256_load_ps(dm + b * 16);
-    const __m256 mw = kMin ? _mm256_load_ps(dm + b * 16 + 8) : dw;
+    const __m256 mw = F::kMin ? _mm256_load_ps(dm + b * 16 + 8) : dw;
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      acc[r] = Q4BlockFinish<kMin>(s16[r], dw, mw, ad[r][b], as[r][b],
-                                   kMin ? 0 : asum8[r * nb + b], acc[r]);
+      acc[r] = X8Finish<F>(s[r], dw, mw, ad[r][b], as[r][b], F::kAsum ? asum8[r * nb + b] : 0, acc[r]);
     }
   }
 }
@@ -494,10 +554,10 @@ inline void StoreRows(float* y, __m256 v, int64_t rows) {
   }
 }
 
-template <bool kMin, int R>
-inline void TokensQ4x8(const __m256i* q, const float* dm, int64_t nb, int64_t ss, const ActBlockQ8* act,
-                       const int32_t* asum8, const float* act_s, const float* act_d, int64_t t,
-                       int64_t ldy, int64_t rows, float* y) {
+template <class F, int R>
+inline void TokensX8(const __m256i* q, const float* dm, int64_t nb, int64_t ss, const ActBlockQ8* act,
+                     const int32_t* asum8, const float* act_s, const float* act_d, int64_t t,
+                     int64_t ldy, int64_t rows, float* y) {
   const float* as[R];
   const float* ad[R];
 #pragma GCC unroll 4
@@ -506,25 +566,22 @@ inline void TokensQ4x8(const __m256i* q, const float* dm, int64_t nb, int64_t ss
     ad[r] = act_d + (t + r) * ss;
   }
   __m256 out[R];
-  TileQ4x8<kMin, R>(q, dm, nb, act + t * nb, asum8 + t * nb, as, ad, out);
+  TileX8<F, R>(q, dm, nb, act + t * nb, asum8 + t * nb, as, ad, out);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) StoreRows(y + (t + r) * ldy, out[r], rows);
 }
 
-// kQ4_1: blocks of 20 bytes (f16 d, f16 m, 16 bytes of codes); else Q4_0: 18 bytes
-// (f16 d, 16 bytes of codes), value = d * (code - 8).
-template <bool kMin>
-void MatMulQ4x8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
-                int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
-  constexpr int64_t kBlockBytes = kMin ? 20 : 18, kHead = kMin ? 4 : 2;
+template <class F>
+void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
+              int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
   const int64_t nb = w.cols / 32, ss = MatMulSStride(nb);
   const uint64_t rb = w.row_bytes;
-  // scratch: [nb][8] code vectors, [nb][2][8] scales / mins, [T][nb] 8 * sum(a) (Q4_0)
+  // scratch: [nb][kVecs] code vectors, [nb][2][8] scales / mins, [T][nb] 8 * sum(a) (Q4_0)
   uintptr_t base = (reinterpret_cast<uintptr_t>(scratch) + 31) & ~uintptr_t{31};
   __m256i* q = reinterpret_cast<__m256i*>(base);
-  float* dm = reinterpret_cast<float*>(q + nb * 8);
+  float* dm = reinterpret_cast<float*>(q + nb * F::kVecs);
   int32_t* asum8 = reinterpret_cast<int32_t*>(dm + nb * 16);
-  if constexpr (!kMin) {
+  if constexpr (F::kAsum) {
     const __m256i ones8 = _mm256_set1_epi8(1);
     for (int64_t i = 0; i < T * nb; ++i) {  // exact integer sums of the activation blocks
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[i].qs));
@@ -536,36 +593,31 @@ void MatMulQ4x8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s
     const uint8_t* rp[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) rp[i] = w.data + (g + (i < rows ? i : rows - 1)) * rb;
-    // Prefetch the group two ahead, spread over this group's blocks: a decode step
-    // is bandwidth-bound and the scale loads below overlap misses poorly.
-    const int64_t ahead = g + 16 < n1 ? 8 * static_cast<int64_t>(rb) : 0;
+    // Prefetch the group two ahead (8 rows of nb blocks), 8 blocks' bytes per block of
+    // this group: a decode step is bandwidth-bound and the scale loads overlap misses
+    // poorly. (Rows are exactly nb blocks long.)
+    const int64_t span = g + 16 < n1 ? 8 * F::kBlockBytes : 0;
     const char* pf = reinterpret_cast<const char*>(w.data + (g + 16) * rb);
     __m256 acc1 = _mm256_setzero_ps();  // T == 1: decoded and used block by block
     for (int64_t b = 0; b < nb; ++b) {
-      for (int64_t off = (b * ahead / nb) & ~int64_t{63}; off < (b + 1) * ahead / nb; off += 64) {
+      for (int64_t off = (b * span) & ~int64_t{63}; off < (b + 1) * span; off += 64) {
         _mm_prefetch(pf + off, _MM_HINT_T0);
       }
-      const uint8_t* qs[8];
       const uint8_t* hd[8];
 #pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        hd[i] = rp[i] + b * kBlockBytes;
-        qs[i] = hd[i] + kHead;
-      }
-      const __m256i words = LoadWords8(hd);
-      const __m256 dw = LowHalves(words);
-      const __m256 mw = kMin ? HighHalves(words) : dw;
+      for (int i = 0; i < 8; ++i) hd[i] = rp[i] + b * F::kBlockBytes;
+      __m256 dw, mw;
       if (T == 1) {
-        __m256i v[8];
-        Q4Interleave(qs, v);
-        __m256i s16 = _mm256_setzero_si256();
+        __m256i v[F::kVecs];
+        F::Decode(hd, v, dw, mw);
+        __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) s16 = Q4BlockSums(v, act[b], s16, j);
-        acc1 = Q4BlockFinish<kMin>(s16, dw, mw, act_d[b], act_s[b], kMin ? 0 : asum8[b], acc1);
+        for (int j = 0; j < 8; ++j) s = X8Step<F>(v, act[b], s, j);
+        acc1 = X8Finish<F>(s, dw, mw, act_d[b], act_s[b], F::kAsum ? asum8[b] : 0, acc1);
       } else {
-        Q4Interleave(qs, q + b * 8);
+        F::Decode(hd, q + b * F::kVecs, dw, mw);
         _mm256_store_ps(dm + b * 16, dw);
-        if constexpr (kMin) _mm256_store_ps(dm + b * 16 + 8, mw);
+        _mm256_store_ps(dm + b * 16 + 8, mw);
       }
     }
     float* yg = y + g;
@@ -574,11 +626,11 @@ void MatMulQ4x8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s
       continue;
     }
     int64_t t = 0;
-    for (; t + 4 <= T; t += 4) TokensQ4x8<kMin, 4>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg);
+    for (; t + 4 <= T; t += 4) TokensX8<F, 4>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg);
     switch (T - t) {
-      case 3: TokensQ4x8<kMin, 3>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
-      case 2: TokensQ4x8<kMin, 2>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
-      case 1: TokensQ4x8<kMin, 1>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+      case 3: TokensX8<F, 3>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+      case 2: TokensX8<F, 2>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+      case 1: TokensX8<F, 1>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
       default: break;
     }
   }
@@ -587,9 +639,9 @@ void MatMulQ4x8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s
 void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
              int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
   switch (w.type) {
-    case GgmlType::kQ8_0: MatMulQT<DecQ8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_0: MatMulQ4x8<false>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_1: MatMulQ4x8<true>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ8_0: MatMulX8<X8Q8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_0: MatMulX8<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_1: MatMulX8<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ4_K: MatMulQT<DecQ4_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc only routes supported types here
