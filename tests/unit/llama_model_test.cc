@@ -417,10 +417,13 @@ constexpr char kGoldens[] = "/tests/data/model/smollm2_goldens.json";
 // observed maximum (0.016 on AVX2).
 constexpr double kExactTolerance = 0.03;
 // Default int8-activation mode: rounding an activation to the neighbouring int8 step flips
-// with the last float bit, and 30 layers amplify these flips; even our own reference and fast
-// kernels differ by up to ~0.6 on SmolLM2 for that reason. So the fast mode is held to a
-// loose bound and top-1 agreement where the reference is decisive.
-constexpr double kInt8Tolerance = 1.5;
+// with the last float bit, and 30 layers amplify these flips, so any change of float
+// summation order moves the largest difference. Measured maxima: 1.96 for the generic
+// backend (the reference arithmetic, SPECD_KERNELS_ISA=generic), 1.59 for AVX2. So logits
+// are held to a loose bound, and top-1 must agree wherever the reference's top-2 margin
+// exceeds kInt8Top1Margin.
+constexpr double kInt8Tolerance = 2.5;
+constexpr double kInt8Top1Margin = 3.0;
 
 bool HaveRealModel() { return std::ifstream(SourceDir() + kModel).good(); }
 
@@ -458,7 +461,7 @@ double Margin(const nlohmann::json& top_row) {
 // Runs prompt + golden continuation in one prefill and checks logits and top-1 at every
 // position; returns the largest difference seen.
 double CheckTeacherForced(Loaded& m, const nlohmann::json& c, int64_t id, double tol,
-                          int* checked_top1) {
+                          double top1_margin, int* checked_top1) {
   const int vocab = m.model->vocab_size();
   std::vector<int32_t> all = c["prompt_ids"].get<std::vector<int32_t>>();
   const std::vector<int32_t> greedy = c["greedy"].get<std::vector<int32_t>>();
@@ -477,7 +480,7 @@ double CheckTeacherForced(Loaded& m, const nlohmann::json& c, int64_t id, double
       worst = std::max(worst, diff);
       EXPECT_LT(diff, tol) << "case " << id << " pos " << p << " token " << e[0];
     }
-    if (Margin(top[p]) > 2 * tol) {
+    if (Margin(top[p]) > top1_margin) {
       EXPECT_EQ(Argmax(row, vocab), top[p][0][0].get<int>()) << "case " << id << " pos " << p;
       ++*checked_top1;
     }
@@ -500,7 +503,8 @@ TEST(LlamaModelGoldenTest, SmolLM2ExactActivationsMatchIndependentReference) {
   double worst = 0;
   int checked_top1 = 0, cases = 0, compared_tokens = 0;
   for (const auto& c : g["cases"]) {
-    worst = std::max(worst, CheckTeacherForced(*m, c, ++cases, kExactTolerance, &checked_top1));
+    worst = std::max(worst, CheckTeacherForced(*m, c, ++cases, kExactTolerance,
+                                                  2 * kExactTolerance, &checked_top1));
   }
 
   // Greedy decoding, one token per step (all cases batched together — logits are batch
@@ -566,7 +570,8 @@ TEST(LlamaModelGoldenTest, SmolLM2Int8ActivationsStayCloseToReference) {
   double worst = 0;
   int checked_top1 = 0, cases = 0;
   for (const auto& c : g["cases"]) {
-    worst = std::max(worst, CheckTeacherForced(*m, c, ++cases, kInt8Tolerance, &checked_top1));
+    worst = std::max(worst, CheckTeacherForced(*m, c, ++cases, kInt8Tolerance, kInt8Top1Margin,
+                                                  &checked_top1));
   }
   std::printf("int8 mode: %d cases, max |logit diff| %.4f (tolerance %.2f), top-1 checked at %d "
               "positions\n", cases, worst, kInt8Tolerance, checked_top1);
