@@ -498,7 +498,7 @@ TEST_P(BackendTest, MatMulMatchesReference) {
   std::mt19937 rng(9);
   for (const TypeInfo& ti : AllTypes()) {
     for (int64_t cols : ColsFor(ti)) {
-      for (int64_t rows : {1, 6, 37}) {
+      for (int64_t rows : {1, 6, 7, 8, 9, 17, 37}) {  // around the 8-row groups
         Weights w = RandWeights(rng, ti, rows, cols);
         const std::vector<float> wf = DequantAll(w.m);
         for (int64_t T : {1, 3, 5, 9, 15, 16, 17, 64}) {
@@ -517,6 +517,40 @@ TEST_P(BackendTest, MatMulMatchesReference) {
                   << " n=" << n;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// The largest integer sums the kernels can meet: every code at its extreme (Q4 code 15,
+// Q8_0 code -128 or 127) against activations that all quantize to +-127. The fast
+// kernels keep partial sums in int16 where they can; none may saturate.
+TEST_P(BackendTest, MatMulExtremeCodesDoNotOverflow) {
+  std::mt19937 rng(19);
+  for (const TypeInfo& ti : AllTypes()) {
+    if (ti.block != 32) continue;
+    const int64_t rows = 9, cols = 96, T = 3;
+    for (uint8_t code : {uint8_t{0xFF}, uint8_t{0x80}, uint8_t{0x7F}, uint8_t{0x00}}) {
+      Weights w = RandWeights(rng, ti, rows, cols);
+      const int64_t head = ti.bytes - (ti.type == GgmlType::kQ8_0 ? 32 : 16);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          uint8_t* blk = w.bytes.data() + r * w.m.row_bytes + b * ti.bytes;
+          std::memset(blk + head, code, static_cast<size_t>(ti.bytes - head));
+        }
+      }
+      const std::vector<float> wf = DequantAll(w.m);
+      std::vector<float> x(T * cols), y(T * rows), yr(T * rows);
+      for (int64_t i = 0; i < T * cols; ++i) x[i] = (i / cols) % 2 == 0 ? 1.5f : -0.75f;
+      B().MatMul(w.m, x.data(), T, y.data());
+      ref::MatMul(w.m, x.data(), T, yr.data());
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t n = 0; n < rows; ++n) {
+          double mag = 0;
+          for (int64_t k = 0; k < cols; ++k) mag += std::fabs(wf[n * cols + k] * x[t * cols + k]);
+          ASSERT_NEAR(y[t * rows + n], yr[t * rows + n], 1e-5 * mag + 1e-30)
+              << ti.name << " code=" << int{code} << " t=" << t << " n=" << n;
         }
       }
     }
