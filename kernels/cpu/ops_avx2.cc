@@ -588,6 +588,11 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
       asum8[i] = 8 * HsumEpi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), _mm256_set1_epi16(1)));
     }
   }
+  {  // The first two groups: all their misses in flight at once, before the first use.
+    const int64_t first = (n1 - n0 < 16 ? n1 - n0 : 16) * static_cast<int64_t>(rb);
+    const char* p = reinterpret_cast<const char*>(w.data + n0 * rb);
+    for (int64_t off = 0; off < first; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  }
   for (int64_t g = n0; g < n1; g += 8) {
     const int64_t rows = n1 - g < 8 ? n1 - g : 8;
     const uint8_t* rp[8];
@@ -595,8 +600,9 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
     for (int i = 0; i < 8; ++i) rp[i] = w.data + (g + (i < rows ? i : rows - 1)) * rb;
     // Prefetch the group two ahead (8 rows of nb blocks), 8 blocks' bytes per block of
     // this group: a decode step is bandwidth-bound and the scale loads overlap misses
-    // poorly. (Rows are exactly nb blocks long.)
-    const int64_t span = g + 16 < n1 ? 8 * F::kBlockBytes : 0;
+    // poorly. Past n1 too: another thread's next range of this matrix usually starts
+    // there. (Rows are exactly nb blocks long.)
+    const int64_t span = g + 24 <= w.rows ? 8 * F::kBlockBytes : 0;
     const char* pf = reinterpret_cast<const char*>(w.data + (g + 16) * rb);
     __m256 acc1 = _mm256_setzero_ps();  // T == 1: decoded and used block by block
     for (int64_t b = 0; b < nb; ++b) {
