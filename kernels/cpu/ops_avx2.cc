@@ -431,20 +431,18 @@ inline __m256i Bcast4(const ActBlockQ8& a, int j) {  // activation bytes 4j .. 4
 // vectors and the rows' scales (and mins); Step() adds code vector j's products with
 // one token's activations to that token's integer sum s; Reduce() makes s the exact
 // int32 block dot of each row.
-struct X8Q4_1 {
-  static constexpr int kVecs = 8, kBlockBytes = 20;
-  static constexpr bool kMin = true, kAsum = false;
+// Q4_1: blocks of 20 bytes (f16 d, f16 m, 16 bytes of codes), value = d * code + m.
+// Q4_0: 18 bytes (f16 d, 16 bytes of codes), value = d * (code - 8): the codes stay
+// unsigned and the - 8 is applied to the sum (kAsum).
+template <int kBytes, int kHead, bool kHasMin>
+struct X8Q4 {
+  static constexpr int kVecs = 8, kBlockBytes = kBytes;
+  static constexpr bool kMin = kHasMin, kAsum = !kHasMin;
   static inline void Decode(const uint8_t* const (&hd)[8], __m256i* v, __m256& dw, __m256& mw) {
     const uint8_t* qs[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) qs[i] = hd[i] + 4;
-    Codes(qs, v);
-    const __m256i words = LoadWords8(hd);
-    dw = LowHalves(words);
-    mw = HighHalves(words);
-  }
-  // 16 bytes of nibbles per row: low nibbles are codes 0..15, high ones 16..31.
-  static inline void Codes(const uint8_t* const (&qs)[8], __m256i* v) {
+    for (int i = 0; i < 8; ++i) qs[i] = hd[i] + kHead;
+    // 16 bytes of nibbles per row: low nibbles are codes 0..15, high ones 16..31.
     __m256i d[4];
     Transpose8x16(qs, d);
     const __m256i m = _mm256_set1_epi8(0x0F);
@@ -453,6 +451,9 @@ struct X8Q4_1 {
       v[j] = _mm256_and_si256(d[j], m);
       v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(d[j], 4), m);
     }
+    const __m256i words = LoadWords8(hd);
+    dw = LowHalves(words);
+    mw = kMin ? HighHalves(words) : dw;
   }
   // int16 sums: |sum| <= 8 * 2 * 15 * 127 = 30480.
   static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
@@ -461,18 +462,8 @@ struct X8Q4_1 {
   }
   static inline __m256i Reduce(__m256i s) { return _mm256_madd_epi16(s, _mm256_set1_epi16(1)); }
 };
-
-struct X8Q4_0 : X8Q4_1 {  // codes are stored unsigned; the - 8 is applied to the sum
-  static constexpr int kBlockBytes = 18;
-  static constexpr bool kMin = false, kAsum = true;
-  static inline void Decode(const uint8_t* const (&hd)[8], __m256i* v, __m256& dw, __m256& mw) {
-    const uint8_t* qs[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) qs[i] = hd[i] + 2;
-    Codes(qs, v);
-    dw = mw = LowHalves(LoadWords8(hd));
-  }
-};
+using X8Q4_1 = X8Q4<20, 4, true>;
+using X8Q4_0 = X8Q4<18, 2, false>;
 
 struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
   static constexpr int kVecs = 16, kBlockBytes = 34;
