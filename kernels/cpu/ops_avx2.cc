@@ -162,33 +162,6 @@ inline __m256 HighHalves(__m256i w) { return HalvesToF32(_mm256_srli_epi32(w, 16
 // Decoders. Scales() runs once per weight row and chunk: it writes the float scale
 // (and min) of every 32-value sub-block. Quants() gives the 32 int8 codes of
 // sub-block b (and, for Q6_K, the int16 per-16 multipliers).
-struct DecQ4_K {
-  static constexpr bool kSigned = false, kMin = true, kSub = false, kPre = true;
-  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = row + (b >> 3) * 144;
-      const int j = static_cast<int>(b & 7);
-      const uint8_t* s = blk + 4;
-      int sc, mn;
-      if (j < 4) {
-        sc = s[j] & 63;
-        mn = s[j + 4] & 63;
-      } else {
-        sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-        mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-      }
-      d[b] = H2F(Ld16(blk)) * static_cast<float>(sc);
-      m[b] = -H2F(Ld16(blk + 2)) * static_cast<float>(mn);
-    }
-  }
-  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
-    const int j = static_cast<int>(b & 7);
-    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + (b >> 3) * 144 + 16 + 32 * (j >> 1)));
-    if (j & 1) v = _mm256_srli_epi16(v, 4);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-  }
-};
-
 struct DecQ6_K {
   static constexpr bool kSigned = true, kMin = false, kSub = true, kPre = true;
   static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
@@ -427,8 +400,9 @@ inline __m256i Bcast4(const ActBlockQ8& a, int j) {  // activation bytes 4j .. 4
   return _mm256_set1_epi32(word);
 }
 
-// Formats. Decode() turns block b of 8 rows (hd: the rows' block starts) into kVecs
-// vectors and the rows' scales (and mins); Step() adds code vector j's products with
+// Formats. Decode() turns 32-value block b of 8 rows (rp: the rows) into kVecs vectors
+// and the rows' scales (and mins); kBlockBytes is a block's share of a row's bytes (for
+// prefetching). Step() adds code vector j's products with
 // one token's activations to that token's integer sum s; Reduce() makes s the exact
 // int32 block dot of each row.
 // Q4_1: blocks of 20 bytes (f16 d, f16 m, 16 bytes of codes), value = d * code + m.
@@ -436,12 +410,18 @@ inline __m256i Bcast4(const ActBlockQ8& a, int j) {  // activation bytes 4j .. 4
 // unsigned and the - 8 is applied to the sum (kAsum).
 template <int kBytes, int kHead, bool kHasMin>
 struct X8Q4 {
+  struct State {};
   static constexpr int kVecs = 8, kBlockBytes = kBytes;
   static constexpr bool kMin = kHasMin, kAsum = !kHasMin;
-  static inline void Decode(const uint8_t* const (&hd)[8], __m256i* v, __m256& dw, __m256& mw) {
+  static inline void Decode(const uint8_t* const (&rp)[8], int64_t b, __m256i* v, __m256& dw,
+                            __m256& mw, State&) {
+    const uint8_t* hd[8];
     const uint8_t* qs[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) qs[i] = hd[i] + kHead;
+    for (int i = 0; i < 8; ++i) {
+      hd[i] = rp[i] + b * kBytes;
+      qs[i] = hd[i] + kHead;
+    }
     // 16 bytes of nibbles per row: low nibbles are codes 0..15, high ones 16..31.
     __m256i d[4];
     Transpose8x16(qs, d);
@@ -465,14 +445,87 @@ struct X8Q4 {
 using X8Q4_1 = X8Q4<20, 4, true>;
 using X8Q4_0 = X8Q4<18, 2, false>;
 
-struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
-  static constexpr int kVecs = 16, kBlockBytes = 34;
-  static constexpr bool kMin = false, kAsum = false;
-  static inline void Decode(const uint8_t* const (&hd)[8], __m256i* v, __m256& dw, __m256& mw) {
+// Q4_K: 256-value super-blocks of 144 bytes (f16 d, f16 dmin, 12 bytes of 6-bit scales
+// and mins for the 8 sub-blocks, 128 bytes of codes); sub-block j's value is
+// d * sc[j] * code - dmin * mn[j], and its 32 codes are the low (j even) or high (j odd)
+// nibbles of bytes 32 * (j / 2) .. + 31. The scales of a super-block are unpacked once,
+// for its first sub-block, into State.
+struct X8Q4_K : X8Q4_1 {
+  static constexpr int kBlockBytes = 144 / 8;
+  struct State {
+    __m256i sm[4];  // bytes of [rows]: sc 0-3, sc 4-7, mn 0-3, mn 4-7
+    __m256 d, dmin;
+    __m256i dl[4], dh[4];  // the transposed code bytes a sub-block pair shares
+  };
+  // s: a row's 12 scale bytes -> out: sc[0..7], mn[0..7] (6 bits each), per byte.
+  static inline void UnpackScales(const uint8_t* s, uint8_t* out) {
+    uint32_t a, b, c;
+    std::memcpy(&a, s, 4);
+    std::memcpy(&b, s + 4, 4);
+    std::memcpy(&c, s + 8, 4);
+    const uint32_t w[4] = {a & 0x3F3F3F3Fu, (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u),
+                           b & 0x3F3F3F3Fu, ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u)};
+    std::memcpy(out, w, 16);
+  }
+  static inline void Decode(const uint8_t* const (&rp)[8], int64_t b, __m256i* v, __m256& dw,
+                            __m256& mw, State& st) {
+    const int j = static_cast<int>(b & 7);
+    const uint8_t* blk[8];
     const uint8_t* lo[8];
     const uint8_t* hi[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
+      blk[i] = rp[i] + (b >> 3) * 144;
+      lo[i] = blk[i] + 16 + 32 * (j >> 1);
+      hi[i] = lo[i] + 16;
+    }
+    if (j == 0) {
+      uint8_t unpacked[8][16];
+      const uint8_t* up[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        UnpackScales(blk[i] + 4, unpacked[i]);
+        up[i] = unpacked[i];
+      }
+      Transpose8x16(up, st.sm);
+      const __m256i words = LoadWords8(blk);
+      st.d = LowHalves(words);
+      st.dmin = HighHalves(words);
+    }
+    const __m128i byte = _mm_cvtsi32_si128(8 * (j & 3));
+    const __m256i ff = _mm256_set1_epi32(0xFF);
+    const __m256i sc = _mm256_and_si256(_mm256_srl_epi32(st.sm[j >> 2], byte), ff);
+    const __m256i mn = _mm256_and_si256(_mm256_srl_epi32(st.sm[2 + (j >> 2)], byte), ff);
+    dw = _mm256_mul_ps(st.d, _mm256_cvtepi32_ps(sc));
+    mw = _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), st.dmin), _mm256_cvtepi32_ps(mn));
+    if ((j & 1) == 0) {
+      Transpose8x16(lo, st.dl);
+      Transpose8x16(hi, st.dh);
+    }
+    const __m256i* dl = st.dl;
+    const __m256i* dh = st.dh;
+    const __m128i shift = _mm_cvtsi32_si128(4 * (j & 1));
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_and_si256(_mm256_srl_epi16(dl[k], shift), mask);
+      v[k + 4] = _mm256_and_si256(_mm256_srl_epi16(dh[k], shift), mask);
+    }
+  }
+};
+
+struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
+  struct State {};
+  static constexpr int kVecs = 16, kBlockBytes = 34;
+  static constexpr bool kMin = false, kAsum = false;
+  static inline void Decode(const uint8_t* const (&rp)[8], int64_t b, __m256i* v, __m256& dw,
+                            __m256& mw, State&) {
+    const uint8_t* hd[8];
+    const uint8_t* lo[8];
+    const uint8_t* hi[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      hd[i] = rp[i] + b * kBlockBytes;
       lo[i] = hd[i] + 2;
       hi[i] = hd[i] + 18;
     }
@@ -596,23 +649,21 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
     const int64_t span = g + 24 <= w.rows ? 8 * F::kBlockBytes : 0;
     const char* pf = reinterpret_cast<const char*>(w.data + (g + 16) * rb);
     __m256 acc1 = _mm256_setzero_ps();  // T == 1: decoded and used block by block
+    typename F::State st{};
     for (int64_t b = 0; b < nb; ++b) {
       for (int64_t off = (b * span) & ~int64_t{63}; off < (b + 1) * span; off += 64) {
         _mm_prefetch(pf + off, _MM_HINT_T0);
       }
-      const uint8_t* hd[8];
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) hd[i] = rp[i] + b * F::kBlockBytes;
       __m256 dw, mw;
       if (T == 1) {
         __m256i v[F::kVecs];
-        F::Decode(hd, v, dw, mw);
+        F::Decode(rp, b, v, dw, mw, st);
         __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) s = X8Step<F>(v, act[b], s, j);
         acc1 = X8Finish<F>(s, dw, mw, act_d[b], act_s[b], F::kAsum ? asum8[b] : 0, acc1);
       } else {
-        F::Decode(hd, q + b * F::kVecs, dw, mw);
+        F::Decode(rp, b, q + b * F::kVecs, dw, mw, st);
         _mm256_store_ps(dm + b * 16, dw);
         _mm256_store_ps(dm + b * 16 + 8, mw);
       }
@@ -639,7 +690,7 @@ void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, c
     case GgmlType::kQ8_0: MatMulX8<X8Q8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ4_0: MatMulX8<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ4_1: MatMulX8<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_K: MatMulQT<DecQ4_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_K: MatMulX8<X8Q4_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc only routes supported types here
   }
