@@ -118,21 +118,12 @@ inline void RunAttnMerges(const AttnArgs& a, int64_t i0, int64_t i1, float* stat
 }
 
 inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
-// Weight rows a quantized MatMul decodes at once (scales, and for T > 4 the int8 codes)
-// and then reuses for every tile of activation rows.
-inline constexpr int64_t kQRowChunk = 4;
-// Scratch floats matmul_q needs per thread: per chunk the weight scales and mins
-// (2 x rows x ss), the scale products of one 4-row activation tile (4 x rows x ss),
-// the decoded int8 codes (rows x nb x 32 bytes) and Q6_K's int16 multipliers
-// (rows x nb x 32 bytes); the Q4/Q8_0 path of 8-row groups needs per group up to 16
-// code vectors and 16 scale floats per block plus T x nb integer activation sums, 32-byte aligned;
-// the generic path needs T floats.
+// Scratch floats matmul_q needs per thread. The AVX2 kernels decode 8 weight rows at a
+// time: per 32-value block up to 18 code vectors (144 floats) and 16 scale floats, plus
+// T x nb integer activation sums, 32-byte aligned. The generic path needs T floats.
 inline int64_t MatMulScratchFloats(int64_t T, int64_t nb) {
-  const int64_t ss = MatMulSStride(nb);
-  const int64_t a = kQRowChunk * (6 * ss + 16 * nb) + 64;
-  const int64_t q4 = nb * (128 + 16) + T * nb + 8;
-  const int64_t m = a > q4 ? a : q4;
-  return m > T ? m : T;
+  const int64_t x8 = nb * (144 + 16) + T * nb + 8;
+  return x8 > T ? x8 : T;
 }
 
 struct Backend {

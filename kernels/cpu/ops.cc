@@ -275,7 +275,7 @@ void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* 
   if (T <= 0) return;
   const Backend& be = Be();
   const int64_t K = ws[0].cols;
-  constexpr int64_t kTileRows = 8;  // weight rows per work unit (the Q4 kernels' row group)
+  constexpr int64_t kTileRows = 8;  // weight rows per work unit (the quantized kernels' row group)
   // Work units: tiles of kTileRows rows of each matrix in turn.
   int64_t tiles = 0;
   for (int i = 0; i < n; ++i) tiles += (ws[i].rows + kTileRows - 1) / kTileRows;

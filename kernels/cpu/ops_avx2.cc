@@ -34,44 +34,6 @@ inline int32_t HsumEpi32(__m256i v) {
   return _mm_cvtsi128_si32(lo);
 }
 
-// Horizontal sums of four vectors, each with exactly HsumPs's addition tree:
-// [HsumPs(a), HsumPs(b), HsumPs(c), HsumPs(d)].
-inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-  const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-  const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
-  // lanes: [a0+a2, a1+a3, c0+c2, c1+c3 | b0+b2, b1+b3, d0+d2, d1+d3] of the 4-lane sums
-  const __m256 z = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
-  const __m256 w = _mm256_add_ps(_mm256_shuffle_ps(z, z, 0x88), _mm256_shuffle_ps(z, z, 0xDD));
-  // w: [a, c, a, c | b, d, b, d]
-  return _mm_unpacklo_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
-}
-
-// y[r * ldy + c] = HsumPs(acc[r][c]).
-template <int R, int C>
-inline void StoreSums(const __m256 (&acc)[R][C], float* y, int64_t ldy) {
-  if constexpr (C == 4) {
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) _mm_storeu_ps(y + r * ldy, Hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
-  } else if constexpr (C == 2) {
-    int r = 0;
-#pragma GCC unroll 4
-    for (; r + 2 <= R; r += 2) {
-      const __m128 h = Hsum4(acc[r][0], acc[r][1], acc[r + 1][0], acc[r + 1][1]);
-      _mm_storel_pi(reinterpret_cast<__m64*>(y + r * ldy), h);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(y + (r + 1) * ldy), h);
-    }
-    if (r < R) {
-      y[r * ldy] = HsumPs(acc[r][0]);
-      y[r * ldy + 1] = HsumPs(acc[r][1]);
-    }
-  } else {
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) y[r * ldy + c] = HsumPs(acc[r][c]);
-  }
-}
-
 inline uint16_t Ld16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -134,24 +96,8 @@ void QuantizeAct(const float* x, int64_t n, ActBlockQ8* out) {
 }
 
 // ---------------------------------------------------------------- quantized MatMul
-//
-// A decoder turns 32-value sub-block b of a weight row into int8 values q (signed or
-// unsigned), a float scale, an optional float min and (Q6_K) int16 per-16 multipliers.
 
-// Scale gathering: the 32-bit word at byte offset idx(b) of the row, for 8 blocks at
-// once (lanes past nb read nothing and give 0), then f16 -> f32 of its low or high half.
-template <class Idx>
-inline __m256i GatherWords(const uint8_t* row, int64_t b0, int64_t nb, Idx idx) {
-  // Scalar loads rather than vpgatherdd: when the row is not cached yet, independent
-  // loads overlap their misses much better than a gather does.
-  int32_t v[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    v[i] = 0;
-    if (b0 + i < nb) std::memcpy(&v[i], row + idx(b0 + i), 4);
-  }
-  return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
-}
+// f16 -> f32 of the low or high half of each 32-bit lane.
 inline __m256 HalvesToF32(__m256i halves_in_u32) {  // each lane holds a half in its low 16 bits
   const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves_in_u32, halves_in_u32), 0x08);
   return _mm256_cvtph_ps(_mm256_castsi256_si128(p));
@@ -159,207 +105,7 @@ inline __m256 HalvesToF32(__m256i halves_in_u32) {  // each lane holds a half in
 inline __m256 LowHalves(__m256i w) { return HalvesToF32(_mm256_and_si256(w, _mm256_set1_epi32(0xFFFF))); }
 inline __m256 HighHalves(__m256i w) { return HalvesToF32(_mm256_srli_epi32(w, 16)); }
 
-// Decoders. Scales() runs once per weight row and chunk: it writes the float scale
-// (and min) of every 32-value sub-block. Quants() gives the 32 int8 codes of
-// sub-block b (and, for Q6_K, the int16 per-16 multipliers).
-struct DecQ6_K {
-  static constexpr bool kSigned = true, kMin = false, kSub = true, kPre = true;
-  static inline void Scales(const uint8_t* row, int64_t nb, float* d, float* m) {
-    // d is the last 2 bytes of the 210-byte block: read the word at 206, take its high half.
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-      _mm256_storeu_ps(d + b0, HighHalves(GatherWords(row, b0, nb, [](int64_t b) { return (b >> 3) * 210 + 206; })));
-    }
-  }
-  static inline __m256i Quants(const uint8_t* row, int64_t b, __m256i& sub) {
-    const uint8_t* blk = row + (b >> 3) * 210;
-    const int j = static_cast<int>(b & 7);
-    const int half = j >> 2, quarter = j & 3;
-    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * half + 32 * (quarter & 1)));
-    if (quarter >= 2) lo = _mm256_srli_epi16(lo, 4);
-    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
-    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * half));
-    hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * quarter)), _mm256_set1_epi8(3));
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
-    sub = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
-    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
-  }
-};
-
-// A chunk of up to kQRowChunk weight rows, decoded once and reused by every tile of
-// activation rows: mins, the products dw * da of the current tile and (for T > 4)
-// the int8 codes.
-struct Chunk {
-  const uint8_t* w;     // first row of the chunk
-  uint64_t rb;          // row stride in bytes
-  const float* m;       // [chunk row][ss] mins, zero past nb (kMin)
-  const float* sc;      // [chunk row][4][ss] dw[b] * da[r][b] of the current tile
-  const int8_t* q;      // [chunk row][nb][32] codes (predecoded tiles only)
-  const int16_t* sub;   // [chunk row][nb][16] Q6_K multipliers (predecoded tiles only)
-  int64_t nb, ss;
-};
-
-// R activation rows x C weight rows. Each (r, c) has its own accumulators and sees
-// exactly the same operation sequence whatever R, C and kPre are (batch invariance):
-//   y = hsum_8(sum_b cvt(int32x8 dot_b) * (dw_b * da_b))  +  hsum_8(sum_k8 m[k8] * s[k8])
-// where dw_b * da_b is one f32 multiply (done ahead, 8 blocks at a time).
-template <class D, int R, int C, bool kPre>
-inline void TileQ(const Chunk& ch, int64_t c0, const ActBlockQ8* a0, const float* as0, float* y0,
-                  int64_t ldy) {
-  const int64_t nb = ch.nb, ss = ch.ss;
-  __m256 acc[R][C];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  const float* sc = ch.sc + c0 * 4 * ss;
-  const uint8_t* w0 = ch.w + c0 * ch.rb;
-  const int8_t* q0 = ch.q + c0 * nb * 32;
-  const int16_t* sub0 = ch.sub + c0 * nb * 16;
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i q[C], qa[C], sub[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      sub[c] = ones;
-      if constexpr (kPre) {
-        q[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0 + (c * nb + b) * 32));
-        if constexpr (D::kSub) {
-          sub[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sub0 + (c * nb + b) * 16));
-        }
-      } else {
-        q[c] = D::Quants(w0 + c * ch.rb, b, sub[c]);
-      }
-      if constexpr (D::kSigned) qa[c] = _mm256_sign_epi8(q[c], q[c]);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0[r * nb + b].qs));
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) {
-        __m256i p16;
-        if constexpr (D::kSigned) {
-          p16 = _mm256_maddubs_epi16(qa[c], _mm256_sign_epi8(av, q[c]));
-        } else {
-          p16 = _mm256_maddubs_epi16(q[c], av);
-        }
-        const __m256i p32 = _mm256_madd_epi16(p16, D::kSub ? sub[c] : ones);
-        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32),
-                                    _mm256_broadcast_ss(sc + (c * 4 + r) * ss + b), acc[r][c]);
-      }
-    }
-  }
-  if constexpr (D::kMin) {
-    __m256 mv[R][C];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) mv[r][c] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < ss; k += 8) {
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m256 sv = _mm256_loadu_ps(as0 + r * ss + k);
-#pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) {
-          mv[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(ch.m + (c0 + c) * ss + k), sv, mv[r][c]);
-        }
-      }
-    }
-    float ya[R][C], ym[R][C];
-    StoreSums<R, C>(acc, &ya[0][0], C);
-    StoreSums<R, C>(mv, &ym[0][0], C);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) y0[r * ldy + c] = ya[r][c] + ym[r][c];
-  } else {
-    StoreSums<R, C>(acc, y0, ldy);
-  }
-}
-
-template <class D, int R, int C, bool kPre>
-inline void RowsQ(const Chunk& ch, int64_t rows, const ActBlockQ8* a, const float* as, float* y,
-                  int64_t ldy) {
-  int64_t c = 0;
-  for (; c + C <= rows; c += C) TileQ<D, R, C, kPre>(ch, c, a, as, y + c, ldy);
-  for (; c < rows; ++c) TileQ<D, R, 1, kPre>(ch, c, a, as, y + c, ldy);
-}
-
-template <class D, bool kPre>
-inline void TileRowsQ(int64_t R, const Chunk& ch, int64_t rows, const ActBlockQ8* a,
-                      const float* as, float* y, int64_t ldy) {
-  switch (R) {
-    case 4: RowsQ<D, 4, 2, kPre>(ch, rows, a, as, y, ldy); break;
-    case 3: RowsQ<D, 3, 2, kPre>(ch, rows, a, as, y, ldy); break;
-    case 2: RowsQ<D, 2, 2, kPre>(ch, rows, a, as, y, ldy); break;
-    default: RowsQ<D, 1, 4, kPre>(ch, rows, a, as, y, ldy); break;
-  }
-}
-
-template <class D>
-void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
-              const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
-  const int64_t nb = w.cols / 32;
-  const int64_t ss = MatMulSStride(nb);
-  float* dbuf = scratch;                                         // [KC][ss]
-  float* mbuf = dbuf + kQRowChunk * ss;                          // [KC][ss]
-  float* sbuf = mbuf + kQRowChunk * ss;                          // [KC][4][ss]
-  int8_t* qbuf = reinterpret_cast<int8_t*>(sbuf + kQRowChunk * 4 * ss);          // [KC][nb][32]
-  int16_t* subbuf = reinterpret_cast<int16_t*>(qbuf + kQRowChunk * nb * 32);     // [KC][nb][16]
-  // Several tiles of activation rows share each chunk: decode its codes once.
-  const bool pre = D::kPre && T > 4;
-  const int64_t ahead = (T > 4 ? 3 : 4) * kQRowChunk;
-  const Chunk ch{nullptr, w.row_bytes, mbuf, sbuf, qbuf, subbuf, nb, ss};
-  for (int64_t nc = n0; nc < n1; nc += kQRowChunk) {
-    const int64_t rows = n1 - nc < kQRowChunk ? n1 - nc : kQRowChunk;
-    Chunk c = ch;
-    c.w = w.data + nc * w.row_bytes;
-    // Software prefetch of a later chunk (~4 rows ahead when the tiles are slow, 16 when
-    // T is small): the scale pass below would otherwise take every DRAM miss of the
-    // chunk in loads that overlap misses poorly.
-    if (nc + ahead < n1) {
-      const int64_t pr = n1 - nc - ahead < kQRowChunk ? n1 - nc - ahead : kQRowChunk;
-      const char* pf = reinterpret_cast<const char*>(w.data + (nc + ahead) * w.row_bytes);
-      const int64_t bytes = pr * static_cast<int64_t>(w.row_bytes);
-      for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
-    }
-    for (int64_t i = 0; i < rows; ++i) {
-      const uint8_t* row = c.w + i * w.row_bytes;
-      D::Scales(row, nb, dbuf + i * ss, mbuf + i * ss);  // pads to ss with zeros
-      if (pre) {
-        for (int64_t b = 0; b < nb; ++b) {
-          __m256i sub = _mm256_set1_epi16(1);
-          const __m256i q = D::Quants(row, b, sub);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(qbuf + (i * nb + b) * 32), q);
-          if constexpr (D::kSub) {
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(subbuf + (i * nb + b) * 16), sub);
-          }
-        }
-      }
-    }
-    for (int64_t t = 0; t < T; t += 4) {
-      const int64_t R = T - t < 4 ? T - t : 4;
-      for (int64_t i = 0; i < rows; ++i) {  // scale products of this tile
-        for (int64_t r = 0; r < R; ++r) {
-          const float* da = act_d + (t + r) * ss;
-          float* sp = sbuf + (i * 4 + r) * ss;
-          for (int64_t k = 0; k < ss; k += 8) {
-            _mm256_storeu_ps(sp + k, _mm256_mul_ps(_mm256_loadu_ps(dbuf + i * ss + k), _mm256_loadu_ps(da + k)));
-          }
-        }
-      }
-      float* yt = y + t * w.rows + nc;
-      if (pre) {
-        TileRowsQ<D, true>(R, c, rows, act + t * nb, act_s + t * ss, yt, w.rows);
-      } else {
-        TileRowsQ<D, false>(R, c, rows, act + t * nb, act_s + t * ss, yt, w.rows);
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------- Q4_0 / Q4_1 / Q8_0 MatMul, 8 rows per vector
-//
-// These types take a layout of their own: 8 weight rows share every vector, one per
+// Every quantized type takes the same layout: 8 weight rows share every vector, one per
 // 32-bit lane. A group of 8 rows is decoded once per block into vectors
 //   v[j]: [8 rows][4 codes]  = codes 4j .. 4j+3 of each row,
 // and a token's block is then 8 x (broadcast 4 activation bytes, maddubs), summed
@@ -367,8 +113,9 @@ void MatMulQT(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
 // 8 rows instead of paid per row.
 //
 // Every (row, token) sees the same sequence, whatever T, the tile or the row group:
-//   acc = 0; for b: acc = fma(float(isum_b), dw_b * da_b, acc); [Q4_1: acc = fma(mw_b, s_b, acc)]
-// with isum_b the exact integer dot (Q4_0: sum(q * a) - 8 * sum(a)).
+//   acc = 0; for b: acc = fma(float(isum_b), dw_b * da_b, acc); [mins: acc = fma(mw_b, s_b, acc)]
+// with isum_b the exact integer dot (Q4_0: sum(q * a) - 8 * sum(a); Q6_K: with its int8
+// scales per 16 values), dw_b the block's scale and mw_b its min (Q4_1, Q4_K).
 
 // p: 8 rows' 16-byte slices -> d[j]: dword j of the rows [0 1 2 3 | 4 5 6 7].
 inline void Transpose8x16(const uint8_t* const (&p)[8], __m256i (&d)[4]) {
@@ -545,6 +292,67 @@ struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
   static inline __m256i Reduce(__m256i s) { return s; }
 };
 
+// Q6_K: 256-value super-blocks of 210 bytes (128 bytes of low nibbles, 64 of high bit
+// pairs, 16 int8 scales, one per 16 values, f16 d); value = d * sc * (code - 32). A
+// 32-value block's codes come from 32 low-nibble bytes (low or high nibbles) and 32
+// high-pair bytes (bits 2 * quarter). v[j]: |code - 32|, v[8 + j]: code - 32 (signs),
+// v[16 + g]: the rows' scale of 16-value group g in both int16 halves of each lane.
+struct X8Q6_K {
+  struct State {};
+  static constexpr int kVecs = 18, kBlockBytes = 210 / 8;  // prefetch share, rounded down
+  static constexpr bool kMin = false, kAsum = false;
+  static inline void Decode(const uint8_t* const (&rp)[8], int64_t b, __m256i* v, __m256& dw,
+                            __m256& mw, State&) {
+    const int j = static_cast<int>(b & 7), half = j >> 2, quarter = j & 3;
+    const uint8_t* blk[8];
+    const uint8_t* ql[2][8];
+    const uint8_t* qh[2][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      blk[i] = rp[i] + (b >> 3) * 210;
+      ql[0][i] = blk[i] + 64 * half + 32 * (quarter & 1);
+      ql[1][i] = ql[0][i] + 16;
+      qh[0][i] = blk[i] + 128 + 32 * half;
+      qh[1][i] = qh[0][i] + 16;
+    }
+    __m256i lo[8], hi[8];
+    Transpose8x16(ql[0], *reinterpret_cast<__m256i(*)[4]>(lo));
+    Transpose8x16(ql[1], *reinterpret_cast<__m256i(*)[4]>(lo + 4));
+    Transpose8x16(qh[0], *reinterpret_cast<__m256i(*)[4]>(hi));
+    Transpose8x16(qh[1], *reinterpret_cast<__m256i(*)[4]>(hi + 4));
+    const __m128i lshift = _mm_cvtsi32_si128(4 * (quarter >> 1));
+    const __m128i hshift = _mm_cvtsi32_si128(2 * quarter);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m256i l = _mm256_and_si256(_mm256_srl_epi16(lo[k], lshift), _mm256_set1_epi8(0x0F));
+      const __m256i h = _mm256_and_si256(_mm256_srl_epi16(hi[k], hshift), _mm256_set1_epi8(3));
+      v[8 + k] = _mm256_sub_epi8(_mm256_or_si256(l, _mm256_slli_epi16(h, 4)), _mm256_set1_epi8(32));
+      v[k] = _mm256_abs_epi8(v[8 + k]);
+    }
+    const uint8_t* sp[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) sp[i] = blk[i] + 192 + 2 * j;
+    const __m256i w = LoadWords8(sp);  // bytes 0, 1: the two groups' int8 scales
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+      const __m256i sc = _mm256_srai_epi32(_mm256_slli_epi32(w, 24 - 8 * g), 24);
+      v[16 + g] = _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(sc, 16));
+    }
+    const uint8_t* dp[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) dp[i] = blk[i] + 206;
+    dw = mw = HighHalves(LoadWords8(dp));  // d: the last 2 bytes of the block
+  }
+  // |code - 32| * (a with the code's sign): pairs <= 2 * 32 * 127 = 8128; madd applies the
+  // group's scale (|sc| <= 128) and widens to int32.
+  static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
+    const __m256i p = _mm256_maddubs_epi16(v[j], _mm256_sign_epi8(Bcast4(a, j), v[8 + j]));
+    const __m256i p32 = _mm256_madd_epi16(p, v[16 + (j >> 2)]);
+    return j == 0 ? p32 : _mm256_add_epi32(s, p32);
+  }
+  static inline __m256i Reduce(__m256i s) { return s; }
+};
+
 // One token's block for a row group: Step over the 8 code vectors, then the float
 // update of acc (lanes = rows). Every path (T = 1, tiles of 1-4 tokens) runs these,
 // so each lane sees the same operations.
@@ -691,7 +499,7 @@ void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, c
     case GgmlType::kQ4_0: MatMulX8<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ4_1: MatMulX8<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ4_K: MatMulX8<X8Q4_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ6_K: MatMulQT<DecQ6_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ6_K: MatMulX8<X8Q6_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc only routes supported types here
   }
 }
