@@ -298,11 +298,14 @@ struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
 // high-pair bytes (bits 2 * quarter). v[j]: |code - 32|, v[8 + j]: code - 32 (signs),
 // v[16 + g]: the rows' scale of 16-value group g in both int16 halves of each lane.
 struct X8Q6_K {
-  struct State {};
+  struct State {  // transposed code bytes, shared: ql by quarters q and q + 2, qh by a half
+    __m256i ql[2][8];
+    __m256i qh[8];
+  };
   static constexpr int kVecs = 18, kBlockBytes = 210 / 8;  // prefetch share, rounded down
   static constexpr bool kMin = false, kAsum = false;
   static inline void Decode(const uint8_t* const (&rp)[8], int64_t b, __m256i* v, __m256& dw,
-                            __m256& mw, State&) {
+                            __m256& mw, State& st) {
     const int j = static_cast<int>(b & 7), half = j >> 2, quarter = j & 3;
     const uint8_t* blk[8];
     const uint8_t* ql[2][8];
@@ -315,11 +318,16 @@ struct X8Q6_K {
       qh[0][i] = blk[i] + 128 + 32 * half;
       qh[1][i] = qh[0][i] + 16;
     }
-    __m256i lo[8], hi[8];
-    Transpose8x16(ql[0], *reinterpret_cast<__m256i(*)[4]>(lo));
-    Transpose8x16(ql[1], *reinterpret_cast<__m256i(*)[4]>(lo + 4));
-    Transpose8x16(qh[0], *reinterpret_cast<__m256i(*)[4]>(hi));
-    Transpose8x16(qh[1], *reinterpret_cast<__m256i(*)[4]>(hi + 4));
+    __m256i* lo = st.ql[quarter & 1];
+    __m256i* hi = st.qh;
+    if (quarter < 2) {
+      Transpose8x16(ql[0], *reinterpret_cast<__m256i(*)[4]>(lo));
+      Transpose8x16(ql[1], *reinterpret_cast<__m256i(*)[4]>(lo + 4));
+    }
+    if (quarter == 0) {
+      Transpose8x16(qh[0], *reinterpret_cast<__m256i(*)[4]>(hi));
+      Transpose8x16(qh[1], *reinterpret_cast<__m256i(*)[4]>(hi + 4));
+    }
     const __m128i lshift = _mm_cvtsi32_si128(4 * (quarter >> 1));
     const __m128i hshift = _mm_cvtsi32_si128(2 * quarter);
 #pragma GCC unroll 8
