@@ -187,7 +187,15 @@ struct X8Q4 {
     const __m256i p = _mm256_maddubs_epi16(v[j], Bcast4(a, j));
     return j == 0 ? p : _mm256_add_epi16(s, p);
   }
-  static inline __m256i Reduce(__m256i s) { return _mm256_madd_epi16(s, _mm256_set1_epi16(1)); }
+  // kAsum: asum = 8 * sum(a) of the token's block, for the - 8.
+  static inline int32_t ActSum(const ActBlockQ8& a) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+    return 8 * HsumEpi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1)));
+  }
+  static inline __m256i Reduce(__m256i s, const __m256i* v, int32_t asum) {
+    const __m256i s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    return kAsum ? _mm256_sub_epi32(s32, _mm256_set1_epi32(asum)) : s32;
+  }
 };
 using X8Q4_1 = X8Q4<20, 4, true>;
 using X8Q4_0 = X8Q4<18, 2, false>;
@@ -289,21 +297,23 @@ struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
                                         _mm256_set1_epi16(1));
     return j == 0 ? p : _mm256_add_epi32(s, p);
   }
-  static inline __m256i Reduce(__m256i s) { return s; }
+  static inline int32_t ActSum(const ActBlockQ8&) { return 0; }
+  static inline __m256i Reduce(__m256i s, const __m256i*, int32_t) { return s; }
 };
 
 // Q6_K: 256-value super-blocks of 210 bytes (128 bytes of low nibbles, 64 of high bit
 // pairs, 16 int8 scales, one per 16 values, f16 d); value = d * sc * (code - 32). A
 // 32-value block's codes come from 32 low-nibble bytes (low or high nibbles) and 32
-// high-pair bytes (bits 2 * quarter). v[j]: |code - 32|, v[8 + j]: code - 32 (signs),
-// v[16 + g]: the rows' scale of 16-value group g in both int16 halves of each lane.
+// high-pair bytes (bits 2 * quarter). v[j]: the codes (0..63, unsigned: the - 32 is applied
+// to the sum), v[8 + g]: the rows' scale of 16-value group g in both int16 halves of each
+// lane, v[10]: the two groups' scales as an int16 pair.
 struct X8Q6_K {
   struct State {  // transposed code bytes, shared: ql by quarters q and q + 2, qh by a half
     __m256i ql[2][8];
     __m256i qh[8];
   };
-  static constexpr int kVecs = 18, kBlockBytes = 210 / 8;  // prefetch share, rounded down
-  static constexpr bool kMin = false, kAsum = false;
+  static constexpr int kVecs = 11, kBlockBytes = 210 / 8;  // prefetch share, rounded down
+  static constexpr bool kMin = false, kAsum = true;
   static inline void Decode(const uint8_t* const (&rp)[8], int64_t b, __m256i* v, __m256& dw,
                             __m256& mw, State& st) {
     const int j = static_cast<int>(b & 7), half = j >> 2, quarter = j & 3;
@@ -334,31 +344,46 @@ struct X8Q6_K {
     for (int k = 0; k < 8; ++k) {
       const __m256i l = _mm256_and_si256(_mm256_srl_epi16(lo[k], lshift), _mm256_set1_epi8(0x0F));
       const __m256i h = _mm256_and_si256(_mm256_srl_epi16(hi[k], hshift), _mm256_set1_epi8(3));
-      v[8 + k] = _mm256_sub_epi8(_mm256_or_si256(l, _mm256_slli_epi16(h, 4)), _mm256_set1_epi8(32));
-      v[k] = _mm256_abs_epi8(v[8 + k]);
+      v[k] = _mm256_or_si256(l, _mm256_slli_epi16(h, 4));
     }
     const uint8_t* sp[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) sp[i] = blk[i] + 192 + 2 * j;
     const __m256i w = LoadWords8(sp);  // bytes 0, 1: the two groups' int8 scales
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+    __m256i sc[2];
 #pragma GCC unroll 2
     for (int g = 0; g < 2; ++g) {
-      const __m256i sc = _mm256_srai_epi32(_mm256_slli_epi32(w, 24 - 8 * g), 24);
-      v[16 + g] = _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(sc, 16));
+      sc[g] = _mm256_srai_epi32(_mm256_slli_epi32(w, 24 - 8 * g), 24);
+      v[8 + g] = _mm256_or_si256(_mm256_and_si256(sc[g], low16), _mm256_slli_epi32(sc[g], 16));
     }
+    v[10] = _mm256_or_si256(_mm256_and_si256(sc[0], low16), _mm256_slli_epi32(sc[1], 16));
     const uint8_t* dp[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) dp[i] = blk[i] + 206;
     dw = mw = HighHalves(LoadWords8(dp));  // d: the last 2 bytes of the block
   }
-  // |code - 32| * (a with the code's sign): pairs <= 2 * 32 * 127 = 8128; madd applies the
-  // group's scale (|sc| <= 128) and widens to int32.
+  // code * a: pairs <= 2 * 63 * 127 = 16002; madd applies the group's scale (|sc| <= 128)
+  // and widens to int32.
   static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
-    const __m256i p = _mm256_maddubs_epi16(v[j], _mm256_sign_epi8(Bcast4(a, j), v[8 + j]));
-    const __m256i p32 = _mm256_madd_epi16(p, v[16 + (j >> 2)]);
+    const __m256i p = _mm256_maddubs_epi16(v[j], Bcast4(a, j));
+    const __m256i p32 = _mm256_madd_epi16(p, v[8 + (j >> 2)]);
     return j == 0 ? p32 : _mm256_add_epi32(s, p32);
   }
-  static inline __m256i Reduce(__m256i s) { return s; }
+  // asum: the block's two 16-value activation sums as an int16 pair (|sum| <= 2032).
+  static inline int32_t ActSum(const ActBlockQ8& a) {
+    int32_t lo = 0, hi = 0;
+    for (int i = 0; i < 16; ++i) {
+      lo += a.qs[i];
+      hi += a.qs[16 + i];
+    }
+    return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                                (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
+  }
+  // - 32 * (sc0 * sum(a[0..15]) + sc1 * sum(a[16..31])), one madd.
+  static inline __m256i Reduce(__m256i s, const __m256i* v, int32_t asum) {
+    return _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(v[10], _mm256_set1_epi32(asum)), 5));
+  }
 };
 
 // One token's block for a row group: Step over the 8 code vectors, then the float
@@ -372,10 +397,10 @@ inline __m256i X8Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
   return s;
 }
 template <class F>
-inline __m256 X8Finish(__m256i s, __m256 dw, __m256 mw, float da, float sa, int32_t asum8,
+inline __m256 X8Finish(__m256i s, const __m256i* v, __m256 dw, __m256 mw, float da, float sa,
+                       int32_t asum,
                        __m256 acc) {
-  __m256i s32 = F::Reduce(s);
-  if constexpr (F::kAsum) s32 = _mm256_sub_epi32(s32, _mm256_set1_epi32(asum8));
+  const __m256i s32 = F::Reduce(s, v, asum);
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc);
   if constexpr (F::kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc);
   return acc;
@@ -399,7 +424,8 @@ inline void TileX8(const __m256i* q, const float* dm, int64_t nb, const ActBlock
     const __m256 mw = F::kMin ? _mm256_load_ps(dm + b * 16 + 8) : dw;
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      acc[r] = X8Finish<F>(s[r], dw, mw, ad[r][b], as[r][b], F::kAsum ? asum8[r * nb + b] : 0, acc[r]);
+      acc[r] = X8Finish<F>(s[r], q + b * F::kVecs, dw, mw, ad[r][b], as[r][b],
+                           F::kAsum ? asum8[r * nb + b] : 0, acc[r]);
     }
   }
 }
@@ -442,11 +468,7 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
   float* dm = reinterpret_cast<float*>(q + nb * F::kVecs);
   int32_t* asum8 = reinterpret_cast<int32_t*>(dm + nb * 16);
   if constexpr (F::kAsum) {
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    for (int64_t i = 0; i < T * nb; ++i) {  // exact integer sums of the activation blocks
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[i].qs));
-      asum8[i] = 8 * HsumEpi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), _mm256_set1_epi16(1)));
-    }
+    for (int64_t i = 0; i < T * nb; ++i) asum8[i] = F::ActSum(act[i]);  // exact integer sums
   }
   {  // The first two groups: all their misses in flight at once, before the first use.
     const int64_t first = (n1 - n0 < 16 ? n1 - n0 : 16) * static_cast<int64_t>(rb);
@@ -477,7 +499,7 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
         __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) s = X8Step<F>(v, act[b], s, j);
-        acc1 = X8Finish<F>(s, dw, mw, act_d[b], act_s[b], F::kAsum ? asum8[b] : 0, acc1);
+        acc1 = X8Finish<F>(s, v, dw, mw, act_d[b], act_s[b], F::kAsum ? asum8[b] : 0, acc1);
       } else {
         F::Decode(rp, b, q + b * F::kVecs, dw, mw, st);
         _mm256_store_ps(dm + b * 16, dw);

@@ -523,21 +523,28 @@ TEST_P(BackendTest, MatMulMatchesReference) {
   }
 }
 
-// The largest integer sums the kernels can meet: every code at its extreme (Q4 code 15,
-// Q8_0 code -128 or 127) against activations that all quantize to +-127. The fast
-// kernels keep partial sums in int16 where they can; none may saturate.
+// The largest integer sums the kernels can meet: every code byte at an extreme (Q4 code
+// 15, Q8_0 code -128 or 127, Q6_K code 63) against activations that all quantize to
+// +-127. The fast kernels keep partial sums in int16 where they can; none may saturate.
 TEST_P(BackendTest, MatMulExtremeCodesDoNotOverflow) {
   std::mt19937 rng(19);
   for (const TypeInfo& ti : AllTypes()) {
-    if (ti.block != 32) continue;
-    const int64_t rows = 9, cols = 96, T = 3;
+    int64_t begin, end;  // the code bytes of a block
+    switch (ti.type) {
+      case GgmlType::kQ8_0: begin = 2, end = 34; break;
+      case GgmlType::kQ4_0: begin = 2, end = 18; break;
+      case GgmlType::kQ4_1: begin = 4, end = 20; break;
+      case GgmlType::kQ4_K: begin = 16, end = 144; break;
+      case GgmlType::kQ6_K: begin = 0, end = 192; break;
+      default: continue;  // float types
+    }
+    const int64_t rows = 9, cols = ti.block == 256 ? 512 : 96, T = 3;
     for (uint8_t code : {uint8_t{0xFF}, uint8_t{0x80}, uint8_t{0x7F}, uint8_t{0x00}}) {
       Weights w = RandWeights(rng, ti, rows, cols);
-      const int64_t head = ti.bytes - (ti.type == GgmlType::kQ8_0 ? 32 : 16);
       for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t b = 0; b < cols / 32; ++b) {
+        for (int64_t b = 0; b < cols / ti.block; ++b) {
           uint8_t* blk = w.bytes.data() + r * w.m.row_bytes + b * ti.bytes;
-          std::memset(blk + head, code, static_cast<size_t>(ti.bytes - head));
+          std::memset(blk + begin, code, static_cast<size_t>(end - begin));
         }
       }
       const std::vector<float> wf = DequantAll(w.m);
