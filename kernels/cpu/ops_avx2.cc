@@ -149,9 +149,11 @@ inline __m256i Bcast4(const ActBlockQ8& a, int j) {  // activation bytes 4j .. 4
 
 // Formats. Decode() turns 32-value block b of 8 rows (rp: the rows) into kVecs vectors
 // and the rows' scales (and mins); kBlockBytes is a block's share of a row's bytes (for
-// prefetching). Step() adds code vector j's products with
-// one token's activations to that token's integer sum s; Reduce() makes s the exact
-// int32 block dot of each row.
+// prefetching); State carries what a format decodes once for several blocks. Step() adds
+// code vector j's products with one token's activations to that token's integer sum s;
+// Reduce() makes s the exact int32 block dot of each row, with ActSum(a) (kAsum) for the
+// formats whose codes carry an offset.
+
 // Q4_1: blocks of 20 bytes (f16 d, f16 m, 16 bytes of codes), value = d * code + m.
 // Q4_0: 18 bytes (f16 d, 16 bytes of codes), value = d * (code - 8): the codes stay
 // unsigned and the - 8 is applied to the sum (kAsum).
@@ -398,8 +400,7 @@ inline __m256i X8Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
 }
 template <class F>
 inline __m256 X8Finish(__m256i s, const __m256i* v, __m256 dw, __m256 mw, float da, float sa,
-                       int32_t asum,
-                       __m256 acc) {
+                       int32_t asum, __m256 acc) {
   const __m256i s32 = F::Reduce(s, v, asum);
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc);
   if constexpr (F::kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc);
@@ -462,7 +463,7 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
               int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
   const int64_t nb = w.cols / 32, ss = MatMulSStride(nb);
   const uint64_t rb = w.row_bytes;
-  // scratch: [nb][kVecs] code vectors, [nb][2][8] scales / mins, [T][nb] 8 * sum(a) (Q4_0)
+  // scratch: [nb][kVecs] code vectors, [nb][2][8] scales / mins, [T][nb] F::ActSum (kAsum)
   uintptr_t base = (reinterpret_cast<uintptr_t>(scratch) + 31) & ~uintptr_t{31};
   __m256i* q = reinterpret_cast<__m256i*>(base);
   float* dm = reinterpret_cast<float*>(q + nb * F::kVecs);
