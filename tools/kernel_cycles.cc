@@ -2,7 +2,7 @@
 // robust to a loaded machine (minimum over many repetitions; a preempted repetition
 // only ever looks slower).
 //
-//   kernel_cycles [--reps N] [--isa generic|avx2] [--no-dram] [--type Q4_1] [-T 16]
+//   kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|vnni_emulated] [--no-dram] [--type Q4_1] [-T 16]
 //
 // One thread, weights resident in L2 (a 192 x 576 matrix), so the figure is the
 // kernel's own cost, not DRAM's. For each weight type and T it prints
@@ -89,9 +89,24 @@ int Main(int argc, char** argv) {
       only_t = std::atoi(argv[++i]);
     } else if (a == "--isa" && i + 1 < argc) {
       const std::string v = argv[++i];
-      cpu::SetIsa(v == "generic" ? cpu::Isa::kGeneric : cpu::Isa::kAvx2);
+      bool found = false;
+      for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+        if (v != cpu::IsaName(isa)) continue;
+        found = true;
+        if (!cpu::IsaSupported(isa)) {
+          std::fprintf(stderr, "--isa %s: not supported on this CPU\n", v.c_str());
+          return 2;
+        }
+        cpu::SetIsa(isa);
+      }
+      if (!found) {
+        std::fprintf(stderr, "--isa %s: unknown (generic, avx2, avx512vnni, vnni_emulated)\n", v.c_str());
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: kernel_cycles [--reps N] [--isa generic|avx2] [--no-dram] [--type Q4_1] [-T 16]\n");
+      std::fprintf(stderr,
+                   "usage: kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|vnni_emulated] [--no-dram] "
+                   "[--type Q4_1] [-T 16]\n");
       return 2;
     }
   }

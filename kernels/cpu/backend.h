@@ -154,7 +154,10 @@ struct Backend {
 };
 
 const Backend& GenericBackend();
-const Backend* Avx2Backend();  // nullptr when not compiled in
+// nullptr when not compiled in. All three are built from ops_avx2.cc (see there).
+const Backend* Avx2Backend();
+const Backend* Avx512VnniBackend();
+const Backend* VnniEmulatedBackend();  // tests: the VNNI code, vpdpbusd emulated in AVX2
 
 }  // namespace specd::kernels::cpu::internal
 

@@ -1,6 +1,8 @@
-// Non-x86 builds: no AVX2 backend.
+// Non-x86 builds: no x86 SIMD backends.
 #include "kernels/cpu/backend.h"
 
 namespace specd::kernels::cpu::internal {
 const Backend* Avx2Backend() { return nullptr; }
+const Backend* Avx512VnniBackend() { return nullptr; }
+const Backend* VnniEmulatedBackend() { return nullptr; }
 }  // namespace specd::kernels::cpu::internal

@@ -219,23 +219,47 @@ bool CpuHasAvx2() {
 #endif
 }
 
+// AVX-512 VNNI with the AVX512VL forms (the kernels use 256-bit vectors).
+bool CpuHasAvx512Vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+         internal::Avx512VnniBackend() != nullptr;
+#else
+  return false;
+#endif
+}
+
+const internal::Backend* BackendOf(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2: return CpuHasAvx2() ? internal::Avx2Backend() : nullptr;
+    case Isa::kAvx512Vnni: return CpuHasAvx512Vnni() ? internal::Avx512VnniBackend() : nullptr;
+    case Isa::kVnniEmulated: return CpuHasAvx2() ? internal::VnniEmulatedBackend() : nullptr;
+    case Isa::kGeneric: return &kGeneric;
+  }
+  return nullptr;
+}
+
+constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512Vnni, Isa::kVnniEmulated};
+
 std::atomic<int> g_isa{-1};
 
 Isa CurrentIsa() {
   int v = g_isa.load(std::memory_order_relaxed);
   if (v < 0) {
-    v = static_cast<int>(CpuHasAvx2() ? Isa::kAvx2 : Isa::kGeneric);
-    if (const char* e = std::getenv("SPECD_KERNELS_ISA"); e && std::strcmp(e, "generic") == 0) {
-      v = static_cast<int>(Isa::kGeneric);
+    Isa isa = CpuHasAvx512Vnni() ? Isa::kAvx512Vnni : CpuHasAvx2() ? Isa::kAvx2 : Isa::kGeneric;
+    if (const char* e = std::getenv("SPECD_KERNELS_ISA"); e != nullptr) {
+      for (Isa cand : kAllIsas) {
+        if (std::strcmp(e, IsaName(cand)) == 0 && BackendOf(cand) != nullptr) isa = cand;
+      }
     }
+    v = static_cast<int>(isa);
     g_isa.store(v, std::memory_order_relaxed);
   }
   return static_cast<Isa>(v);
 }
 
-const Backend& Be() {
-  return CurrentIsa() == Isa::kAvx2 ? *internal::Avx2Backend() : kGeneric;
-}
+const Backend& Be() { return *BackendOf(CurrentIsa()); }
 
 // Parallelize elementwise work only when it is big enough to pay for the wake-up.
 constexpr int64_t kMinParallelElems = 1 << 15;
@@ -247,11 +271,19 @@ const Backend& GenericBackend() { return kGeneric; }
 }  // namespace internal
 
 Isa ActiveIsa() { return CurrentIsa(); }
-bool IsaSupported(Isa isa) { return isa == Isa::kGeneric || CpuHasAvx2(); }
+bool IsaSupported(Isa isa) { return BackendOf(isa) != nullptr; }
 void SetIsa(Isa isa) {
   if (IsaSupported(isa)) g_isa.store(static_cast<int>(isa));
 }
-const char* IsaName(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "generic"; }
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512Vnni: return "avx512vnni";
+    case Isa::kVnniEmulated: return "vnni_emulated";
+    case Isa::kGeneric: return "generic";
+  }
+  return "generic";
+}
 
 // ------------------------------------------------------------ ops
 

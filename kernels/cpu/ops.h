@@ -42,9 +42,12 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
                     const int32_t* positions, const int32_t* const* block_tables,
                     const PagedKvLayer& kv, float scale, float* out);
 
-// Instruction-set path in use. The default is the best the CPU supports; tests and
-// benchmarks may force the generic path (not thread-safe against running kernels).
-enum class Isa { kGeneric, kAvx2 };
+// Instruction-set path in use. The default is the best the CPU supports (AVX-512 VNNI, then
+// AVX2, then generic); SPECD_KERNELS_ISA=<IsaName> or SetIsa picks another supported one
+// (not thread-safe against running kernels). kVnniEmulated runs the AVX-512 VNNI code with
+// the VNNI instruction emulated in AVX2, so tests check that code on any AVX2 CPU; it is
+// slow and never the default.
+enum class Isa { kGeneric, kAvx2, kAvx512Vnni, kVnniEmulated };
 Isa ActiveIsa();
 bool IsaSupported(Isa isa);
 void SetIsa(Isa isa);  // ignored if unsupported

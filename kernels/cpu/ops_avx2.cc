@@ -1,15 +1,46 @@
-// AVX2 + FMA + F16C kernels. This file alone is compiled with -mavx2 -mfma -mf16c
-// and is only called after a runtime CPU check; everything here is in an anonymous
-// namespace and uses no standard-library templates (see backend.h).
+// AVX2 + FMA + F16C kernels. This file is compiled with -mavx2 -mfma -mf16c and is only
+// called after a runtime CPU check; everything here is in an anonymous namespace and uses
+// no standard-library templates (see backend.h).
+//
+// SPECD_X8_DOT picks the int8 dot of the quantized MatMul, the one thing that differs
+// between the backends built from this file:
+//   0  AVX2: maddubs into int16 pairs (this file, ops_avx2.cc)
+//   1  AVX-512 VNNI: vpdpbusd on 256-bit vectors, AVX512VL (ops_avx512vnni.cc, built
+//      with -mavx512f -mavx512bw -mavx512vl -mavx512vnni)
+//   2  the same code with vpdpbusd emulated by SIMDe in AVX2 (ops_vnni_emulated.cc): runs
+//      the VNNI paths on CPUs without VNNI, for tests; never chosen by default
+// Every path computes the same exact integer block sums, so all three give bitwise the
+// same MatMul.
+#ifndef SPECD_X8_DOT
+#define SPECD_X8_DOT 0
+#endif
+
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
 
+#if SPECD_X8_DOT == 2
+#include <simde/x86/avx512/dpbusd.h>
+#if defined(SIMDE_X86_AVX512VNNI_NATIVE)
+#error "ops_vnni_emulated.cc must be built without VNNI: it is the emulated twin"
+#endif
+#endif
+
 #include "kernels/cpu/backend.h"
 
 namespace specd::kernels::cpu::internal {
 namespace {
+
+constexpr bool kVnni = SPECD_X8_DOT != 0;
+
+#if SPECD_X8_DOT == 1
+// s + sum of the 4 byte products u[4i..4i+3] * v[4i..4i+3] per 32-bit lane (u unsigned,
+// v signed), exact in int32.
+inline __m256i DpBusd(__m256i s, __m256i u, __m256i v) { return _mm256_dpbusd_epi32(s, u, v); }
+#elif SPECD_X8_DOT == 2
+inline __m256i DpBusd(__m256i s, __m256i u, __m256i v) { return simde_mm256_dpbusd_epi32(s, u, v); }
+#endif
 
 using gguf::GgmlType;
 
@@ -184,18 +215,22 @@ struct X8Q4 {
     dw = LowHalves(words);
     mw = kMin ? HighHalves(words) : dw;
   }
-  // int16 sums: |sum| <= 8 * 2 * 15 * 127 = 30480.
+  // AVX2: int16 sums, |sum| <= 8 * 2 * 15 * 127 = 30480. VNNI: int32 sums.
   static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
+#if SPECD_X8_DOT
+    return DpBusd(j == 0 ? _mm256_setzero_si256() : s, v[j], Bcast4(a, j));
+#else
     const __m256i p = _mm256_maddubs_epi16(v[j], Bcast4(a, j));
     return j == 0 ? p : _mm256_add_epi16(s, p);
+#endif
   }
   // kAsum: asum = 8 * sum(a) of the token's block, for the - 8.
   static inline int32_t ActSum(const ActBlockQ8& a) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
     return 8 * HsumEpi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1)));
   }
-  static inline __m256i Reduce(__m256i s, const __m256i* v, int32_t asum) {
-    const __m256i s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+  static inline __m256i Reduce(__m256i s, const __m256i*, int32_t asum) {
+    const __m256i s32 = kVnni ? s : _mm256_madd_epi16(s, _mm256_set1_epi16(1));
     return kAsum ? _mm256_sub_epi32(s32, _mm256_set1_epi32(asum)) : s32;
   }
 };
@@ -295,9 +330,13 @@ struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
   // |code| * (a with the code's sign): pairs <= 2 * 128 * 127 = 32512, so each
   // product vector goes to int32 before it is added.
   static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(v[j], _mm256_sign_epi8(Bcast4(a, j), v[8 + j])),
-                                        _mm256_set1_epi16(1));
+    const __m256i as = _mm256_sign_epi8(Bcast4(a, j), v[8 + j]);
+#if SPECD_X8_DOT
+    return DpBusd(j == 0 ? _mm256_setzero_si256() : s, v[j], as);
+#else
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(v[j], as), _mm256_set1_epi16(1));
     return j == 0 ? p : _mm256_add_epi32(s, p);
+#endif
   }
   static inline int32_t ActSum(const ActBlockQ8&) { return 0; }
   static inline __m256i Reduce(__m256i s, const __m256i*, int32_t) { return s; }
@@ -308,7 +347,9 @@ struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
 // 32-value block's codes come from 32 low-nibble bytes (low or high nibbles) and 32
 // high-pair bytes (bits 2 * quarter). v[j]: the codes (0..63, unsigned: the - 32 is applied
 // to the sum), v[8 + g]: the rows' scale of 16-value group g in both int16 halves of each
-// lane, v[10]: the two groups' scales as an int16 pair.
+// lane, v[10]: the two groups' scales as an int16 pair. The VNNI backends keep this step:
+// the per-16 scales ride on the madd that widens maddubs' pairs, and a vpdpbusd step
+// would need the same madd after it (one op per step either way).
 struct X8Q6_K {
   struct State {  // transposed code bytes, shared: ql by quarters q and q + 2, qh by a half
     __m256i ql[2][8];
@@ -946,12 +987,18 @@ void AttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
       [&](int32_t t, int32_t h, const float* st) { AttnFinish(a, t, h, st); });
 }
 
-const Backend kAvx2 = {
+const Backend kBackend = {
     QuantizeAct, MatMulQ, MatMulF, RmsNormRows, SwiGluRange, SoftmaxRow, Attention, AttentionMerge, ToF16,
 };
 
 }  // namespace
 
-const Backend* Avx2Backend() { return &kAvx2; }
+#if SPECD_X8_DOT == 0
+const Backend* Avx2Backend() { return &kBackend; }
+#elif SPECD_X8_DOT == 1
+const Backend* Avx512VnniBackend() { return &kBackend; }
+#else
+const Backend* VnniEmulatedBackend() { return &kBackend; }
+#endif
 
 }  // namespace specd::kernels::cpu::internal

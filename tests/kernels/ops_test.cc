@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -75,6 +76,7 @@ class OpsBackend {
 class CpuBackend : public OpsBackend {
  public:
   CpuBackend(cpu::Isa isa, int threads) : isa_(isa), pool_(threads) {}
+  cpu::Isa isa() const { return isa_; }
   std::string Name() const override {
     return std::string("cpu_") + cpu::IsaName(isa_) + "_t" + std::to_string(pool_.num_threads());
   }
@@ -132,9 +134,17 @@ class CpuBackend : public OpsBackend {
 std::vector<std::unique_ptr<OpsBackend>>& Backends() {
   static auto* list = [] {
     auto* v = new std::vector<std::unique_ptr<OpsBackend>>();
-    if (cpu::IsaSupported(cpu::Isa::kAvx2)) {
-      v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kAvx2, 1));
-      v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kAvx2, 3));
+    for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni}) {
+      if (cpu::IsaSupported(isa)) {
+        v->push_back(std::make_unique<CpuBackend>(isa, 1));
+        v->push_back(std::make_unique<CpuBackend>(isa, 3));
+      } else {
+        std::printf("NOT RUN: backend %s (this CPU lacks it)\n", cpu::IsaName(isa));
+      }
+    }
+    // The VNNI code on any AVX2 CPU (its vpdpbusd emulated): slow, so one thread count.
+    if (cpu::IsaSupported(cpu::Isa::kVnniEmulated)) {
+      v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kVnniEmulated, 3));
     }
     v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kGeneric, 2));
     return v;
@@ -478,9 +488,21 @@ std::string BackendName(const ::testing::TestParamInfo<int>& info) {
   return Backends()[info.param]->Name();
 }
 
+// The SIMD backends' kernel tables (the generic one is the reference's own code).
+const cpu::internal::Backend* SimdTable(cpu::Isa isa) {
+  switch (isa) {
+    case cpu::Isa::kAvx2: return cpu::internal::Avx2Backend();
+    case cpu::Isa::kAvx512Vnni: return cpu::internal::Avx512VnniBackend();
+    case cpu::Isa::kVnniEmulated: return cpu::internal::VnniEmulatedBackend();
+    case cpu::Isa::kGeneric: return nullptr;
+  }
+  return nullptr;
+}
+
 TEST_P(BackendTest, ActQuantBitwiseEqualsReference) {
-  if (B().Name().find("avx2") == std::string::npos) GTEST_SKIP();
-  const auto* be = cpu::internal::Avx2Backend();
+  const auto* cpu_backend = dynamic_cast<const CpuBackend*>(&B());
+  const auto* be = cpu_backend != nullptr ? SimdTable(cpu_backend->isa()) : nullptr;
+  if (be == nullptr) GTEST_SKIP() << "the generic backend quantizes with the reference's code";
   std::mt19937 rng(8);
   for (float range : {1e-3f, 1.0f, 300.0f}) {
     std::vector<float> x = RandVec(rng, 32 * 40, -range, range);
@@ -812,7 +834,8 @@ TEST(CrossBackend, MatMulSharedEqualsSeparateMatMuls) {
   std::mt19937 rng(18);
   cpu::ThreadPool pool(3);
   const cpu::Isa saved = cpu::ActiveIsa();
-  for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2}) {
+  for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni,
+                       cpu::Isa::kVnniEmulated}) {
     if (!cpu::IsaSupported(isa)) continue;
     cpu::SetIsa(isa);
     for (const TypeInfo& ti : AllTypes()) {
@@ -840,6 +863,40 @@ TEST(CrossBackend, MatMulSharedEqualsSeparateMatMuls) {
     }
   }
   cpu::SetIsa(saved);
+}
+
+// The VNNI backends compute the same exact integer block sums as AVX2 and then the same
+// float steps, so their quantized MatMul must equal AVX2's bitwise, at every T (the T = 1
+// path, full and partial 4-token tiles) and row count (full and partial 8-row groups).
+TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
+  if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2: no SIMD backends to compare";
+  std::mt19937 rng(20);
+  cpu::ThreadPool pool(2);
+  const cpu::Isa saved = cpu::ActiveIsa();
+  int compared = 0;
+  for (const TypeInfo& ti : AllTypes()) {
+    if (ti.block == 1) continue;  // float types
+    const int64_t cols = ti.block == 256 ? 512 : 160;
+    for (int64_t rows : {5, 8, 37}) {
+      Weights w = RandWeights(rng, ti, rows, cols);
+      for (int64_t T : {1, 3, 4, 9, 16}) {
+        std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f), want(T * rows);
+        cpu::SetIsa(cpu::Isa::kAvx2);
+        cpu::MatMul(pool, w.m, x.data(), T, want.data());
+        for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+          if (!cpu::IsaSupported(isa)) continue;
+          cpu::SetIsa(isa);
+          std::vector<float> got(T * rows, -1.0f);
+          cpu::MatMul(pool, w.m, x.data(), T, got.data());
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+              << cpu::IsaName(isa) << " " << ti.name << " rows=" << rows << " T=" << T;
+          ++compared;
+        }
+      }
+    }
+  }
+  cpu::SetIsa(saved);
+  EXPECT_GT(compared, 0);  // the emulated backend is always built on x86
 }
 
 TEST(CrossBackend, GenericMatMulIsBitwiseReference) {
