@@ -118,11 +118,12 @@ inline void RunAttnMerges(const AttnArgs& a, int64_t i0, int64_t i1, float* stat
 }
 
 inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
-// Scratch floats matmul_q needs per thread. The AVX2 kernels decode 8 weight rows at a
-// time: per 32-value block up to 18 code vectors (144 floats) and 16 scale floats, plus
-// T x nb integer activation sums, 32-byte aligned. The generic path needs T floats.
+// Scratch floats matmul_q needs per thread. The SIMD kernels keep T x nb integer
+// activation sums, then decode a group of 8 or 16 weight rows (16: the VNNI backends):
+// per 32-value block at most 16 x 8 (AVX2) or 11 x 16 (VNNI) code floats and 2 x 16
+// scale floats, 64-byte aligned. The generic path needs T floats.
 inline int64_t MatMulScratchFloats(int64_t T, int64_t nb) {
-  const int64_t x8 = nb * (144 + 16) + T * nb + 8;
+  const int64_t x8 = T * nb + nb * (11 * 16 + 2 * 16) + 16;
   return x8 > T ? x8 : T;
 }
 

@@ -242,7 +242,15 @@ const internal::Backend* BackendOf(Isa isa) {
 
 constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512Vnni, Isa::kVnniEmulated};
 
+// The ISA in use and its kernel table, set together (the CPU checks run cpuid, which a VM
+// may trap: never on the hot path).
 std::atomic<int> g_isa{-1};
+std::atomic<const Backend*> g_backend{nullptr};
+
+void UseIsa(Isa isa, const Backend* be) {
+  g_backend.store(be, std::memory_order_relaxed);
+  g_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
 
 Isa CurrentIsa() {
   int v = g_isa.load(std::memory_order_relaxed);
@@ -253,13 +261,20 @@ Isa CurrentIsa() {
         if (std::strcmp(e, IsaName(cand)) == 0 && BackendOf(cand) != nullptr) isa = cand;
       }
     }
+    UseIsa(isa, BackendOf(isa));
     v = static_cast<int>(isa);
-    g_isa.store(v, std::memory_order_relaxed);
   }
   return static_cast<Isa>(v);
 }
 
-const Backend& Be() { return *BackendOf(CurrentIsa()); }
+const Backend& Be() {
+  const Backend* be = g_backend.load(std::memory_order_relaxed);
+  if (be == nullptr) {
+    CurrentIsa();
+    be = g_backend.load(std::memory_order_relaxed);
+  }
+  return *be;
+}
 
 // Parallelize elementwise work only when it is big enough to pay for the wake-up.
 constexpr int64_t kMinParallelElems = 1 << 15;
@@ -273,7 +288,7 @@ const Backend& GenericBackend() { return kGeneric; }
 Isa ActiveIsa() { return CurrentIsa(); }
 bool IsaSupported(Isa isa) { return BackendOf(isa) != nullptr; }
 void SetIsa(Isa isa) {
-  if (IsaSupported(isa)) g_isa.store(static_cast<int>(isa));
+  if (const Backend* be = BackendOf(isa)) UseIsa(isa, be);
 }
 const char* IsaName(Isa isa) {
   switch (isa) {

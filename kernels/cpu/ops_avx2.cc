@@ -2,15 +2,15 @@
 // called after a runtime CPU check; everything here is in an anonymous namespace and uses
 // no standard-library templates (see backend.h).
 //
-// SPECD_X8_DOT picks the int8 dot of the quantized MatMul, the one thing that differs
-// between the backends built from this file:
-//   0  AVX2: maddubs into int16 pairs (this file, ops_avx2.cc)
-//   1  AVX-512 VNNI: vpdpbusd on 256-bit vectors, AVX512VL (ops_avx512vnni.cc, built
-//      with -mavx512f -mavx512bw -mavx512vl -mavx512vnni)
-//   2  the same code with vpdpbusd emulated by SIMDe in AVX2 (ops_vnni_emulated.cc): runs
-//      the VNNI paths on CPUs without VNNI, for tests; never chosen by default
-// Every path computes the same exact integer block sums, so all three give bitwise the
-// same MatMul.
+// SPECD_X8_DOT picks the quantized MatMul's int8 dot and vector shapes, the one thing that
+// differs between the backends built from this file:
+//   0  AVX2: maddubs into int16 pairs, 8 weight rows per vector (this file, ops_avx2.cc)
+//   1  AVX-512 VNNI: vpdpbusd; batches (T > 1) take 16 rows per 512-bit vector, single
+//      tokens 8 per 256-bit one (ops_avx512vnni.cc, -mavx512f/bw/vl/vnni)
+//   2  the same code with AVX-512 emulated by SIMDe in AVX2 (ops_vnni_emulated.cc): runs
+//      the VNNI paths on CPUs without AVX-512, for tests; never chosen by default
+// Every path computes the same exact integer block sums and then the same float steps per
+// (row, token), so all three give bitwise the same MatMul.
 #ifndef SPECD_X8_DOT
 #define SPECD_X8_DOT 0
 #endif
@@ -20,10 +20,17 @@
 #include <cmath>
 #include <cstring>
 
-#if SPECD_X8_DOT == 2
-#include <simde/x86/avx512/dpbusd.h>
-#if defined(SIMDE_X86_AVX512VNNI_NATIVE)
-#error "ops_vnni_emulated.cc must be built without VNNI: it is the emulated twin"
+#if SPECD_X8_DOT
+// The VNNI backends' 512-bit and vpdpbusd code is written against SIMDe: its functions are
+// the native intrinsics where the compiler targets the ISA (ops_avx512vnni.cc) and a
+// portable emulation where it does not (ops_vnni_emulated.cc).
+#include <simde/x86/avx512.h>
+#if SPECD_X8_DOT == 1 && !(defined(SIMDE_X86_AVX512VNNI_NATIVE) && defined(SIMDE_X86_AVX512BW_NATIVE) && \
+                           defined(SIMDE_X86_AVX512VL_NATIVE))
+#error "ops_avx512vnni.cc must be built with -mavx512f -mavx512bw -mavx512vl -mavx512vnni"
+#endif
+#if SPECD_X8_DOT == 2 && (defined(SIMDE_X86_AVX512VNNI_NATIVE) || defined(SIMDE_X86_AVX512F_NATIVE))
+#error "ops_vnni_emulated.cc must be built without AVX-512: it is the emulated twin"
 #endif
 #endif
 
@@ -33,14 +40,6 @@ namespace specd::kernels::cpu::internal {
 namespace {
 
 constexpr bool kVnni = SPECD_X8_DOT != 0;
-
-#if SPECD_X8_DOT == 1
-// s + sum of the 4 byte products u[4i..4i+3] * v[4i..4i+3] per 32-bit lane (u unsigned,
-// v signed), exact in int32.
-inline __m256i DpBusd(__m256i s, __m256i u, __m256i v) { return _mm256_dpbusd_epi32(s, u, v); }
-#elif SPECD_X8_DOT == 2
-inline __m256i DpBusd(__m256i s, __m256i u, __m256i v) { return simde_mm256_dpbusd_epi32(s, u, v); }
-#endif
 
 using gguf::GgmlType;
 
@@ -172,11 +171,82 @@ inline __m256i LoadWords8(const uint8_t* const (&p)[8]) {
   return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
 }
 
-inline __m256i Bcast4(const ActBlockQ8& a, int j) {  // activation bytes 4j .. 4j+3, 8 times
+inline int32_t Word4(const ActBlockQ8& a, int j) {  // activation bytes 4j .. 4j+3
   int32_t word;
   std::memcpy(&word, a.qs + 4 * j, 4);
-  return _mm256_set1_epi32(word);
+  return word;
 }
+
+// Vector shapes of the quantized MatMul. Y8: 8 rows, one per 32-bit lane of a 256-bit
+// vector (every backend). Z16: 16 rows per 512-bit vector (the VNNI backends, for T > 1).
+// Each (row, token) runs the same lane operations in both, so they give the same bits.
+struct Y8 {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int kRows = 8;
+  static I Zero() { return _mm256_setzero_si256(); }
+  static I Set1(int32_t x) { return _mm256_set1_epi32(x); }
+  static F ZeroF() { return _mm256_setzero_ps(); }
+  static F Set1F(float x) { return _mm256_set1_ps(x); }
+  static F LoadF(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
+  static void StoreF(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static F Cvt(I v) { return _mm256_cvtepi32_ps(v); }
+  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static I Add32(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I Sub32(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I Madd(I a, I b) { return _mm256_madd_epi16(a, b); }
+  static I MaddUbs(I u, I v) { return _mm256_maddubs_epi16(u, v); }
+  static I Shl5(I a) { return _mm256_slli_epi32(a, 5); }
+#if SPECD_X8_DOT
+  // s + the sum of the 4 byte products u * v in each 32-bit lane (u unsigned, v signed),
+  // exact in int32.
+  static I Dp(I s, I u, I v) { return simde_mm256_dpbusd_epi32(s, u, v); }
+#endif
+  // Keeps a sum's steps in this order: reassociated into trees, they spill to the stack.
+  static void Pin(I& s) { __asm__("" : "+x"(s)); }
+};
+
+#if SPECD_X8_DOT
+struct Z16 {
+  using I = simde__m512i;
+  using F = simde__m512;
+  static constexpr int kRows = 16;
+  static I Zero() { return simde_mm512_setzero_si512(); }
+  static I Set1(int32_t x) { return simde_mm512_set1_epi32(x); }
+  static F ZeroF() { return simde_mm512_setzero_ps(); }
+  static F Set1F(float x) { return simde_mm512_set1_ps(x); }
+  static F LoadF(const float* p) { return simde_mm512_load_ps(p); }  // 64-byte aligned
+  static void StoreF(float* p, F v) { simde_mm512_storeu_ps(p, v); }
+#if SPECD_X8_DOT == 1
+  static F Cvt(I v) { return _mm512_cvtepi32_ps(v); }
+#else
+  static F Cvt(I v) {  // SIMDe 0.7 has no cvtepi32_ps for 512 bits: two AVX2 halves
+    alignas(64) int32_t i[16];
+    alignas(64) float f[16];
+    simde_mm512_store_si512(i, v);
+    _mm256_store_ps(f, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(i))));
+    _mm256_store_ps(f + 8, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(i + 8))));
+    return simde_mm512_load_ps(f);
+  }
+#endif
+  static F Mul(F a, F b) { return simde_mm512_mul_ps(a, b); }
+  static F Fma(F a, F b, F c) { return simde_mm512_fmadd_ps(a, b, c); }
+  static I Add32(I a, I b) { return simde_mm512_add_epi32(a, b); }
+  static I Sub32(I a, I b) { return simde_mm512_sub_epi32(a, b); }
+  static I Madd(I a, I b) { return simde_mm512_madd_epi16(a, b); }
+  static I MaddUbs(I u, I v) { return simde_mm512_maddubs_epi16(u, v); }
+  static I Shl5(I a) { return simde_mm512_slli_epi32(a, 5); }
+  static I Dp(I s, I u, I v) { return simde_mm512_dpbusd_epi32(s, u, v); }
+#if SPECD_X8_DOT == 1
+  static void Pin(I& s) { __asm__("" : "+v"(s)); }
+#else
+  static void Pin(I&) {}  // emulated: a struct of two halves, nothing to pin
+#endif
+};
+#endif
+
+inline __m256i Bcast4(const ActBlockQ8& a, int j) { return _mm256_set1_epi32(Word4(a, j)); }
 
 // Formats. Decode() turns 32-value block b of 8 rows (rp: the rows) into kVecs vectors
 // and the rows' scales (and mins); kBlockBytes is a block's share of a row's bytes (for
@@ -215,24 +285,37 @@ struct X8Q4 {
     dw = LowHalves(words);
     mw = kMin ? HighHalves(words) : dw;
   }
-  // AVX2: int16 sums, |sum| <= 8 * 2 * 15 * 127 = 30480. VNNI: int32 sums.
-  static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
 #if SPECD_X8_DOT
-    return DpBusd(j == 0 ? _mm256_setzero_si256() : s, v[j], Bcast4(a, j));
+  // int32 sums.
+  template <class X>
+  static inline typename X::I Step(const typename X::I* v, const ActBlockQ8& a, typename X::I s, int j) {
+    return X::Dp(j == 0 ? X::Zero() : s, v[j], X::Set1(Word4(a, j)));
+  }
 #else
+  // int16 sums: |sum| <= 8 * 2 * 15 * 127 = 30480.
+  template <class X>
+  static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
     const __m256i p = _mm256_maddubs_epi16(v[j], Bcast4(a, j));
     return j == 0 ? p : _mm256_add_epi16(s, p);
-#endif
   }
+#endif
   // kAsum: asum = 8 * sum(a) of the token's block, for the - 8.
   static inline int32_t ActSum(const ActBlockQ8& a) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
     return 8 * HsumEpi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1)));
   }
+#if SPECD_X8_DOT
+  template <class X>
+  static inline typename X::I Reduce(typename X::I s, const typename X::I*, int32_t asum) {
+    return kAsum ? X::Sub32(s, X::Set1(asum)) : s;
+  }
+#else
+  template <class X>
   static inline __m256i Reduce(__m256i s, const __m256i*, int32_t asum) {
-    const __m256i s32 = kVnni ? s : _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    const __m256i s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
     return kAsum ? _mm256_sub_epi32(s32, _mm256_set1_epi32(asum)) : s32;
   }
+#endif
 };
 using X8Q4_1 = X8Q4<20, 4, true>;
 using X8Q4_0 = X8Q4<18, 2, false>;
@@ -306,10 +389,13 @@ struct X8Q4_K : X8Q4_1 {
   }
 };
 
-struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
+// Q8_0: 34-byte blocks (f16 d, 32 int8 codes). AVX2: v[j] = |codes|, v[8 + j] = the codes
+// (for their signs), int32 sums. VNNI: v[j] = codes + 128 (unsigned, as vpdpbusd wants
+// one operand), and the 128 * sum(a) that adds is taken off the sum (kAsum).
+struct X8Q8_0 {
   struct State {};
-  static constexpr int kVecs = 16, kBlockBytes = 34;
-  static constexpr bool kMin = false, kAsum = false;
+  static constexpr int kVecs = kVnni ? 8 : 16, kBlockBytes = 34;
+  static constexpr bool kMin = false, kAsum = kVnni;
   static inline void Decode(const uint8_t* const (&rp)[8], int64_t b, __m256i* v, __m256& dw,
                             __m256& mw, State&) {
     const uint8_t* hd[8];
@@ -321,25 +407,44 @@ struct X8Q8_0 {  // v[j]: |codes|, v[8 + j]: codes (for their signs); int32 sums
       lo[i] = hd[i] + 2;
       hi[i] = hd[i] + 18;
     }
-    Transpose8x16(lo, *reinterpret_cast<__m256i(*)[4]>(v + 8));
-    Transpose8x16(hi, *reinterpret_cast<__m256i(*)[4]>(v + 12));
+    __m256i* codes = v + kVecs - 8;
+    Transpose8x16(lo, *reinterpret_cast<__m256i(*)[4]>(codes));
+    Transpose8x16(hi, *reinterpret_cast<__m256i(*)[4]>(codes + 4));
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) v[j] = _mm256_abs_epi8(v[8 + j]);
+    for (int j = 0; j < 8; ++j) {
+      v[j] = kVnni ? _mm256_xor_si256(codes[j], _mm256_set1_epi8(static_cast<char>(0x80)))
+                   : _mm256_abs_epi8(codes[j]);
+    }
     dw = mw = LowHalves(LoadWords8(hd));
   }
+#if SPECD_X8_DOT
+  template <class X>
+  static inline typename X::I Step(const typename X::I* v, const ActBlockQ8& a, typename X::I s, int j) {
+    return X::Dp(j == 0 ? X::Zero() : s, v[j], X::Set1(Word4(a, j)));
+  }
+  // asum = 128 * sum(a): |asum| <= 128 * 32 * 127.
+  static inline int32_t ActSum(const ActBlockQ8& a) {
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) sum += a.qs[i];
+    return 128 * sum;
+  }
+  template <class X>
+  static inline typename X::I Reduce(typename X::I s, const typename X::I*, int32_t asum) {
+    return X::Sub32(s, X::Set1(asum));
+  }
+#else
   // |code| * (a with the code's sign): pairs <= 2 * 128 * 127 = 32512, so each
   // product vector goes to int32 before it is added.
+  template <class X>
   static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
     const __m256i as = _mm256_sign_epi8(Bcast4(a, j), v[8 + j]);
-#if SPECD_X8_DOT
-    return DpBusd(j == 0 ? _mm256_setzero_si256() : s, v[j], as);
-#else
     const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(v[j], as), _mm256_set1_epi16(1));
     return j == 0 ? p : _mm256_add_epi32(s, p);
-#endif
   }
   static inline int32_t ActSum(const ActBlockQ8&) { return 0; }
+  template <class X>
   static inline __m256i Reduce(__m256i s, const __m256i*, int32_t) { return s; }
+#endif
 };
 
 // Q6_K: 256-value super-blocks of 210 bytes (128 bytes of low nibbles, 64 of high bit
@@ -408,10 +513,10 @@ struct X8Q6_K {
   }
   // code * a: pairs <= 2 * 63 * 127 = 16002; madd applies the group's scale (|sc| <= 128)
   // and widens to int32.
-  static inline __m256i Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
-    const __m256i p = _mm256_maddubs_epi16(v[j], Bcast4(a, j));
-    const __m256i p32 = _mm256_madd_epi16(p, v[8 + (j >> 2)]);
-    return j == 0 ? p32 : _mm256_add_epi32(s, p32);
+  template <class X>
+  static inline typename X::I Step(const typename X::I* v, const ActBlockQ8& a, typename X::I s, int j) {
+    const typename X::I p = X::Madd(X::MaddUbs(v[j], X::Set1(Word4(a, j))), v[8 + (j >> 2)]);
+    return j == 0 ? p : X::Add32(s, p);
   }
   // asum: the block's two 16-value activation sums as an int16 pair (|sum| <= 2032).
   static inline int32_t ActSum(const ActBlockQ8& a) {
@@ -424,68 +529,71 @@ struct X8Q6_K {
                                 (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
   }
   // - 32 * (sc0 * sum(a[0..15]) + sc1 * sum(a[16..31])), one madd.
-  static inline __m256i Reduce(__m256i s, const __m256i* v, int32_t asum) {
-    return _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(v[10], _mm256_set1_epi32(asum)), 5));
+  template <class X>
+  static inline typename X::I Reduce(typename X::I s, const typename X::I* v, int32_t asum) {
+    return X::Sub32(s, X::Shl5(X::Madd(v[10], X::Set1(asum))));
   }
 };
 
 // One token's block for a row group: Step over the 8 code vectors, then the float
-// update of acc (lanes = rows). Every path (T = 1, tiles of 1-4 tokens) runs these,
-// so each lane sees the same operations.
-template <class F>
-inline __m256i X8Step(const __m256i* v, const ActBlockQ8& a, __m256i s, int j) {
-  s = F::Step(v, a, s, j);
-  // Keeps the sums in this order: reassociated into trees, they spill to the stack.
-  __asm__("" : "+x"(s));
+// update of acc (lanes = rows). Every path (T = 1, tiles of 1-4 tokens, 8- or 16-row
+// groups) runs these, so each lane sees the same operations.
+template <class F, class X>
+inline typename X::I XStep(const typename X::I* v, const ActBlockQ8& a, typename X::I s, int j) {
+  s = F::template Step<X>(v, a, s, j);
+  X::Pin(s);
   return s;
 }
-template <class F>
-inline __m256 X8Finish(__m256i s, const __m256i* v, __m256 dw, __m256 mw, float da, float sa,
-                       int32_t asum, __m256 acc) {
-  const __m256i s32 = F::Reduce(s, v, asum);
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc);
-  if constexpr (F::kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc);
+template <class F, class X>
+inline typename X::F XFinish(typename X::I s, const typename X::I* v, typename X::F dw, typename X::F mw, float da,
+                             float sa, int32_t asum, typename X::F acc) {
+  const typename X::I s32 = F::template Reduce<X>(s, v, asum);
+  acc = X::Fma(X::Cvt(s32), X::Mul(dw, X::Set1F(da)), acc);
+  if constexpr (F::kMin) acc = X::Fma(mw, X::Set1F(sa), acc);
   return acc;
 }
 
-// R tokens x 8 rows. q: [nb][kVecs] vectors of the group; dm: [nb][2][8] scales, mins.
-template <class F, int R>
-inline void TileX8(const __m256i* q, const float* dm, int64_t nb, const ActBlockQ8* a,
-                   const int32_t* asum8, const float* const (&as)[R], const float* const (&ad)[R],
-                   __m256 (&acc)[R]) {
+// R tokens x X::kRows rows. q: [nb][kVecs] vectors of the group; dm: [nb][2][kRows]
+// scales, mins.
+template <class F, class X, int R>
+inline void TileX(const typename X::I* q, const float* dm, int64_t nb, const ActBlockQ8* a,
+                  const int32_t* asum8, const float* const (&as)[R], const float* const (&ad)[R],
+                  typename X::F (&acc)[R]) {
+  using I = typename X::I;
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[r] = X::ZeroF();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i s[R];
+    I s[R];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) s[r] = X8Step<F>(q + b * F::kVecs, a[r * nb + b], s[r], j);
+      for (int r = 0; r < R; ++r) s[r] = XStep<F, X>(q + b * F::kVecs, a[r * nb + b], s[r], j);
     }
-    const __m256 dw = _mm256_load_ps(dm + b * 16);
-    const __m256 mw = F::kMin ? _mm256_load_ps(dm + b * 16 + 8) : dw;
+    const typename X::F dw = X::LoadF(dm + b * 2 * X::kRows);
+    const typename X::F mw = F::kMin ? X::LoadF(dm + b * 2 * X::kRows + X::kRows) : dw;
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      acc[r] = X8Finish<F>(s[r], q + b * F::kVecs, dw, mw, ad[r][b], as[r][b],
-                           F::kAsum ? asum8[r * nb + b] : 0, acc[r]);
+      acc[r] = XFinish<F, X>(s[r], q + b * F::kVecs, dw, mw, ad[r][b], as[r][b], F::kAsum ? asum8[r * nb + b] : 0,
+                             acc[r]);
     }
   }
 }
 
-inline void StoreRows(float* y, __m256 v, int64_t rows) {
-  if (rows == 8) {
-    _mm256_storeu_ps(y, v);
+template <class X>
+inline void StoreRows(float* y, typename X::F v, int64_t rows) {
+  if (rows == X::kRows) {
+    X::StoreF(y, v);
   } else {
-    float tmp[8];
-    _mm256_storeu_ps(tmp, v);
+    float tmp[X::kRows];
+    X::StoreF(tmp, v);
     for (int64_t i = 0; i < rows; ++i) y[i] = tmp[i];
   }
 }
 
-template <class F, int R>
-inline void TokensX8(const __m256i* q, const float* dm, int64_t nb, int64_t ss, const ActBlockQ8* act,
-                     const int32_t* asum8, const float* act_s, const float* act_d, int64_t t,
-                     int64_t ldy, int64_t rows, float* y) {
+template <class F, class X, int R>
+inline void TokensX(const typename X::I* q, const float* dm, int64_t nb, int64_t ss, const ActBlockQ8* act,
+                    const int32_t* asum8, const float* act_s, const float* act_d, int64_t t, int64_t ldy,
+                    int64_t rows, float* y) {
   const float* as[R];
   const float* ad[R];
 #pragma GCC unroll 4
@@ -493,74 +601,116 @@ inline void TokensX8(const __m256i* q, const float* dm, int64_t nb, int64_t ss, 
     as[r] = act_s + (t + r) * ss;
     ad[r] = act_d + (t + r) * ss;
   }
-  __m256 out[R];
-  TileX8<F, R>(q, dm, nb, act + t * nb, asum8 + t * nb, as, ad, out);
+  typename X::F out[R];
+  TileX<F, X, R>(q, dm, nb, act + t * nb, asum8 + t * nb, as, ad, out);
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) StoreRows(y + (t + r) * ldy, out[r], rows);
+  for (int r = 0; r < R; ++r) StoreRows<X>(y + (t + r) * ldy, out[r], rows);
+}
+
+// Decodes block b of a group's rows (X::kRows / 8 runs of F::Decode) into q[b] and dm[b].
+template <class F, class X>
+inline void DecodeGroupBlock(const uint8_t* const (&rp)[16], int64_t b, typename X::I* q, float* dm,
+                             typename F::State (&st)[2]) {
+#pragma GCC unroll 2
+  for (int h = 0; h < X::kRows / 8; ++h) {
+    const uint8_t* r8[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) r8[i] = rp[8 * h + i];
+    __m256i v[F::kVecs];
+    __m256 dw, mw;
+    F::Decode(r8, b, v, dw, mw, st[h]);
+    // Half h of each vector: lanes 8h .. 8h + 7 are rows 8h .. 8h + 7.
+    __m256i* qh = reinterpret_cast<__m256i*>(q + b * F::kVecs) + h;
+#pragma GCC unroll 16
+    for (int k = 0; k < F::kVecs; ++k) _mm256_store_si256(qh + k * (X::kRows / 8), v[k]);
+    _mm256_store_ps(dm + b * 2 * X::kRows + 8 * h, dw);
+    _mm256_store_ps(dm + b * 2 * X::kRows + X::kRows + 8 * h, mw);
+  }
+}
+
+// Rows [g, min(g + X::kRows, n1)) for all T tokens. scratch: 64-byte aligned, room for
+// [nb][kVecs] X::I and [nb][2][kRows] floats.
+template <class F, class X>
+inline void MatMulGroup(const WeightMatrix& w, const ActBlockQ8* act, const int32_t* asum8, const float* act_s,
+                        const float* act_d, int64_t T, int64_t g, int64_t n1, float* y, void* scratch) {
+  const int64_t nb = w.cols / 32, ss = MatMulSStride(nb);
+  const uint64_t rb = w.row_bytes;
+  const int64_t rows = n1 - g < X::kRows ? n1 - g : X::kRows;
+  typename X::I* q = static_cast<typename X::I*>(scratch);
+  float* dm = reinterpret_cast<float*>(q + nb * F::kVecs);
+  const uint8_t* rp[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) rp[i] = w.data + (g + (i < rows ? i : rows - 1)) * rb;
+  // Prefetch the group two ahead, a group's share of 8 blocks per block of this one: a
+  // decode step is bandwidth-bound and the scale loads overlap misses poorly. Past n1
+  // too: another thread's next range of this matrix usually starts there. (Rows are
+  // exactly nb blocks long.)
+  const int64_t span = g + 3 * X::kRows <= w.rows ? X::kRows * F::kBlockBytes : 0;
+  const char* pf = reinterpret_cast<const char*>(w.data + (g + 2 * X::kRows) * rb);
+  typename F::State st[2] = {};
+  if constexpr (X::kRows == 8) {
+    if (T == 1) {  // decoded and used block by block, in registers
+      const uint8_t* const(&r8)[8] = *reinterpret_cast<const uint8_t* const(*)[8]>(rp);
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t off = (b * span) & ~int64_t{63}; off < (b + 1) * span; off += 64) {
+          _mm_prefetch(pf + off, _MM_HINT_T0);
+        }
+        __m256i v[F::kVecs];
+        __m256 dw, mw;
+        F::Decode(r8, b, v, dw, mw, st[0]);
+        __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) s = XStep<F, Y8>(v, act[b], s, j);
+        acc = XFinish<F, Y8>(s, v, dw, mw, act_d[b], act_s[b], F::kAsum ? asum8[b] : 0, acc);
+      }
+      StoreRows<Y8>(y + g, acc, rows);
+      return;
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t off = (b * span) & ~int64_t{63}; off < (b + 1) * span; off += 64) {
+      _mm_prefetch(pf + off, _MM_HINT_T0);
+    }
+    DecodeGroupBlock<F, X>(rp, b, q, dm, st);
+  }
+  float* yg = y + g;
+  int64_t t = 0;
+  for (; t + 4 <= T; t += 4) TokensX<F, X, 4>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg);
+  switch (T - t) {
+    case 3: TokensX<F, X, 3>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+    case 2: TokensX<F, X, 2>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+    case 1: TokensX<F, X, 1>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
+    default: break;
+  }
 }
 
 template <class F>
 void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
               int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
-  const int64_t nb = w.cols / 32, ss = MatMulSStride(nb);
+  const int64_t nb = w.cols / 32;
   const uint64_t rb = w.row_bytes;
-  // scratch: [nb][kVecs] code vectors, [nb][2][8] scales / mins, [T][nb] F::ActSum (kAsum)
-  uintptr_t base = (reinterpret_cast<uintptr_t>(scratch) + 31) & ~uintptr_t{31};
-  __m256i* q = reinterpret_cast<__m256i*>(base);
-  float* dm = reinterpret_cast<float*>(q + nb * F::kVecs);
-  int32_t* asum8 = reinterpret_cast<int32_t*>(dm + nb * 16);
+  // scratch: [T][nb] F::ActSum (kAsum), then (64-byte aligned) a group's decoded blocks.
+  int32_t* asum8 = reinterpret_cast<int32_t*>(scratch);
   if constexpr (F::kAsum) {
     for (int64_t i = 0; i < T * nb; ++i) asum8[i] = F::ActSum(act[i]);  // exact integer sums
   }
+  void* group = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(asum8 + T * nb) + 63) & ~uintptr_t{63});
   {  // The first two groups: all their misses in flight at once, before the first use.
     const int64_t first = (n1 - n0 < 16 ? n1 - n0 : 16) * static_cast<int64_t>(rb);
     const char* p = reinterpret_cast<const char*>(w.data + n0 * rb);
     for (int64_t off = 0; off < first; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
   }
-  for (int64_t g = n0; g < n1; g += 8) {
-    const int64_t rows = n1 - g < 8 ? n1 - g : 8;
-    const uint8_t* rp[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) rp[i] = w.data + (g + (i < rows ? i : rows - 1)) * rb;
-    // Prefetch the group two ahead (8 rows of nb blocks), 8 blocks' bytes per block of
-    // this group: a decode step is bandwidth-bound and the scale loads overlap misses
-    // poorly. Past n1 too: another thread's next range of this matrix usually starts
-    // there. (Rows are exactly nb blocks long.)
-    const int64_t span = g + 24 <= w.rows ? 8 * F::kBlockBytes : 0;
-    const char* pf = reinterpret_cast<const char*>(w.data + (g + 16) * rb);
-    __m256 acc1 = _mm256_setzero_ps();  // T == 1: decoded and used block by block
-    typename F::State st{};
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int64_t off = (b * span) & ~int64_t{63}; off < (b + 1) * span; off += 64) {
-        _mm_prefetch(pf + off, _MM_HINT_T0);
-      }
-      __m256 dw, mw;
-      if (T == 1) {
-        __m256i v[F::kVecs];
-        F::Decode(rp, b, v, dw, mw, st);
-        __m256i s = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) s = X8Step<F>(v, act[b], s, j);
-        acc1 = X8Finish<F>(s, v, dw, mw, act_d[b], act_s[b], F::kAsum ? asum8[b] : 0, acc1);
-      } else {
-        F::Decode(rp, b, q + b * F::kVecs, dw, mw, st);
-        _mm256_store_ps(dm + b * 16, dw);
-        _mm256_store_ps(dm + b * 16 + 8, mw);
-      }
-    }
-    float* yg = y + g;
-    if (T == 1) {
-      StoreRows(yg, acc1, rows);
+  for (int64_t g = n0; g < n1;) {
+#if SPECD_X8_DOT
+    if (T > 1 && n1 - g > 8) {  // 16 rows per 512-bit vector
+      MatMulGroup<F, Z16>(w, act, asum8, act_s, act_d, T, g, n1, y, group);
+      g += 16;
       continue;
     }
-    int64_t t = 0;
-    for (; t + 4 <= T; t += 4) TokensX8<F, 4>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg);
-    switch (T - t) {
-      case 3: TokensX8<F, 3>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
-      case 2: TokensX8<F, 2>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
-      case 1: TokensX8<F, 1>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
-      default: break;
-    }
+#endif
+    MatMulGroup<F, Y8>(w, act, asum8, act_s, act_d, T, g, n1, y, group);
+    g += 8;
   }
 }
 

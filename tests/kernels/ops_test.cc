@@ -867,7 +867,8 @@ TEST(CrossBackend, MatMulSharedEqualsSeparateMatMuls) {
 
 // The VNNI backends compute the same exact integer block sums as AVX2 and then the same
 // float steps, so their quantized MatMul must equal AVX2's bitwise, at every T (the T = 1
-// path, full and partial 4-token tiles) and row count (full and partial 8-row groups).
+// path, full and partial 4-token tiles) and row count (full and partial groups of 8 rows,
+// and of the 16 rows per 512-bit vector the VNNI backends take for T > 1).
 TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
   if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2: no SIMD backends to compare";
   std::mt19937 rng(20);
@@ -877,7 +878,7 @@ TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
   for (const TypeInfo& ti : AllTypes()) {
     if (ti.block == 1) continue;  // float types
     const int64_t cols = ti.block == 256 ? 512 : 160;
-    for (int64_t rows : {5, 8, 37}) {
+    for (int64_t rows : {5, 8, 12, 16, 37}) {
       Weights w = RandWeights(rng, ti, rows, cols);
       for (int64_t T : {1, 3, 4, 9, 16}) {
         std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f), want(T * rows);
