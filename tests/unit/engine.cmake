@@ -4,6 +4,12 @@ specd_test(paged_kv_cache_test
 specd_test(llama_model_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/llama_model_test.cc
   DEPS specd_engine specd_testing LABELS model TIMEOUT 900)
+# The same tests (goldens, greedy continuations, batch invariance) on the AVX-512 VNNI
+# kernels with AVX-512 emulated: the one end-to-end run of that code on a CPU without it.
+add_test(NAME llama_model_test_vnni_emulated COMMAND llama_model_test)
+set_tests_properties(llama_model_test_vnni_emulated PROPERTIES
+  ENVIRONMENT "SPECD_SOURCE_DIR=${PROJECT_SOURCE_DIR};SPECD_BINARY_DIR=${PROJECT_BINARY_DIR};SPECD_KERNELS_ISA=vnni_emulated"
+  WORKING_DIRECTORY ${PROJECT_BINARY_DIR} LABELS model TIMEOUT 900)
 specd_test(tiny_model_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/tiny_model_test.cc
   DEPS specd_testing specd_engine specd_tokenizer LABELS core)

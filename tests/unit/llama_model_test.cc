@@ -20,6 +20,7 @@
 #include "common/gguf/gguf_writer.h"
 #include "common/testing/tiny_model.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
 
 namespace specd::engine {
@@ -78,6 +79,18 @@ std::vector<int32_t> Tokens(int n, int vocab, int seed) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = (i * 37 + seed * 101 + 11) % vocab;
   return t;
+}
+
+// SPECD_KERNELS_ISA picks the kernels this file's fast paths run on (ctest runs it a second
+// time on the AVX-512 VNNI code with AVX-512 emulated): a name this CPU cannot run must
+// fail here rather than quietly fall back. Unset, the default is never the emulated code.
+TEST(LlamaModelTest, RequestedKernelIsaIsActive) {
+  const std::string active = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
+  if (const char* want = std::getenv("SPECD_KERNELS_ISA"); want != nullptr) {
+    EXPECT_EQ(active, want);
+  } else {
+    EXPECT_NE(active, "vnni_emulated");
+  }
 }
 
 TEST(LlamaModelTest, FastBackendMatchesReferenceOnTinyModels) {
