@@ -27,6 +27,7 @@
 #include "common/engine/llama_model.h"
 #include "common/engine/paged_kv_cache.h"
 #include "common/gguf/gguf_file.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tools/spec_bench.h"
 
@@ -312,9 +313,10 @@ int Main(int argc, char** argv) {
 
   const double weight_mb = (*model)->weight_bytes() / 1e6;
   const double roofline = bandwidth * 1e9 / (*model)->weight_bytes();
-  std::printf("model: %s (%s), weights read per step %.1f MB, file %.1f MB, threads %d\n",
+  std::printf("model: %s (%s), weights read per step %.1f MB, file %.1f MB, threads %d, kernels %s\n",
               model_path.c_str(), (*model)->config().name.c_str(), weight_mb,
-              (*file)->file_size() / 1e6, threads);
+              (*file)->file_size() / 1e6, threads,
+              kernels::cpu::IsaName(kernels::cpu::ActiveIsa()));
   std::printf("memory read bandwidth: %.2f GB/s -> decode roofline %.1f tok/s\n", bandwidth,
               roofline);
   r.Decode(1, 8, 8);  // warm-up: page in the weights
