@@ -248,6 +248,15 @@ struct Z16 {
 
 inline __m256i Bcast4(const ActBlockQ8& a, int j) { return _mm256_set1_epi32(Word4(a, j)); }
 
+#if SPECD_X8_DOT
+// The VNNI step of the formats whose codes go to vpdpbusd as they are (unsigned): adds code
+// vector j's products with activation bytes 4j .. 4j+3 to the int32 sums s.
+template <class X>
+inline typename X::I DpStep(const typename X::I* v, const ActBlockQ8& a, typename X::I s, int j) {
+  return X::Dp(j == 0 ? X::Zero() : s, v[j], X::Set1(Word4(a, j)));
+}
+#endif
+
 // Formats. Decode() turns 32-value block b of 8 rows (rp: the rows) into kVecs vectors
 // and the rows' scales (and mins); kBlockBytes is a block's share of a row's bytes (for
 // prefetching); State carries what a format decodes once for several blocks. Step() adds
@@ -286,10 +295,9 @@ struct X8Q4 {
     mw = kMin ? HighHalves(words) : dw;
   }
 #if SPECD_X8_DOT
-  // int32 sums.
   template <class X>
   static inline typename X::I Step(const typename X::I* v, const ActBlockQ8& a, typename X::I s, int j) {
-    return X::Dp(j == 0 ? X::Zero() : s, v[j], X::Set1(Word4(a, j)));
+    return DpStep<X>(v, a, s, j);
   }
 #else
   // int16 sums: |sum| <= 8 * 2 * 15 * 127 = 30480.
@@ -420,7 +428,7 @@ struct X8Q8_0 {
 #if SPECD_X8_DOT
   template <class X>
   static inline typename X::I Step(const typename X::I* v, const ActBlockQ8& a, typename X::I s, int j) {
-    return X::Dp(j == 0 ? X::Zero() : s, v[j], X::Set1(Word4(a, j)));
+    return DpStep<X>(v, a, s, j);
   }
   // asum = 128 * sum(a): |asum| <= 128 * 32 * 127.
   static inline int32_t ActSum(const ActBlockQ8& a) {
