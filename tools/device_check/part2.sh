@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Device check, part 2 (same warm machine): the real model on native AVX-512 VNNI, then
+# specd-bench AVX2 vs AVX-512 VNNI.
+set -u
+R=$PWD; DEV=/tmp/stash/devbin; source $DEV/common.sh
+mkdir -p models && cat /tmp/stash/part1 devm2/part > models/SmolLM2-135M-Instruct.Q4_1.gguf
+sha256sum models/SmolLM2-135M-Instruct.Q4_1.gguf
+echo "== llama_model_test, SPECD_KERNELS_ISA=avx512vnni"
+SECONDS=0
+SPECD_SOURCE_DIR=$R SPECD_KERNELS_ISA=avx512vnni timeout 300 $RUN $B/llama_model_test > $OUT/llama_model_test.log 2>&1
+echo "rc=$? in ${SECONDS}s"; grep -E "PASSED|FAILED|observed|max|tests ran" $OUT/llama_model_test.log | head -30
+echo "== specd-bench -t 2, alternating"
+for isa in avx512vnni avx2 avx512vnni avx2; do
+  echo "-- $isa"; SPECD_KERNELS_ISA=$isa timeout 60 $RUN $B/specd-bench -t 2 --no-llama-cpp 2>&1 | grep -vE "^\s*$"
+done
+echo "-- default ISA, -t 16"; timeout 60 $RUN $B/specd-bench -t 16 --no-llama-cpp 2>&1
