@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""llama.cpp figures for specd-bench: decode tok/s at batch 1 and prefill tok/s for 128- and
-512-token prompts, on the same GGUF and thread count, with the same token ids and lengths as
-specd-bench's Runner. Needs llama-cpp-python (PyPI; scripts/install_llama_cpp_python.sh).
-Prints two lines:
+"""llama.cpp figures for specd-bench: decode tok/s at batch 1, 4 and 16 and prefill tok/s for
+128- and 512-token prompts, on the same GGUF and thread count, with the same token ids and
+lengths as specd-bench's Runner. Needs llama-cpp-python (PyPI;
+scripts/install_llama_cpp_python.sh). Prints three lines:
   llama-cpp-python version=V
-  llama.cpp decode=X prefill128=Y prefill512=Z"""
+  llama.cpp decode=X prefill128=Y prefill512=Z
+  llama.cpp batch4=X4 batch16=X16"""
 import sys
 import time
 
@@ -12,6 +13,58 @@ import numpy as np
 
 import llama_cpp
 from llama_cpp import Llama
+
+
+def batched_decode(llm, threads, n_vocab, steps, plen=32, max_seqs=16):
+    """Decode tok/s for 4 and 16 sequences stepped together (one llama_decode call per step
+    holding one token of each), as specd-bench's Runner.Decode: each sequence gets the same
+    32-token prompt, then greedy steps (`steps` at batch 4, half as many at batch 16, as
+    specd-bench does); best of 3. The high-level Llama class holds
+    one sequence, so this uses a second context of the same model through the C API with 16
+    sequences, each in its own KV stream of 256 cells (kv_unified off: llama.cpp's layout for
+    independent sequences, faster here than one unified cache)."""
+    p = llama_cpp.llama_context_default_params()
+    p.n_ctx, p.n_batch, p.n_ubatch = 256 * max_seqs, 512, 512  # 256 cells per sequence
+    p.n_seq_max, p.kv_unified = max_seqs, False
+    p.n_threads = p.n_threads_batch = threads
+    p.flash_attn_type = llm.context_params.flash_attn_type
+    ctx = llama_cpp.llama_init_from_model(llm.model, p)
+    if not ctx:
+        raise RuntimeError("llama_init_from_model failed for the batched context")
+    batch = llama_cpp.llama_batch_init(512, 0, max_seqs)
+
+    def decode(items):  # items: (token, position, sequence, wants logits)
+        batch.n_tokens = len(items)
+        for i, (tok, pos, seq, logits) in enumerate(items):
+            batch.token[i], batch.pos[i], batch.logits[i] = tok, pos, logits
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+        rc = llama_cpp.llama_decode(ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+
+    def logits(i):  # row i of the last batch; waits for the computation
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,))
+
+    def run(n_seqs, n_steps):
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+        for s in range(n_seqs):
+            decode([(100 + i, i, s, i == plen - 1) for i in range(plen)])
+            logits(-1)
+        nxt = [300] * n_seqs
+        t0 = time.perf_counter()
+        for step in range(n_steps):
+            decode([(nxt[s], plen + step, s, True) for s in range(n_seqs)])
+            nxt = [int(np.argmax(logits(s))) for s in range(n_seqs)]
+        return n_seqs * n_steps / (time.perf_counter() - t0)
+
+    try:
+        run(1, 8)  # warm-up of the new context
+        return (max(run(4, steps) for _ in range(3)),
+                max(run(max_seqs, steps // 2) for _ in range(3)))
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
 
 
 def main():
@@ -58,10 +111,12 @@ def main():
             nxt = int(np.argmax(last_logits()))
         dec = max(dec, steps / (time.perf_counter() - t0))
 
+    batch4, batch16 = batched_decode(llm, threads, n_vocab, steps)
     p128 = prefill(128, 3)
     p512 = prefill(512, 2)
     print(f"llama-cpp-python version={llama_cpp.__version__}")
     print(f"llama.cpp decode={dec:.2f} prefill128={p128:.2f} prefill512={p512:.2f}")
+    print(f"llama.cpp batch4={batch4:.2f} batch16={batch16:.2f}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 //   the machine's memory read bandwidth and the resulting decode roofline
 //   (weight bytes per step / bandwidth), and — when llama-cpp-python is importable (by
 //   --llama-cpp-python PYTHON, $SPECD_LLAMA_CPP_PYTHON or python3) —
-//   llama.cpp's decode and prefill on the same file and thread count, as ratios.
+//   llama.cpp's decode (batch 1/4/16) and prefill on the same file and thread count, as ratios.
 // This is a benchmark, not a test: it prints figures and asserts nothing.
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -166,6 +166,7 @@ struct LlamaCppFigures {
   bool importable = false;  // `python -c 'import llama_cpp'` succeeded
   bool ok = false;          // and the bench printed its figures
   double decode = 0, prefill128 = 0, prefill512 = 0;
+  double batch4 = 0, batch16 = 0;  // decode tok/s, 0 when the script did not print them
   std::string version = "?";  // llama-cpp-python's
 };
 
@@ -199,6 +200,9 @@ LlamaCppFigures RunLlamaCpp(const std::string& python, const std::string& script
       f.decode = a;
       f.prefill128 = b;
       f.prefill512 = c;
+    } else if (std::sscanf(line, "llama.cpp batch4=%lf batch16=%lf", &a, &b) == 2) {
+      f.batch4 = a;
+      f.batch16 = b;
     } else if (std::sscanf(line, "llama-cpp-python version=%63s", version) == 1) {
       f.version = version;
     }
@@ -357,6 +361,12 @@ int Main(int argc, char** argv) {
       std::printf("llama.cpp decode batch 1: %.1f tok/s -> specd/llama.cpp = %.2fx "
                   "(target >= 0.8x)\n",
                   l.decode, d1 / l.decode);
+      if (l.batch4 > 0 && l.batch16 > 0) {
+        std::printf("llama.cpp decode batch 4: %.1f tok/s (%.2fx its batch 1) -> %.2fx; "
+                    "batch 16: %.1f tok/s (%.2fx its batch 1) -> %.2fx\n",
+                    l.batch4, l.batch4 / l.decode, d4 / l.batch4, l.batch16, l.batch16 / l.decode,
+                    d16 / l.batch16);
+      }
       std::printf("llama.cpp prefill 128: %.1f tok/s -> %.2fx; prefill 512: %.1f tok/s -> "
                   "%.2fx\n",
                   l.prefill128, p128 / l.prefill128, l.prefill512, p512 / l.prefill512);
