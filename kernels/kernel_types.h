@@ -21,8 +21,10 @@ struct WeightMatrix {
 
 enum class KvDtype { kF16, kBF16, kF32 };
 
-// One layer's paged KV pool: k, v: [num_blocks, block_size, num_kv_heads, head_dim].
-// A token's slot is block * block_size + offset.
+// One layer's paged KV pool: k, v: [num_blocks, num_kv_heads, block_size, head_dim].
+// A token's slot is block * block_size + offset. Head-major inside a block: one kv head's
+// keys of a block are one contiguous run, which attention reads as a stream (token-major
+// rows made it gather 128-byte slices at a 384-byte stride, and wait on memory twice as long).
 struct PagedKvLayer {
   KvDtype dtype;
   void* k;
@@ -31,6 +33,12 @@ struct PagedKvLayer {
   int32_t block_size;
   int32_t num_kv_heads;
   int32_t head_dim;
+
+  // Element index of dim 0 of kv head h of the token in `slot`.
+  int64_t Index(int64_t slot, int32_t h) const {
+    const int64_t block = slot / block_size, offset = slot % block_size;
+    return ((block * num_kv_heads + h) * block_size + offset) * head_dim;
+  }
 };
 
 enum class RopeLayout {

@@ -76,7 +76,8 @@ class PagedKvCache {
   KvCacheConfig config_;
   BlockAllocator allocator_;
   uint64_t pool_bytes_ = 0;
-  std::vector<uint8_t*> k_pools_, v_pools_;  // per layer, each [num_blocks, block_size, kv_heads, head_dim]
+  // per layer, each [num_blocks, kv_heads, block_size, head_dim] (kernels::PagedKvLayer)
+  std::vector<uint8_t*> k_pools_, v_pools_;
   absl::flat_hash_map<SeqId, Sequence> seqs_;
 };
 

@@ -118,7 +118,6 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
                   float* part) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim, hkv = kv.num_kv_heads, group = a.num_q_heads / hkv;
-  const int64_t row = static_cast<int64_t>(hkv) * d;
   const int32_t* table = a.block_tables[t];
   float* m = part + static_cast<int64_t>(group) * d;
   float* l = m + group;
@@ -128,7 +127,7 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
       float dot = 0.0f;
-      for (int32_t i = 0; i < d; ++i) dot += q[i] * KvLoad(kv, kv.k, slot * row + h * d + i);
+      for (int32_t i = 0; i < d; ++i) dot += q[i] * KvLoad(kv, kv.k, kv.Index(slot, h) + i);
       s[j - j0] = dot * a.scale;
       mx = s[j - j0] > mx ? s[j - j0] : mx;
     }
@@ -141,7 +140,7 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     for (int32_t i = 0; i < d; ++i) o[i] = 0.0f;
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * KvLoad(kv, kv.v, slot * row + h * d + i);
+      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * KvLoad(kv, kv.v, kv.Index(slot, h) + i);
     }
     m[g] = mx;
     l[g] = sum;
@@ -476,25 +475,28 @@ void EmbeddingLookup(ThreadPool& pool, const WeightMatrix& table, const int32_t*
 void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const int64_t* slots,
              const PagedKvLayer& kv) {
   const Backend& be = Be();
-  const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
+  const int32_t d = kv.head_dim;
+  const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * d;
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0 || slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
-    const int64_t dst = slots[t] * row;
-    switch (kv.dtype) {
-      case KvDtype::kF32:
-        std::memcpy(static_cast<float*>(kv.k) + dst, k + t * row, row * sizeof(float));
-        std::memcpy(static_cast<float*>(kv.v) + dst, v + t * row, row * sizeof(float));
-        break;
-      case KvDtype::kF16:
-        be.to_f16(k + t * row, static_cast<uint16_t*>(kv.k) + dst, row);
-        be.to_f16(v + t * row, static_cast<uint16_t*>(kv.v) + dst, row);
-        break;
-      case KvDtype::kBF16:
-        for (int64_t i = 0; i < row; ++i) {
-          static_cast<uint16_t*>(kv.k)[dst + i] = ref::F32ToBF16(k[t * row + i]);
-          static_cast<uint16_t*>(kv.v)[dst + i] = ref::F32ToBF16(v[t * row + i]);
-        }
-        break;
+    for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
+      const int64_t dst = kv.Index(slots[t], h), src = t * row + static_cast<int64_t>(h) * d;
+      switch (kv.dtype) {
+        case KvDtype::kF32:
+          std::memcpy(static_cast<float*>(kv.k) + dst, k + src, d * sizeof(float));
+          std::memcpy(static_cast<float*>(kv.v) + dst, v + src, d * sizeof(float));
+          break;
+        case KvDtype::kF16:
+          be.to_f16(k + src, static_cast<uint16_t*>(kv.k) + dst, d);
+          be.to_f16(v + src, static_cast<uint16_t*>(kv.v) + dst, d);
+          break;
+        case KvDtype::kBF16:
+          for (int32_t i = 0; i < d; ++i) {
+            static_cast<uint16_t*>(kv.k)[dst + i] = ref::F32ToBF16(k[src + i]);
+            static_cast<uint16_t*>(kv.v)[dst + i] = ref::F32ToBF16(v[src + i]);
+          }
+          break;
+      }
     }
   }
 }

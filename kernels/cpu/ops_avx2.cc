@@ -979,11 +979,10 @@ void LoadKvChunk(const AttnArgs& a, const void* base, int32_t t, int32_t h, int6
                  float* buf) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
-  const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * d;
   const int32_t* table = a.block_tables[t];
   for (int64_t j = j0; j < j1; ++j) {
     const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-    LoadKvRow(kv.dtype, base, slot * row + static_cast<int64_t>(h) * d, d, buf + (j - j0) * d);
+    LoadKvRow(kv.dtype, base, kv.Index(slot, h), d, buf + (j - j0) * d);
   }
   const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
   for (int64_t r = n; r < n8; ++r) {
@@ -1059,18 +1058,17 @@ void AttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, 
   const float* qh = a.q + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group) * d;
   float* m = part + static_cast<int64_t>(group) * d;
   float* l = m + group;
-  // The KV rows are scattered (one head's slice of each token's row, blocks anywhere in
-  // the pool) and rarely cached after a pass over the weights: request them all up
-  // front so their misses overlap.
+  // The KV rows (runs of one head's keys per block, blocks anywhere in the pool) are
+  // rarely cached after a pass over the weights: request them all up front so their
+  // misses overlap.
   {
     const PagedKvLayer& kv = *a.kv;
-    const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * d;
     const int64_t es = kv.dtype == KvDtype::kF32 ? 4 : 2;
     const int64_t bytes = es * d;
     const int32_t* table = a.block_tables[t];
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      const int64_t off = (slot * row + static_cast<int64_t>(h) * d) * es;
+      const int64_t off = kv.Index(slot, h) * es;
       for (int64_t o = 0; o < bytes; o += 64) {
         _mm_prefetch(static_cast<const char*>(kv.k) + off + o, _MM_HINT_T0);
         _mm_prefetch(static_cast<const char*>(kv.v) + off + o, _MM_HINT_T0);

@@ -361,7 +361,7 @@ void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0 || slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
     for (int64_t i = 0; i < row; ++i) {
-      const int64_t dst = slots[t] * row + i;
+      const int64_t dst = kv.Index(slots[t], static_cast<int32_t>(i / kv.head_dim)) + i % kv.head_dim;
       const float kf = k[t * row + i], vf = v[t * row + i];
       switch (kv.dtype) {
         case KvDtype::kF32:
@@ -387,7 +387,6 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
   const int32_t d = kv.head_dim;
   const int32_t group = num_q_heads / kv.num_kv_heads;
   if (group * kv.num_kv_heads != num_q_heads) Fail("PagedAttention: Hq % Hkv != 0");
-  const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * d;
   std::vector<float> scores;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t len = static_cast<int64_t>(positions[t]) + 1;
@@ -400,7 +399,7 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         float dot = 0.0f;
-        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KvLoad(kv, kv.k, slot * row + kvh * d + i);
+        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KvLoad(kv, kv.k, kv.Index(slot, kvh) + i);
         scores[j] = dot * scale;
       }
       float mx = scores[0];
@@ -417,7 +416,7 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         const float p = scores[j] / sum;
-        for (int32_t i = 0; i < d; ++i) o[i] += p * KvLoad(kv, kv.v, slot * row + kvh * d + i);
+        for (int32_t i = 0; i < d; ++i) o[i] += p * KvLoad(kv, kv.v, kv.Index(slot, kvh) + i);
       }
     }
   }

@@ -40,7 +40,7 @@ void AddBias(float* x, int64_t T, int64_t N, const float* b);
 // out[t, :] = dequantized row ids[t] of table.  table: [vocab, D]; out: [T, D].
 void EmbeddingLookup(const WeightMatrix& table, const int32_t* ids, int64_t T, float* out);
 
-// Stores k[t], v[t] ([num_kv_heads, head_dim] each) into slot slots[t]
+// Stores k[t], v[t] ([num_kv_heads, head_dim] each) into slot slots[t] (PagedKvLayer::Index)
 // (= block * block_size + offset) of the pool, converting to kv.dtype
 // (round to nearest even).  k, v: [T, num_kv_heads, head_dim].
 void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,

@@ -351,6 +351,34 @@ TEST(RefOps, QuantizedMatMulWithinActivationRoundingOfFloatDot) {
   }
 }
 
+// The pool layout the attention kernels rely on: [block][kv head][offset][dim], so one
+// head's keys of a block are contiguous.
+TEST(RefOps, WriteKvLaysBlocksOutHeadMajor) {
+  std::mt19937 rng(5);
+  const int32_t hkv = 3, d = 8, bs = 4;
+  const int64_t nblk = 3, T = 5;
+  std::vector<float> k = RandVec(rng, T * hkv * d), v = RandVec(rng, T * hkv * d);
+  std::vector<float> kp(nblk * hkv * bs * d, 0.0f), vp(kp.size(), 0.0f);
+  PagedKvLayer kv{KvDtype::kF32, kp.data(), vp.data(), nblk, bs, hkv, d};
+  const std::vector<int64_t> slots = {0, 3, 4, 9, 11};  // blocks 0, 0, 1, 2, 2
+  ref::WriteKv(k.data(), v.data(), T, slots.data(), kv);
+  int64_t written = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t block = slots[t] / bs, offset = slots[t] % bs;
+    for (int32_t h = 0; h < hkv; ++h) {
+      const int64_t at = ((block * hkv + h) * bs + offset) * d;
+      EXPECT_EQ(kv.Index(slots[t], h), at);
+      for (int32_t i = 0; i < d; ++i) {
+        ASSERT_EQ(kp[at + i], k[(t * hkv + h) * d + i]) << "t " << t << " h " << h << " i " << i;
+        ASSERT_EQ(vp[at + i], v[(t * hkv + h) * d + i]) << "t " << t << " h " << h << " i " << i;
+        ++written;
+      }
+    }
+  }
+  // Nothing else was touched.
+  EXPECT_EQ(std::count(kp.begin(), kp.end(), 0.0f), static_cast<int64_t>(kp.size()) - written);
+}
+
 // Dense attention in double over contiguous K/V.
 TEST(RefOps, PagedAttentionMatchesDenseSoftmax) {
   std::mt19937 rng(6);
