@@ -34,10 +34,14 @@ struct PagedKvLayer {
   int32_t num_kv_heads;
   int32_t head_dim;
 
-  // Element index of dim 0 of kv head h of the token in `slot`.
-  int64_t Index(int64_t slot, int32_t h) const {
-    const int64_t block = slot / block_size, offset = slot % block_size;
+  // Element index of dim 0 of kv head h of the token at `offset` in `block`; the block's
+  // next offsets follow at a stride of head_dim.
+  int64_t Index(int64_t block, int64_t offset, int32_t h) const {
     return ((block * num_kv_heads + h) * block_size + offset) * head_dim;
+  }
+  // The same for the token in `slot`.
+  int64_t Index(int64_t slot, int32_t h) const {
+    return Index(slot / block_size, slot % block_size, h);
   }
 };
 

@@ -980,9 +980,11 @@ void LoadKvChunk(const AttnArgs& a, const void* base, int32_t t, int32_t h, int6
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
   const int32_t* table = a.block_tables[t];
-  for (int64_t j = j0; j < j1; ++j) {
-    const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-    LoadKvRow(kv.dtype, base, kv.Index(slot, h), d, buf + (j - j0) * d);
+  for (int64_t j = j0; j < j1;) {  // one contiguous run of rows per block
+    const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
+    const int64_t at = kv.Index(table[j / kv.block_size], off, h);
+    for (int64_t r = 0; r < n; ++r) LoadKvRow(kv.dtype, base, at + r * d, d, buf + (j - j0 + r) * d);
+    j += n;
   }
   const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
   for (int64_t r = n; r < n8; ++r) {
@@ -1064,15 +1066,15 @@ void AttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, 
   {
     const PagedKvLayer& kv = *a.kv;
     const int64_t es = kv.dtype == KvDtype::kF32 ? 4 : 2;
-    const int64_t bytes = es * d;
     const int32_t* table = a.block_tables[t];
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      const int64_t off = kv.Index(slot, h) * es;
-      for (int64_t o = 0; o < bytes; o += 64) {
-        _mm_prefetch(static_cast<const char*>(kv.k) + off + o, _MM_HINT_T0);
-        _mm_prefetch(static_cast<const char*>(kv.v) + off + o, _MM_HINT_T0);
+    for (int64_t j = j0; j < j1;) {
+      const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
+      const int64_t at = kv.Index(table[j / kv.block_size], off, h) * es;
+      for (int64_t o = 0; o < n * d * es; o += 64) {
+        _mm_prefetch(static_cast<const char*>(kv.k) + at + o, _MM_HINT_T0);
+        _mm_prefetch(static_cast<const char*>(kv.v) + at + o, _MM_HINT_T0);
       }
+      j += n;
     }
   }
   LoadKvChunk(a, a.kv->k, t, h, j0, j1, kvbuf);
