@@ -27,6 +27,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/flags.h"
 #include "services/common/metrics.h"
+#include "services/inproc/local_backends.h"
 #include "services/router/router_engine.h"
 #include "specd/v1/generation.grpc.pb.h"
 

@@ -81,6 +81,9 @@ TARGET="unix:$RUN/target.sock"
 "$BUILD/services/specd-target" --listen "$TARGET" --model "$MODEL" --threads "$THREADS" \
   --metrics-port $((METRICS_PORT + 1)) >"$RUN/target.log" 2>&1 &
 PIDS+=($!); TPID=$!
+# The target times its forwards at start-up (the adaptive-k calibration): let it have the
+# cores alone, then start the draft, which calibrates in turn.
+wait_healthy "$TARGET" target "$TPID"
 DRAFT_FLAG=()
 if [ "$DRAFT_MODEL" != none ]; then
   DRAFT="unix:$RUN/draft.sock"
@@ -94,7 +97,6 @@ if [ "$DRAFT_MODEL" != none ]; then
   PIDS+=($!); DPID=$!
   DRAFT_FLAG=(--draft "$DRAFT")
 fi
-wait_healthy "$TARGET" target "$TPID"
 [ "$DRAFT_MODEL" != none ] && wait_healthy "$DRAFT" draft "$DPID"
 "$BUILD/services/specd-router" --listen "0.0.0.0:$PORT" --target "$TARGET" "${DRAFT_FLAG[@]}" \
   --model "$MODEL" --metrics-port "$METRICS_PORT" >"$RUN/router.log" 2>&1 &

@@ -8,5 +8,7 @@ scripts/install_deps.sh
 scripts/fetch_model.sh
 scripts/build.sh
 PROMPT=${1:-"What is speculative decoding? Answer in two sentences."}
-build/tools/specd-inspect models/SmolLM2-135M-Instruct.Q4_1.gguf | head -n 24
+# sed, not head: head would close the pipe early and, under pipefail, the inspector's SIGPIPE
+# would end this script before the cluster answers.
+build/tools/specd-inspect models/SmolLM2-135M-Instruct.Q4_1.gguf | sed -n '1,24p' 
 scripts/run_cluster.sh --prompt "$PROMPT" -n 96

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "common/engine/paged_kv_cache.h"
 
 namespace specd::engine {
@@ -29,6 +30,27 @@ struct ForwardBatch {
     tokens.clear();
     slices.clear();
     logit_rows.clear();
+  }
+  // A prompt chunk: its KV is written, nobody needs its logits.
+  void AddPrompt(SeqId seq, int32_t start_pos, const int32_t* ids, int32_t n) {
+    tokens.insert(tokens.end(), ids, ids + n);
+    slices.push_back({seq, start_pos, n});
+  }
+  // A verification group: `context` = the committed tokens not yet computed, ending with the
+  // last one x_n (usually x_n alone), then the drafts d_1..d_k; logits for the last k + 1 rows
+  // (x_n, d_1..d_k), which give p_1..p_{k+1}. Returns the index of its first logit row.
+  int32_t AddVerify(SeqId seq, int32_t start_pos, absl::Span<const int32_t> context,
+                    absl::Span<const int32_t> drafts) {
+    const int32_t base = static_cast<int32_t>(tokens.size());
+    tokens.insert(tokens.end(), context.begin(), context.end());
+    tokens.insert(tokens.end(), drafts.begin(), drafts.end());
+    const int32_t n = static_cast<int32_t>(context.size() + drafts.size());
+    slices.push_back({seq, start_pos, n});
+    const int32_t first_row = static_cast<int32_t>(logit_rows.size());
+    for (int32_t r = static_cast<int32_t>(context.size()) - 1; r < n; ++r) {
+      logit_rows.push_back(base + r);
+    }
+    return first_row;
   }
   // Appends a slice; when `all_logits` every new token's row is requested, else only the last.
   void Add(SeqId seq, int32_t start_pos, const int32_t* ids, int32_t n, bool all_logits) {

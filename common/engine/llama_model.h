@@ -81,11 +81,13 @@ class LlamaModel {
   // start_pos + num_tokens. Errors: INVALID_ARGUMENT naming the bad field, RESOURCE_EXHAUSTED
   // when KV blocks run out (then no KV is written).
   absl::Status Forward(const ForwardBatch& batch, PagedKvCache& kv, float* logits);
+  // What Forward checks before it runs anything (tensor-parallel ranks agree on it before any
+  // of them enters a collective).
+  absl::Status Validate(const ForwardBatch& batch, const PagedKvCache& kv) const;
 
  private:
   LlamaModel() = default;
   absl::Status LoadWeights(const gguf::GgufFile& file, int rank, int world);
-  absl::Status Validate(const ForwardBatch& batch, const PagedKvCache& kv) const;
   absl::Status ReencodeWeights(gguf::GgmlType type);  // options_.reencode_weights
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) {
     if (options_.exact_activations) {

@@ -32,6 +32,10 @@ class CostCurve {
   void ObserveTotal(double predicted_shape_seconds, double seconds);
   double Shape(double x) const;  // the calibrated curve without the load factor
   double load_factor() const { return scale_; }
+  // The same calibration with the load factor reset to 1: what a pinned sequence decides on
+  // (its k must not depend on how loaded the machine was when it ran).
+  CostCurve Unscaled() const { return CostCurve(points_); }
+  const std::vector<std::pair<double, double>>& points() const { return points_; }
 
  private:
   std::vector<std::pair<double, double>> points_;  // sorted by x

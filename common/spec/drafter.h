@@ -14,15 +14,18 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/engine/paged_kv_cache.h"
 #include "common/sampling/draft_proposal.h"
 #include "common/sampling/penalty_state.h"
 #include "common/sampling/philox.h"
 #include "common/sampling/sampling_params.h"
 
+namespace specd::engine {
+class PagedKvCache;
+}  // namespace specd::engine
+
 namespace specd::spec {
 
-using engine::SeqId;
+using SeqId = int64_t;  // = engine::SeqId; this layer does not depend on the engine
 
 // One sequence's request to the drafter for this step.
 struct DraftInput {
@@ -51,14 +54,17 @@ class Drafter {
   virtual absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) = 0;
 
   // After verification: `committed` is the sequence now (x_1..x_n, accepted drafts,
-  // correction/bonus). The drafter drops state past the longest prefix it agrees with.
-  virtual void Commit(SeqId seq, absl::Span<const int32_t> committed) = 0;
+  // correction/bonus). The drafter drops state past the longest prefix it agrees with (Propose
+  // would do so too: Commit frees the KV early).
+  virtual absl::Status Commit(SeqId seq, absl::Span<const int32_t> committed) = 0;
 
   // Forget a sequence (finished, cancelled or preempted); frees its KV at once.
   virtual void Release(SeqId seq) = 0;
 
   // True when drafting costs a model forward per token (the adaptive-k cost model needs it).
   virtual bool runs_model() const = 0;
+  // Bytes of weights one draft token reads (0: no model): the nominal cost of pinned k.
+  virtual uint64_t weight_bytes() const { return 0; }
 
   // The drafter's KV cache and a sequence's cached length, for tests and metrics (null / -1 for
   // drafters without one).

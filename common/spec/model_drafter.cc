@@ -86,23 +86,49 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Build(
       d->model_->MakeKvCacheConfig(options.kv_blocks, options.block_size, options.kv_dtype));
   if (!kv.ok()) return kv.status();
   d->kv_ = std::move(*kv);
-  d->logits_.resize(static_cast<size_t>(options.max_sequences) * d->model_->vocab_size());
+  d->local_ = std::make_unique<engine::LocalModelRunner>(d->model_.get(), d->kv_.get());
+  d->runner_ = d->local_.get();
+  return d;
+}
+
+absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateOnRunner(
+    engine::ModelRunner* runner, const ModelDrafterOptions& options, std::string name) {
+  if (runner == nullptr) return absl::InvalidArgumentError("ModelDrafter: runner is null");
+  if (options.max_batch_tokens < 1 || options.proposal_top_n < 1) {
+    return absl::InvalidArgumentError(
+        "ModelDrafterOptions: max_batch_tokens and proposal_top_n must be >= 1");
+  }
+  std::unique_ptr<ModelDrafter> d(new ModelDrafter());
+  d->name_ = std::move(name);
+  d->options_ = options;
+  d->options_.max_sequences = runner->model().options().max_logit_rows;
+  d->options_.max_batch_tokens =
+      std::min(options.max_batch_tokens, runner->model().options().max_batch_tokens);
+  d->runner_ = runner;
   return d;
 }
 
 int64_t ModelDrafter::CachedLength(SeqId seq) const {
-  absl::StatusOr<int64_t> len = kv_->Length(seq);
+  absl::StatusOr<int64_t> len = runner_->kv().Length(seq);
   return len.ok() ? *len : -1;
 }
 
+const std::vector<int32_t>* ModelDrafter::Fed(SeqId seq) const {
+  auto it = fed_.find(seq);
+  return it == fed_.end() ? nullptr : &it->second;
+}
+
 absl::Status ModelDrafter::RunForward() {
-  absl::Status st = model_->Forward(batch_, *kv_, logits_.data());
+  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(model().vocab_size()));
+  absl::Status st = runner_->Forward(batch_, logits_.data());
   if (!st.ok()) {
     // Forward cut each slice's sequence back to start_pos before it failed.
     for (const engine::SequenceSlice& s : batch_.slices) {
       std::vector<int32_t>& fed = fed_[s.seq];
       if (static_cast<int64_t>(fed.size()) > s.start_pos) fed.resize(s.start_pos);
-      (void)kv_->Truncate(s.seq, static_cast<int64_t>(fed.size()));
+      if (absl::Status t = runner_->Truncate(s.seq, static_cast<int64_t>(fed.size())); !t.ok()) {
+        return absl::Status(st.code(), absl::StrCat(st.message(), "; rollback: ", t.message()));
+      }
     }
   }
   return st;
@@ -111,8 +137,8 @@ absl::Status ModelDrafter::RunForward() {
 absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) {
   SPECD_CHECK(in.size() == out.size(), "Propose: %zu inputs, %zu outputs", in.size(), out.size());
   for (DraftOutput& o : out) o.proposals.clear();
-  const int32_t vocab = model_->vocab_size();
-  const int32_t ctx = model_->config().context_length;
+  const int32_t vocab = model().vocab_size();
+  const int32_t ctx = model().config().context_length;
 
   // Sequences that get drafts, with where their catch-up starts.
   struct Work {
@@ -128,8 +154,8 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     const int64_t n = static_cast<int64_t>(d.tokens.size());
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(d.max_tokens, ctx - n));
     if (k <= 0 || n == 0) continue;
-    if (!kv_->HasSequence(d.seq)) {
-      absl::Status st = kv_->AddSequence(d.seq);
+    if (!runner_->kv().HasSequence(d.seq)) {
+      absl::Status st = runner_->AddSequence(d.seq);
       if (!st.ok()) return st;
       fed_[d.seq].clear();
     }
@@ -182,12 +208,13 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
         rest.push_back(w);
         continue;
       }
-      batch_.Add(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
-                 static_cast<int32_t>(take), /*all_logits=*/false);
-      if (w->next + take < n) {
-        batch_.logit_rows.pop_back();  // mid-prompt chunk: no logits needed
+      if (w->next + take < n) {  // mid-prompt chunk: no logits needed
+        batch_.AddPrompt(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
+                         static_cast<int32_t>(take));
         rest.push_back(w);
       } else {
+        batch_.Add(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
+                   static_cast<int32_t>(take), /*all_logits=*/false);
         finishing.push_back(w);
       }
       budget -= take;
@@ -232,17 +259,17 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
   return absl::OkStatus();
 }
 
-void ModelDrafter::Commit(SeqId seq, absl::Span<const int32_t> committed) {
+absl::Status ModelDrafter::Commit(SeqId seq, absl::Span<const int32_t> committed) {
   auto it = fed_.find(seq);
-  if (it == fed_.end()) return;
+  if (it == fed_.end()) return absl::OkStatus();
   std::vector<int32_t>& fed = it->second;
   fed.resize(CommonPrefix(fed, committed));
-  (void)kv_->Truncate(seq, static_cast<int64_t>(fed.size()));
+  return runner_->Truncate(seq, static_cast<int64_t>(fed.size()));
 }
 
 void ModelDrafter::Release(SeqId seq) {
   fed_.erase(seq);
-  kv_->FreeSequence(seq);
+  runner_->FreeSequence(seq);
 }
 
 }  // namespace specd::spec

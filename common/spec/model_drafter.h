@@ -1,7 +1,10 @@
-// Drafters that run a transformer: a separate draft model (a second GGUF with the target's
-// vocabulary) or self-speculation (the target's first L layers + its final norm and head,
-// sharing the target's mmap'd weights). Either way the drafter owns a LlamaModel and its own
-// paged KV cache; it shares the target's backend (they never run at the same time).
+// THE model drafter: a transformer proposes d_1..d_k for a batch of sequences — catch each up on
+// its committed tokens (reusing whatever KV still matches), then k batched autoregressive
+// steps, every token with the sparse q it was drawn from. In one process it runs a separate
+// draft model (a second GGUF with the target's vocabulary) or self-speculation (the target's
+// first L layers + its final norm and head, sharing the target's mmap'd weights), owning that
+// LlamaModel and its paged KV cache and sharing the target's backend (they never run at the
+// same time). The draft service runs the same class over its ModelHost (CreateOnRunner).
 #ifndef SPECD_COMMON_SPEC_MODEL_DRAFTER_H_
 #define SPECD_COMMON_SPEC_MODEL_DRAFTER_H_
 
@@ -15,6 +18,7 @@
 #include "common/engine/backend.h"
 #include "common/engine/communicator.h"
 #include "common/engine/llama_model.h"
+#include "common/engine/model_runner.h"
 #include "common/engine/paged_kv_cache.h"
 #include "common/gguf/gguf_file.h"
 #include "common/spec/drafter.h"
@@ -52,15 +56,24 @@ class ModelDrafter final : public Drafter {
       const gguf::GgufFile& target_file, int32_t layers, engine::Backend* backend,
       const ModelDrafterOptions& options);
 
+  // Over a model someone else loaded (the draft service's ModelHost); `runner` must outlive the
+  // drafter. At most the model's max_logit_rows sequences per Propose.
+  static absl::StatusOr<std::unique_ptr<ModelDrafter>> CreateOnRunner(
+      engine::ModelRunner* runner, const ModelDrafterOptions& options, std::string name);
+
   std::string_view name() const override { return name_; }
   absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override;
-  void Commit(SeqId seq, absl::Span<const int32_t> committed) override;
+  absl::Status Commit(SeqId seq, absl::Span<const int32_t> committed) override;
   void Release(SeqId seq) override;
   bool runs_model() const override { return true; }
-  const engine::PagedKvCache* kv_cache() const override { return kv_.get(); }
+  uint64_t weight_bytes() const override { return model().weight_bytes(); }
+  const engine::PagedKvCache* kv_cache() const override { return &runner_->kv(); }
   int64_t CachedLength(SeqId seq) const override;
+  // The tokens whose KV the drafter holds for `seq` (null if unknown): committed tokens and
+  // the drafts fed after them.
+  const std::vector<int32_t>* Fed(SeqId seq) const;
 
-  const engine::LlamaModel& model() const { return *model_; }
+  const engine::LlamaModel& model() const { return runner_->model(); }
 
  private:
   ModelDrafter() = default;
@@ -74,12 +87,14 @@ class ModelDrafter final : public Drafter {
   ModelDrafterOptions options_;
   std::unique_ptr<gguf::GgufFile> owned_file_;  // null for self-drafting
   engine::LocalCommunicator comm_;
-  std::unique_ptr<engine::LlamaModel> model_;
-  std::unique_ptr<engine::PagedKvCache> kv_;
+  std::unique_ptr<engine::LlamaModel> model_;      // owned in-process models only
+  std::unique_ptr<engine::PagedKvCache> kv_;       // ditto
+  std::unique_ptr<engine::LocalModelRunner> local_;
+  engine::ModelRunner* runner_ = nullptr;          // local_ or the caller's
   // Tokens whose KV the draft cache holds, per sequence: always a prefix of what was fed.
   absl::flat_hash_map<SeqId, std::vector<int32_t>> fed_;
   engine::ForwardBatch batch_;
-  std::vector<float> logits_;  // [max_sequences, vocab]
+  std::vector<float> logits_;  // [logit rows of the current batch, vocab]
 };
 
 }  // namespace specd::spec

@@ -26,7 +26,7 @@ class NgramDrafter final : public Drafter {
 
   std::string_view name() const override { return "ngram"; }
   absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override;
-  void Commit(SeqId, absl::Span<const int32_t>) override {}
+  absl::Status Commit(SeqId, absl::Span<const int32_t>) override { return absl::OkStatus(); }
   void Release(SeqId) override {}
   bool runs_model() const override { return false; }
 

@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/engine/model_runner.h"
 #include "common/sampling/speculative_verifier.h"
+#include "common/spec/calibration.h"
 #include "common/util/check.h"
 
 namespace specd::spec {
@@ -50,12 +52,7 @@ struct SpecEngine::Sequence {
   sampling::PenaltyState history;  // prompt + generated, for the penalties
   std::vector<int32_t> tokens;     // x_1..x_n: prompt + generated
   int64_t kv_len = 0;              // the target KV holds tokens[0, kv_len)
-  AcceptanceEstimate acceptance;
-  int32_t steps_without_drafts = 0;  // adaptive k: a probe is due after probe_every
-  // Doubles each time a probe leaves k at 0 (drafting still does not pay: the probes' draft
-  // catch-up is pure cost then), back to kProbeEvery once the choice itself drafts.
-  int32_t probe_every = kProbeEvery;
-  bool probed = false;  // this step's k = 1 was a probe
+  SpecSeqState spec;               // what the adaptive-k policy knows of it
   SpecResult result;
   bool cancelled = false;
   bool done = false;  // finished this step; erased from running_ at its end
@@ -107,8 +104,16 @@ absl::StatusOr<std::unique_ptr<SpecEngine>> SpecEngine::Create(engine::LlamaMode
   if (!kv.ok()) return kv.status();
   e->kv_ = std::move(*kv);
   e->logits_.resize(static_cast<size_t>(mo.max_logit_rows) * target->vocab_size());
-  e->verify_cost_ = o.verify_cost;
-  e->draft_cost_ = o.draft_cost;
+  KPolicyOptions ko;
+  ko.max_k = o.k;
+  ko.adaptive = o.adaptive_k;
+  ko.track_load = o.track_load;
+  ko.verify_cost = o.verify_cost;
+  ko.draft_cost = drafter != nullptr && drafter->runs_model() ? o.draft_cost : CostCurve();
+  ko.pinned_draft_ratio =
+      drafter == nullptr ? 0.0 : NominalDraftRatio(drafter->weight_bytes(), target->weight_bytes(),
+                                                   drafter->runs_model() ? 0.5 : 0.0);
+  e->policy_ = KPolicy(std::move(ko));
   e->ResetStats();
   if (o.adaptive_k && o.calibrate) {
     absl::Status st = e->Calibrate();
@@ -124,87 +129,42 @@ void SpecEngine::ResetStats() {
   stats_.k_chosen.assign(options_.k + 1, 0);
 }
 
-// Times the target forward at several batch sizes and a draft step at several sequence counts;
-// the curves' shapes come from here, their scale keeps tracking the measured steps.
+// The policy's curves from timed runs (calibration.h); their scale keeps tracking the measured
+// steps.
 absl::Status SpecEngine::Calibrate() {
-  const int32_t vocab = target_->vocab_size();
+  engine::LocalModelRunner runner(target_, kv_.get());
   constexpr SeqId kProbe = -1;
-  std::vector<std::pair<double, double>> points;
-  const int32_t max_tokens = std::min<int64_t>(
-      options_.max_batch_tokens, int64_t{kv_->num_free_blocks()} * options_.block_size);
-  std::vector<int32_t> xs;
-  for (int32_t x = 1; x < max_tokens; x *= 2) xs.push_back(x);
-  xs.push_back(max_tokens);
-  std::vector<int32_t> ids(max_tokens);
-  for (int32_t i = 0; i < max_tokens; ++i) ids[i] = 1 + (i * 7919) % (vocab - 1);
-  absl::Status st = kv_->AddSequence(kProbe);
-  if (!st.ok()) return st;
-  for (size_t xi = 0; xi < xs.size() + 1; ++xi) {
-    const bool warmup = xi == 0;
-    const int32_t x = warmup ? 1 : xs[xi - 1];
-    batch_.Clear();
-    batch_.Add(kProbe, 0, ids.data(), x, /*all_logits=*/false);
-    // Verification asks for every row's logits: include the head's cost for up to max_running+k.
-    batch_.logit_rows.clear();
-    const int32_t rows = std::min(x, target_->options().max_logit_rows);
-    for (int32_t r = x - rows; r < x; ++r) batch_.logit_rows.push_back(r);
-    double best = 1e30;
-    // Best of several: one slow run (another process on a shared core) must not make
-    // decode-sized steps look dear for the whole run.
-    for (int rep = 0; rep < (x <= 8 ? 5 : 2); ++rep) {
-      const auto t0 = Clock::now();
-      st = target_->Forward(batch_, *kv_, logits_.data());
-      if (!st.ok()) break;
-      best = std::min(best, Since(t0));
-    }
-    if (!st.ok()) break;
-    if (!warmup) points.push_back({double(x), best});
+  absl::StatusOr<CostCurve> verify = CalibrateVerify(runner, options_.max_batch_tokens,
+                                                     target_->options().max_logit_rows, kProbe);
+  if (!verify.ok()) return verify.status();
+  if (drafter_ == nullptr || !drafter_->runs_model()) {
+    policy_.set_costs(std::move(*verify), CostCurve());
+    return absl::OkStatus();
   }
-  kv_->FreeSequence(kProbe);
-  if (!st.ok()) return st;
-  verify_cost_ = CostCurve(points);
-
-  if (drafter_ == nullptr || !drafter_->runs_model()) return absl::OkStatus();
-  // Draft: Propose(B sequences, k = 2) after a warm-up that prefilled them = 2 forwards of B
-  // single tokens (the re-fed x_n and d_1).
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  const sampling::PenaltyState none;
-  const sampling::CounterRng rng(0);
-  std::vector<int32_t> prompt(8);
-  for (int32_t i = 0; i < 8; ++i) prompt[i] = ids[i];
-  std::vector<std::pair<double, double>> dpoints;
-  for (int32_t b : {1, 4, 16}) {
-    const int32_t B = std::min(b, options_.max_running);
-    std::vector<DraftInput> in(B);
-    std::vector<DraftOutput> out(B);
-    for (int32_t i = 0; i < B; ++i) {
-      in[i] = DraftInput{-1 - i, prompt, &greedy, &none, &rng, 2};
-    }
-    // Rep 0 prefills; then best of several (see above). A draft cost measured too high
-    // would keep k at 0, and then no draft step ever corrects it.
-    double best = 1e30;
-    for (int rep = 0; rep < (B == 1 ? 6 : 3) && st.ok(); ++rep) {
-      const auto t0 = Clock::now();
-      st = drafter_->Propose(in, absl::MakeSpan(out));
-      if (rep > 0) best = std::min(best, Since(t0) / 2);
-    }
-    for (int32_t i = 0; i < B; ++i) drafter_->Release(-1 - i);
-    if (!st.ok()) return st;
-    if (dpoints.empty() || dpoints.back().first != B) dpoints.push_back({double(B), best});
-  }
+  absl::StatusOr<CostCurve> draft =
+      CalibrateDraft(*drafter_, target_->vocab_size(), options_.max_running);
+  if (!draft.ok()) return draft.status();
+  std::vector<std::pair<double, double>> points = verify->points();
+  std::vector<std::pair<double, double>> dpoints = draft->points();
 
   // The batch-1 decision rests on the ratio draft(1) / verify(1), and the two were timed at
   // different moments: a burst of other load during one of them skews it for the whole run
   // (a draft cost measured 2x too high keeps k at 0, and then no draft step corrects it).
   // Refine both with alternating runs, keeping the minimum of each.
-  st = kv_->AddSequence(kProbe);
+  const int32_t vocab = target_->vocab_size();
+  std::vector<int32_t> prompt(8);
+  for (int32_t i = 0; i < 8; ++i) prompt[i] = 1 + (i * 7919) % (vocab - 1);
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const sampling::PenaltyState none;
+  const sampling::CounterRng rng(0);
+  absl::Status st = kv_->AddSequence(kProbe);
   if (!st.ok()) return st;
   std::vector<DraftInput> in1{DraftInput{-1, prompt, &greedy, &none, &rng, 2}};
   std::vector<DraftOutput> out1(1);
   for (int rep = 0; rep < 5 && st.ok(); ++rep) {
     batch_.Clear();
-    batch_.Add(kProbe, 0, ids.data(), 1, /*all_logits=*/false);
+    batch_.Add(kProbe, 0, prompt.data(), 1, /*all_logits=*/false);
     auto t0 = Clock::now();
     st = target_->Forward(batch_, *kv_, logits_.data());
     if (!st.ok()) break;
@@ -216,8 +176,7 @@ absl::Status SpecEngine::Calibrate() {
   drafter_->Release(-1);
   kv_->FreeSequence(kProbe);
   if (!st.ok()) return st;
-  verify_cost_ = CostCurve(points);
-  draft_cost_ = CostCurve(std::move(dpoints));
+  policy_.set_costs(CostCurve(std::move(points)), CostCurve(std::move(dpoints)));
   return absl::OkStatus();
 }
 
@@ -382,6 +341,7 @@ absl::Status SpecEngine::Step() {
   };
   std::vector<Chunk> chunks;
   std::vector<Sequence*> deferred;  // pinned sequences whose drafts do not fit this step
+  std::vector<KRequest> kreq;       // [dec.size()]: what the policy decides on
   for (;;) {
     dec.clear();
     k.clear();
@@ -400,38 +360,10 @@ absl::Status SpecEngine::Step() {
       }
     }
     const int32_t B = static_cast<int32_t>(dec.size());
-    std::vector<KCandidate> cand(B);
-    const double prior = global_acceptance_.alpha();
-    for (int32_t i = 0; i < B; ++i) cand[i] = {dec[i]->acceptance.alpha(prior), KCap(*dec[i])};
-    std::vector<int32_t> k_if_perfect;  // what k would be if every draft were accepted
-    if (options_.adaptive_k) {
-      static const CostCurve kFree;
-      const CostCurve& draft_cost =
-          drafter_ != nullptr && drafter_->runs_model() ? draft_cost_ : kFree;
-      const int64_t prefill = dec_prefill + std::min(pending, left);
-      k = ChooseK(cand, static_cast<int32_t>(prefill), options_.k, verify_cost_, draft_cost);
-      std::vector<KCandidate> perfect = cand;
-      for (KCandidate& c : perfect) c.alpha = 1.0;
-      k_if_perfect = ChooseK(perfect, static_cast<int32_t>(prefill), options_.k, verify_cost_,
-                             draft_cost);
-    } else {
-      for (int32_t i = 0; i < B; ++i) k.push_back(cand[i].cap);
-    }
-    for (int32_t i = 0; i < B; ++i) {
-      if (PinnedK(*dec[i])) {
-        k[i] = cand[i].cap;
-      } else if (options_.adaptive_k && k[i] == 0 && k_if_perfect[i] >= 2 && B <= 2 &&
-                 dec[i]->steps_without_drafts >= dec[i]->probe_every) {
-        // At k = 0 the acceptance estimate never moves: without a probe now and then a
-        // pessimistic prior would keep a good drafter off for good. Only where drafting
-        // clearly could pay (a perfect drafter would go >= 2 deep) and the batch is small: a
-        // probe makes the draft model catch up on every token since its last draft, a cost
-        // the k model does not see; at batch 8 on 2 cores that made the F16/Q4_1 pair 0.74x
-        // plain (specd-bench --spec), while at batch 1 probing takes it from 1.0x to 1.3x.
-        k[i] = 1;
-        dec[i]->probed = true;
-      }
-    }
+    kreq.assign(B, KRequest{});
+    for (int32_t i = 0; i < B; ++i) kreq[i] = {&dec[i]->spec, KCap(*dec[i]), PinnedK(*dec[i])};
+    const int64_t prefill = dec_prefill + std::min(pending, left);
+    k = policy_.Choose(kreq, static_cast<int32_t>(prefill));
     // Token budget and logit rows: trim the longest free drafts first; a pinned sequence that
     // still does not fit waits a step rather than change its k (unless it is alone).
     auto drafts = [&] {
@@ -525,23 +457,7 @@ absl::Status SpecEngine::Step() {
       const double secs = Since(t0);
       stats_.draft_seconds += secs;
       if (st.ok()) {
-        // A sequence that did not draft last step (a probe) or drafts for the first time
-        // makes the draft model catch up on every token since, or prefill its prompt: that
-        // is not what a draft step costs, and counting it would inflate the draft curve
-        // until drafting never looks worth it again.
-        bool catching_up = false;
-        for (int32_t i : which) {
-          catching_up = catching_up || dec[i]->steps_without_drafts > 0 || dec[i]->generated() == 0;
-        }
-        if (drafter_->runs_model() && !catching_up) {
-          double shape = 0.0;
-          for (int32_t j = 1; j <= *std::max_element(k.begin(), k.end()); ++j) {
-            int32_t n = 0;
-            for (int32_t ki : k) n += ki >= j ? 1 : 0;
-            shape += draft_cost_.Shape(n);
-          }
-          if (options_.track_load) draft_cost_.ObserveTotal(shape, secs);
-        }
+        if (drafter_->runs_model()) policy_.ObserveDraft(kreq, k, secs);
         for (size_t j = 0; j < which.size(); ++j) {
           out[j].proposals.resize(std::min<size_t>(out[j].proposals.size(), k[which[j]]));
           drafts[which[j]] = std::move(out[j]);
@@ -555,14 +471,7 @@ absl::Status SpecEngine::Step() {
   }
   for (int32_t i = 0; i < B; ++i) {
     k[i] = static_cast<int32_t>(drafts[i].proposals.size());
-    Sequence& s = *dec[i];
-    if (k[i] > 0 && !s.probed) {
-      s.probe_every = kProbeEvery;  // chosen on its merits
-    } else if (k[i] == 0 && s.steps_without_drafts == 0 && s.generated() > 0) {
-      s.probe_every = std::min(s.probe_every * 2, 16 * kProbeEvery);  // the last probe did not pay
-    }
-    s.probed = false;
-    s.steps_without_drafts = k[i] > 0 ? 0 : s.steps_without_drafts + 1;
+    policy_.AfterDraft(dec[i]->spec, k[i]);
     if (static_cast<size_t>(k[i]) < stats_.k_chosen.size()) ++stats_.k_chosen[k[i]];
   }
   stats_.last_k = k;
@@ -571,25 +480,20 @@ absl::Status SpecEngine::Step() {
   // just [x_n, d_1..d_k]), then prompt chunks. ----
   batch_.Clear();
   std::vector<int32_t> row_of(B);  // first logits row of each verifying sequence
-  std::vector<int32_t> slice;
+  std::vector<int32_t> draft_ids;
   int64_t prefill_tokens = 0;
   for (int32_t i = 0; i < B; ++i) {
     Sequence& s = *dec[i];
-    slice.assign(s.tokens.begin() + s.kv_len, s.tokens.end());
-    for (const auto& q : drafts[i].proposals) slice.push_back(q.token);
-    const int32_t base = static_cast<int32_t>(batch_.tokens.size());
-    const int32_t len = static_cast<int32_t>(slice.size());
-    batch_.Add(s.id, static_cast<int32_t>(s.kv_len), slice.data(), len, /*all_logits=*/false);
-    batch_.logit_rows.pop_back();
-    row_of[i] = static_cast<int32_t>(batch_.logit_rows.size());
-    for (int32_t r = len - 1 - k[i]; r < len; ++r) batch_.logit_rows.push_back(base + r);
-    prefill_tokens += len - 1 - k[i];
+    draft_ids.clear();
+    for (const auto& q : drafts[i].proposals) draft_ids.push_back(q.token);
+    const absl::Span<const int32_t> context =
+        absl::MakeConstSpan(s.tokens).subspan(static_cast<size_t>(s.kv_len));
+    row_of[i] = batch_.AddVerify(s.id, static_cast<int32_t>(s.kv_len), context, draft_ids);
+    prefill_tokens += static_cast<int64_t>(context.size()) - 1;
   }
   for (const Chunk& c : chunks) {
     Sequence& s = *c.s;
-    batch_.Add(s.id, static_cast<int32_t>(s.kv_len), s.tokens.data() + s.kv_len, c.take,
-               /*all_logits=*/false);
-    batch_.logit_rows.pop_back();
+    batch_.AddPrompt(s.id, static_cast<int32_t>(s.kv_len), s.tokens.data() + s.kv_len, c.take);
     prefill_tokens += c.take;
   }
   const int64_t T = static_cast<int64_t>(batch_.tokens.size());
@@ -599,7 +503,7 @@ absl::Status SpecEngine::Step() {
     const double secs = Since(t0);
     if (!st.ok()) return st;
     stats_.verify_seconds += secs;
-    if (options_.track_load) verify_cost_.Observe(static_cast<double>(T), secs);
+    policy_.ObserveVerify(static_cast<double>(T), secs);
   }
   ++stats_.steps;
   stats_.target_tokens += T;
@@ -619,8 +523,7 @@ absl::Status SpecEngine::Step() {
     ++s.result.steps;
     s.result.drafted += v.num_drafted;
     s.result.accepted += v.num_accepted;
-    s.acceptance.Update(v.num_drafted, v.num_accepted);
-    global_acceptance_.Update(v.num_drafted, v.num_accepted);
+    policy_.AfterVerify(s.spec, v.num_drafted, v.num_accepted);
     ++stats_.seq_steps;
     stats_.emitted += take;
     stats_.drafted += v.num_drafted;
@@ -645,8 +548,13 @@ absl::Status SpecEngine::Step() {
       s.kv_len = n + v.num_accepted;
       SPECD_CHECK(s.kv_len == s.n() - 1, "kv_len %lld vs committed %lld",
                   static_cast<long long>(s.kv_len), static_cast<long long>(s.n()));
-      (void)kv_->Truncate(s.id, s.kv_len);
-      if (drafter_ != nullptr) drafter_->Commit(s.id, s.tokens);
+      absl::Status st = kv_->Truncate(s.id, s.kv_len);
+      if (st.ok() && drafter_ != nullptr) st = drafter_->Commit(s.id, s.tokens);
+      if (!st.ok()) {
+        if (stream_) stream_(s.id, fresh, FinishReason::kNone);
+        Finish(s, FinishReason::kError, st);  // streams the kError end
+        return;
+      }
     }
     if (stream_) stream_(s.id, fresh, reason);
   };

@@ -2,7 +2,7 @@
 //
 // Admit() queues a request; each Step() runs one iteration for every running sequence:
 //   1. admission (while the target KV cache has room), cancellations;
-//   2. k_i per decoding sequence (fixed, or adaptive: see adaptive_k.h);
+//   2. k_i per decoding sequence (fixed, or adaptive: THE policy, k_policy.h);
 //   3. the drafter proposes d_1..d_{k_i} with q for all of them at once (it first catches up on
 //      what was committed since it last saw the sequence);
 //   4. ONE batched target forward over every sequence's [x_n, d_1..d_k] rows plus prompt chunks
@@ -33,6 +33,7 @@
 #include "common/sampling/speculative_verifier.h"
 #include "common/spec/adaptive_k.h"
 #include "common/spec/drafter.h"
+#include "common/spec/k_policy.h"
 #include "common/spec/spec_stats.h"
 
 namespace specd::spec {
@@ -119,8 +120,8 @@ class SpecEngine {
   const SpecEngineOptions& options() const { return options_; }
   const engine::PagedKvCache& kv_cache() const { return *kv_; }
   Drafter* drafter() const { return drafter_; }
-  const CostCurve& verify_cost() const { return verify_cost_; }
-  const CostCurve& draft_cost() const { return draft_cost_; }
+  const CostCurve& verify_cost() const { return policy_.verify_cost(); }
+  const CostCurve& draft_cost() const { return policy_.draft_cost(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   // Committed length (prompt + generated) of a running request; -1 otherwise. For tests.
@@ -136,20 +137,18 @@ class SpecEngine {
   int32_t KCap(const Sequence& s) const;
   // A sampled sequence's k schedule must not depend on the batch: see spec_engine.cc.
   static bool PinnedK(const Sequence& s);
-  static constexpr int32_t kProbeEvery = 16;  // adaptive k: steps at k = 0 before a k = 1 probe
 
   engine::LlamaModel* target_ = nullptr;
   Drafter* drafter_ = nullptr;
   SpecEngineOptions options_;
   std::unique_ptr<engine::PagedKvCache> kv_;
-  CostCurve verify_cost_, draft_cost_;
+  KPolicy policy_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   absl::flat_hash_map<RequestId, SpecResult> finished_;
   RequestId next_id_ = 1;
   StreamCallback stream_;
   SpecStats stats_;
-  AcceptanceEstimate global_acceptance_;  // all sequences: the prior of each new one
   engine::ForwardBatch batch_;
   std::vector<float> logits_;  // [model max_logit_rows, vocab]
 };

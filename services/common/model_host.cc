@@ -1,6 +1,7 @@
 #include "services/common/model_host.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -8,12 +9,13 @@
 
 namespace specd::services {
 
-enum class Op : int32_t { kForward, kAddSequence, kRelease, kStop };
+enum class Op : int32_t { kForward, kAddSequence, kRelease, kTruncate, kStop };
 
 struct ModelHost::Command {
   Op op = Op::kStop;
   engine::SeqId seq = 0;
   int32_t tokens = 0, slices = 0, rows = 0;  // kForward: sizes of the batch that follows
+  int64_t length = 0;                        // kTruncate
 };
 
 struct ModelHost::Rank {
@@ -32,6 +34,36 @@ struct Shard {
   std::unique_ptr<engine::LlamaModel> model;
   std::unique_ptr<engine::PagedKvCache> kv;
 };
+
+// Every rank's status of the same operation, on every rank: the codes meet in one all-reduce
+// (slot r holds rank r's code), then the lowest failing rank broadcasts its message. The
+// caller's own failure comes back unchanged; another rank's is named "rank r: ...".
+absl::Status GatherStatus(engine::Communicator& comm, const absl::Status& mine) {
+  const int world = comm.world_size();
+  std::vector<float> codes(world, 0.0f);
+  codes[comm.rank()] = static_cast<float>(static_cast<int>(mine.code()));
+  if (absl::Status s = comm.AllReduceSum(codes.data(), world); !s.ok()) return s;
+  for (int r = 0; r < world; ++r) {
+    if (codes[r] == 0.0f) continue;
+    char message[256] = {};
+    if (r == comm.rank()) {
+      const absl::string_view m = mine.message();
+      std::memcpy(message, m.data(), std::min(m.size(), sizeof(message) - 1));
+    }
+    if (absl::Status s = comm.Broadcast(message, sizeof(message), r); !s.ok()) return s;
+    if (r == comm.rank()) return mine;
+    return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(codes[r])),
+                        absl::StrCat("rank ", r, ": ", message));
+  }
+  return absl::OkStatus();
+}
+
+// What every rank checks before a forward, so that none enters a collective the others skip.
+absl::Status CheckForward(const engine::LlamaModel& model, const engine::ForwardBatch& batch,
+                          const engine::PagedKvCache& kv, bool inject_fault) {
+  if (inject_fault) return absl::InternalError("injected forward fault");
+  return model.Validate(batch, kv);
+}
 
 absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const ModelHostOptions& options,
                                 engine::Communicator* comm, int32_t threads) {
@@ -101,7 +133,9 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
     rank->logits.resize(static_cast<size_t>(options.max_batch_tokens) * rank->model->vocab_size());
     h->ranks_.push_back(std::move(rank));
   }
-  for (auto& rank : h->ranks_) rank->thread = std::thread(&ModelHost::RankLoop, rank.get());
+  for (auto& rank : h->ranks_) {
+    rank->thread = std::thread(&ModelHost::RankLoop, rank.get(), options.inject_forward_fault_on_rank);
+  }
   for (int32_t id = 0; id < h->tokenizer_->vocab_size(); ++id) {
     if (h->tokenizer_->IsEndOfGeneration(id)) h->eos_ids_.push_back(id);
   }
@@ -114,6 +148,8 @@ ModelHost::~ModelHost() {
   if (ranks_.empty()) return;
   Command stop;
   stop.op = Op::kStop;
+  // Ignored: a failing broadcast fails on the receiving ranks too, and their loops return on
+  // it, so the joins below finish either way.
   (void)Broadcast(stop, nullptr);
   for (auto& rank : ranks_) rank->thread.join();
 }
@@ -135,31 +171,46 @@ absl::Status ModelHost::Broadcast(Command& c, const engine::ForwardBatch* batch)
   return comm_->Broadcast(b->logit_rows.data(), c.rows * sizeof(int32_t), 0);
 }
 
-// Ranks > 0: wait for rank 0's command, do the same on this shard. A failing Forward fails
-// identically on every rank (same inputs, same cache state), before any collective.
-void ModelHost::RankLoop(Rank* rank) {
+// Ranks > 0: wait for rank 0's command, do the same on this shard, report the status. A
+// broken communicator ends the loop (rank 0's next collective then fails too).
+void ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
   engine::ForwardBatch batch;
+  engine::Communicator& comm = *rank->comm;
+  const bool fault = comm.rank() == fault_rank;
   for (;;) {
     Command c;
-    if (!rank->comm->Broadcast(&c, sizeof(c), 0).ok()) return;
+    if (!comm.Broadcast(&c, sizeof(c), 0).ok()) return;
+    absl::Status st;
     switch (c.op) {
       case Op::kStop:
         return;
       case Op::kAddSequence:
-        (void)rank->kv->AddSequence(c.seq);
+        st = rank->kv->AddSequence(c.seq);
         break;
       case Op::kRelease:
         rank->kv->FreeSequence(c.seq);
+        continue;  // cannot fail: nothing to report
+      case Op::kTruncate:
+        st = rank->kv->Truncate(c.seq, c.length);
         break;
-      case Op::kForward:
+      case Op::kForward: {
         batch.tokens.resize(c.tokens);
         batch.slices.resize(c.slices);
         batch.logit_rows.resize(c.rows);
-        (void)rank->comm->Broadcast(batch.tokens.data(), c.tokens * sizeof(int32_t), 0);
-        (void)rank->comm->Broadcast(batch.slices.data(), c.slices * sizeof(engine::SequenceSlice), 0);
-        (void)rank->comm->Broadcast(batch.logit_rows.data(), c.rows * sizeof(int32_t), 0);
-        (void)rank->model->Forward(batch, *rank->kv, rank->logits.data());
+        if (!comm.Broadcast(batch.tokens.data(), c.tokens * sizeof(int32_t), 0).ok() ||
+            !comm.Broadcast(batch.slices.data(), c.slices * sizeof(engine::SequenceSlice), 0)
+                 .ok() ||
+            !comm.Broadcast(batch.logit_rows.data(), c.rows * sizeof(int32_t), 0).ok()) {
+          return;
+        }
+        st = GatherStatus(comm, CheckForward(*rank->model, batch, *rank->kv, fault));
+        if (!st.ok()) continue;  // every rank skips this forward
+        st = rank->model->Forward(batch, *rank->kv, rank->logits.data());
         break;
+      }
+    }
+    if (absl::Status gathered = GatherStatus(comm, st); !gathered.ok()) {
+      // Rank 0 returns it to its caller; this rank waits for the next command.
     }
   }
 }
@@ -170,8 +221,16 @@ absl::Status ModelHost::Forward(const engine::ForwardBatch& batch, float* logits
   c.tokens = static_cast<int32_t>(batch.tokens.size());
   c.slices = static_cast<int32_t>(batch.slices.size());
   c.rows = static_cast<int32_t>(batch.logit_rows.size());
+  const bool fault = options_.inject_forward_fault_on_rank == 0;
+  if (ranks_.empty()) {
+    if (fault) return CheckForward(*model_, batch, *kv_, fault);
+    return model_->Forward(batch, *kv_, logits);
+  }
   if (absl::Status s = Broadcast(c, &batch); !s.ok()) return s;
-  return model_->Forward(batch, *kv_, logits);
+  if (absl::Status s = GatherStatus(*comm_, CheckForward(*model_, batch, *kv_, fault)); !s.ok()) {
+    return s;
+  }
+  return GatherStatus(*comm_, model_->Forward(batch, *kv_, logits));
 }
 
 std::vector<int32_t>* ModelHost::History(engine::SeqId seq) {
@@ -184,15 +243,29 @@ absl::Status ModelHost::AddSequence(engine::SeqId seq) {
   c.op = Op::kAddSequence;
   c.seq = seq;
   if (absl::Status s = Broadcast(c, nullptr); !s.ok()) return s;
-  if (absl::Status s = kv_->AddSequence(seq); !s.ok()) return s;
+  absl::Status st = kv_->AddSequence(seq);
+  if (!ranks_.empty()) st = GatherStatus(*comm_, st);
+  if (!st.ok()) return st;
   history_[seq].clear();
   return absl::OkStatus();
+}
+
+absl::Status ModelHost::Truncate(engine::SeqId seq, int64_t length) {
+  Command c;
+  c.op = Op::kTruncate;
+  c.seq = seq;
+  c.length = length;
+  if (absl::Status s = Broadcast(c, nullptr); !s.ok()) return s;
+  absl::Status st = kv_->Truncate(seq, length);
+  return ranks_.empty() ? st : GatherStatus(*comm_, st);
 }
 
 void ModelHost::Release(engine::SeqId seq) {
   Command c;
   c.op = Op::kRelease;
   c.seq = seq;
+  // Ignored: a broadcast fails only when the communicator is broken, and then every later
+  // Forward fails with that error too; rank 0's own state is released regardless.
   (void)Broadcast(c, nullptr);
   kv_->FreeSequence(seq);
   history_.erase(seq);
@@ -214,6 +287,7 @@ specd::internal::v1::ServiceInfo ModelHost::Info() const {
   info.set_world_size(options_.world_size);
   info.set_num_layers(model_->num_layers());
   info.set_model_layers(model_->config().num_layers);
+  info.set_weight_bytes(model_->weight_bytes() * static_cast<uint64_t>(options_.world_size));
   return info;
 }
 

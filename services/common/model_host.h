@@ -5,7 +5,10 @@
 // engine::ThreadGroup), each holding its slice of the heads and FFN columns and its own KV
 // cache. Rank 0 serves gRPC and drives the others through the Communicator: every call that
 // changes model state (Forward, AddSequence, Release) is broadcast first, so all ranks run
-// the same operations in the same order and their caches stay identical in shape.
+// the same operations in the same order and their caches stay identical in shape. After every
+// operation each rank's status is gathered (GatherStatus): a failure on any rank fails the call
+// on rank 0 with that rank's message, and a forward is checked on every rank before any rank
+// enters a collective, so a rank that would fail cannot leave the others in an all-reduce.
 #ifndef SPECD_SERVICES_COMMON_MODEL_HOST_H_
 #define SPECD_SERVICES_COMMON_MODEL_HOST_H_
 
@@ -21,6 +24,7 @@
 #include "common/engine/backend.h"
 #include "common/engine/communicator.h"
 #include "common/engine/llama_model.h"
+#include "common/engine/model_runner.h"
 #include "common/engine/paged_kv_cache.h"
 #include "common/engine/thread_communicator.h"
 #include "common/gguf/gguf_file.h"
@@ -38,17 +42,20 @@ struct ModelHostOptions {
   int32_t num_layers = 0;         // 0 = all (fewer: self-speculation drafts)
   int32_t world_size = 1;         // tensor-parallel ranks; `threads` are shared among them
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+  // Tests only: every forward fails on this rank (a rank whose state went wrong); -1 = none.
+  int32_t inject_forward_fault_on_rank = -1;
 };
 
-class ModelHost {
+class ModelHost final : public engine::ModelRunner {
  public:
   static absl::StatusOr<std::unique_ptr<ModelHost>> Load(const ModelHostOptions& options);
-  ~ModelHost();
+  ~ModelHost() override;
 
-  // One forward on every rank (logits from rank 0): the only way to run the model.
-  absl::Status Forward(const engine::ForwardBatch& batch, float* logits);
-  const engine::LlamaModel& model() const { return *model_; }
-  const engine::PagedKvCache& kv() const { return *kv_; }
+  // One forward on every rank (logits from rank 0): the only way to run the model. A failure
+  // on any rank comes back here, named "rank r: ...".
+  absl::Status Forward(const engine::ForwardBatch& batch, float* logits) override;
+  const engine::LlamaModel& model() const override { return *model_; }
+  const engine::PagedKvCache& kv() const override { return *kv_; }
   int32_t world_size() const { return options_.world_size; }
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   absl::Span<const int32_t> eos_ids() const { return eos_ids_; }
@@ -60,8 +67,11 @@ class ModelHost {
   // The committed tokens of `seq` (nullptr if unknown).
   std::vector<int32_t>* History(engine::SeqId seq);
   // Adds `seq` with an empty history and KV.
-  absl::Status AddSequence(engine::SeqId seq);
+  absl::Status AddSequence(engine::SeqId seq) override;
   void Release(engine::SeqId seq);
+  void FreeSequence(engine::SeqId seq) override { Release(seq); }
+  // Shortens the KV of `seq` on every rank (the history is the caller's to fix).
+  absl::Status Truncate(engine::SeqId seq, int64_t length) override;
 
   specd::internal::v1::ServiceInfo Info() const;
   specd::internal::v1::KvUsage Usage() const;
@@ -72,7 +82,7 @@ class ModelHost {
   struct Command;        // what rank 0 broadcasts before each state change
   // Rank 0 side: hands `c` (and for a forward, the batch) to the other ranks.
   absl::Status Broadcast(Command& c, const engine::ForwardBatch* batch);
-  static void RankLoop(Rank* rank);
+  static void RankLoop(Rank* rank, int32_t fault_rank);
 
   ModelHostOptions options_;
   engine::LocalCommunicator local_comm_;

@@ -24,6 +24,7 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   ModelHostOptions mo;
   int32_t metrics_port = 0;
   double grace_s = 10;
+  bool calibrate = true;
   GrpcSettings grpc_settings;
   FlagSet flags("specd-" + component);
   flags.Add("listen", env + "_LISTEN", &listen, "address to serve on: host:port or unix:/path");
@@ -41,6 +42,9 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
             "Prometheus /metrics HTTP port (0 = off)");
   flags.Add("drain-grace-s", env + "_DRAIN_GRACE_S", &grace_s,
             "seconds in-flight calls get after SIGTERM");
+  flags.Add("calibrate", env + "_CALIBRATE", &calibrate,
+            "time forwards at start-up and report the cost curve the router's adaptive k "
+            "starts from (off: the router drafts only for requests with a fixed k)");
   grpc_settings.AddFlags(flags);
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     if (s.code() == absl::StatusCode::kCancelled) return 0;
@@ -53,13 +57,23 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), host.status().ToString().c_str());
     return 1;
   }
+  auto worker = std::make_unique<Worker>(std::move(*host));
+  if (calibrate) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (absl::Status s = worker->Calibrate(); !s.ok()) {
+      std::fprintf(stderr, "specd-%s: calibration: %s\n", component.c_str(), s.ToString().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "specd-%s: calibrated in %.2f s\n", component.c_str(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   Metrics metrics;
   if (absl::Status s = metrics.Serve(metrics_port); !s.ok()) {
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), s.ToString().c_str());
     return 1;
   }
   WorkerService<Worker, Base, StepReq, StepResp> service(
-      component, std::make_unique<Worker>(std::move(*host)), &metrics);
+      component, std::move(worker), &metrics);
   int port = 0;
   auto server = StartServer(listen, {&service}, grpc_settings, &port);
   if (!server.ok()) {

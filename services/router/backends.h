@@ -1,18 +1,12 @@
 // How the router reaches the draft and target services: an interface with a gRPC
-// implementation (grpc_backends.h) and an in-process one over the workers, which tests use to
-// drive the whole router without a network (and to inject faults).
+// implementation (grpc_backends.h) and an in-process one over the workers
+// (services/inproc/local_backends.h: tests and the load generator's no-network baseline).
 #ifndef SPECD_SERVICES_ROUTER_BACKENDS_H_
 #define SPECD_SERVICES_ROUTER_BACKENDS_H_
 
-#include <functional>
-#include <memory>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "services/draft/draft_worker.h"
-#include "services/target/target_worker.h"
 #include "specd/internal/v1/draft.pb.h"
 #include "specd/internal/v1/target.pb.h"
 
@@ -35,60 +29,6 @@ class DraftBackend {
   virtual absl::Status Release(const std::vector<int64_t>& ids) = 0;
   virtual absl::StatusOr<iv1::ServiceInfo> GetInfo() = 0;
 };
-
-// In-process: calls the worker under a lock. set_down(true) makes every call UNAVAILABLE
-// (a dead service); Replace swaps in a fresh worker (a restarted service).
-template <typename Worker, typename Base, typename StepReq, typename StepResp>
-class LocalBackend : public Base {
- public:
-  explicit LocalBackend(std::unique_ptr<Worker> worker) : worker_(std::move(worker)) {}
-  absl::StatusOr<StepResp> Step(const StepReq& request) override {
-    absl::MutexLock l(&mu_);
-    if (down_) return absl::UnavailableError("service down (injected)");
-    ++steps_;
-    return worker_->Step(request);
-  }
-  absl::Status Release(const std::vector<int64_t>& ids) override {
-    absl::MutexLock l(&mu_);
-    if (down_) return absl::UnavailableError("service down (injected)");
-    iv1::ReleaseRequest r;
-    r.mutable_seq_ids()->Assign(ids.begin(), ids.end());
-    worker_->Release(r);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<iv1::ServiceInfo> GetInfo() override {
-    absl::MutexLock l(&mu_);
-    if (down_) return absl::UnavailableError("service down (injected)");
-    return worker_->Info();
-  }
-  void set_down(bool down) {
-    absl::MutexLock l(&mu_);
-    down_ = down;
-  }
-  void Replace(std::unique_ptr<Worker> worker) {
-    absl::MutexLock l(&mu_);
-    worker_ = std::move(worker);
-  }
-  iv1::ServiceInfo Info() {
-    absl::MutexLock l(&mu_);
-    return worker_->Info();
-  }
-  int64_t steps() {
-    absl::MutexLock l(&mu_);
-    return steps_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::unique_ptr<Worker> worker_ ABSL_GUARDED_BY(mu_);
-  bool down_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-using LocalTargetBackend = LocalBackend<services::TargetWorker, TargetBackend,
-                                        iv1::TargetStepRequest, iv1::TargetStepResponse>;
-using LocalDraftBackend = LocalBackend<services::DraftWorker, DraftBackend,
-                                       iv1::DraftStepRequest, iv1::DraftStepResponse>;
 
 }  // namespace specd::router
 

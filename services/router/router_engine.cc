@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/sampling/sampling_params.h"
 #include "common/util/check.h"
 #include "services/common/proto_convert.h"
-#include "services/router/ngram_proposer.h"
 
 namespace specd::router {
 
@@ -25,7 +23,7 @@ struct RouterEngine::Request {
   int32_t draft_pos = 0;        // committed tokens the draft surely holds
   bool cancelled = false;       // guarded by mu_
   bool on_services = false;     // may hold KV on the services (loop thread)
-  AdaptiveK k;
+  spec::SpecSeqState spec;      // what the adaptive-k policy knows of it (loop thread)
   std::unique_ptr<TextStream> text;
   specd::v1::FinishReason reason = specd::v1::FINISH_REASON_UNSPECIFIED;
   int32_t target_steps = 0, drafted = 0, accepted = 0;
@@ -38,6 +36,21 @@ std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(co
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+spec::CostCurve CurveOf(const iv1::ServiceInfo& info) {
+  std::vector<std::pair<double, double>> points;
+  for (const iv1::CostPoint& p : info.step_cost()) points.push_back({p.size(), p.seconds()});
+  return points.empty() ? spec::CostCurve() : spec::CostCurve(std::move(points));
+}
+
+// The router's n-gram lookup: suffixes of 1..3 tokens, most recent match.
+std::unique_ptr<spec::NgramDrafter> MakeNgram() {
+  spec::NgramDrafterOptions o;
+  o.max_ngram = 3;
+  absl::StatusOr<std::unique_ptr<spec::NgramDrafter>> d = spec::NgramDrafter::Create(o);
+  SPECD_CHECK(d.ok(), "n-gram options: %s", d.status().ToString().c_str());
+  return std::move(*d);
+}
+
 }  // namespace
 
 RouterEngine::RouterEngine(const RouterOptions& options, std::unique_ptr<TargetBackend> target,
@@ -47,7 +60,8 @@ RouterEngine::RouterEngine(const RouterOptions& options, std::unique_ptr<TargetB
       target_(std::move(target)),
       draft_(std::move(draft)),
       tokenizer_(tokenizer),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      ngram_(MakeNgram()) {}
 
 RouterEngine::~RouterEngine() { Stop(); }
 
@@ -61,6 +75,16 @@ absl::Status RouterEngine::Start() {
         "the target's vocabulary differs from the router's tokenizer model");
   }
   target_info_ = *info;
+  // Both policies price verification with the target's curve; the n-gram drafts are free.
+  spec::KPolicyOptions ko;
+  ko.max_k = options_.max_k;
+  ko.track_load = options_.track_load;
+  ko.verify_cost = options_.verify_cost.empty() ? CurveOf(*info) : options_.verify_cost;
+  ko.pinned_draft_ratio = 0.0;  // n-gram drafts are free
+  ngram_policy_ = spec::KPolicy(ko);
+  ko.pinned_draft_ratio = 0.5;  // until the draft reports its size
+  ko.draft_cost = options_.draft_cost;
+  draft_policy_ = spec::KPolicy(ko);
   MaybeReconnectDraft();
   loop_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
@@ -80,6 +104,14 @@ void RouterEngine::MaybeReconnectDraft() {
     draft_retry_at_ = absl::InfiniteFuture();
   } else {
     draft_up_ = true;
+    if (options_.draft_cost.empty()) {
+      // Without a calibrated draft the policy cannot price drafts: it then never drafts.
+      spec::CostCurve draft = CurveOf(*info);
+      draft_policy_.set_costs(draft.empty() ? spec::CostCurve() : draft_policy_.verify_cost(),
+                              draft);
+    }
+    draft_policy_.set_pinned_draft_ratio(
+        spec::NominalDraftRatio(info->weight_bytes(), target_info_.weight_bytes()));
     draft_blocks_ = info->kv_num_blocks();
     draft_context_ = info->context_length();
     draft_kind_ = info->model() == target_info_.model() && info->num_layers() > 0 &&
@@ -139,12 +171,6 @@ absl::StatusOr<int64_t> RouterEngine::Submit(ValidatedRequest request,
   r->n_prompt = static_cast<int32_t>(request.prompt.size());
   r->tokens = request.prompt;
   r->text = std::make_unique<TextStream>(tokenizer_, request.stop);
-  AdaptiveKConfig k_config = options_.adaptive_k;
-  if (const double a = draft_acceptance_.load(std::memory_order_relaxed);
-      a >= 0 && sampling::IsGreedy(request.params) && request.spec_mode != SpecMode::kNgram) {
-    k_config.prior = a;
-  }
-  r->k = AdaptiveK(k_config);
   r->req = std::move(request);
   r->sink = std::move(sink);
   absl::MutexLock l(&mu_);
@@ -274,19 +300,19 @@ void RouterEngine::Finish(const RequestPtr& r, absl::Status status) {
   r->sink->OnDone(std::move(status), std::move(c));
 }
 
-int32_t RouterEngine::WantK(Request& r, bool draft_up, int32_t running) {
-  if (r.req.spec_mode == SpecMode::kOff) return 0;
-  if (!draft_up && r.req.spec_mode != SpecMode::kNgram) return 0;
-  const int32_t left = r.req.max_new_tokens - (static_cast<int32_t>(r.tokens.size()) - r.n_prompt);
-  // A sampled request's k follows its own acceptance only, never the batch (scheduler.h,
-  // "Pinned k"), so its seed reproduces its text in any batch.
-  const bool pinned = !sampling::IsGreedy(r.req.params);
+spec::KPolicy& RouterEngine::PolicyFor(const Request& r) {
+  return r.req.spec_mode == SpecMode::kNgram ? ngram_policy_ : draft_policy_;
+}
+
+// The most drafts a request may get this step: its fixed k or the policy's bound, never past
+// the last token it may emit or the context.
+int32_t RouterEngine::KCap(const Request& r) const {
+  const int32_t n = static_cast<int32_t>(r.tokens.size());
   int32_t k = r.req.fixed_k > 0 ? r.req.fixed_k
               : options_.default_k > 0 ? options_.default_k
-                                       : r.k.Want(pinned ? 1 : running);
-  // Drafts past the last token we may emit, or the context, are wasted work.
-  k = std::min(k, left - 1);
-  k = std::min<int32_t>(k, target_info_.context_length() - static_cast<int32_t>(r.tokens.size()) - 1);
+                                       : options_.max_k;
+  k = std::min(k, r.req.max_new_tokens - (n - r.n_prompt) - 1);
+  k = std::min<int32_t>(k, target_info_.context_length() - n - 1);
   return std::max(k, 0);
 }
 
@@ -305,92 +331,153 @@ void RouterEngine::Loop() {
 }
 
 void RouterEngine::Iterate() {
-  const absl::Time now = absl::Now();
-  if (draft_ != nullptr && now >= draft_retry_at_ && !draft_available()) MaybeReconnectDraft();
-
-  std::vector<RequestPtr> ended;  // cancelled or expired
-  std::vector<int64_t> release;
-  Schedule sched;
-  absl::flat_hash_map<int64_t, RequestPtr> plan_req;
-  bool draft_up;
+  Iteration it;
+  it.now = absl::Now();
+  if (draft_ != nullptr && it.now >= draft_retry_at_ && !draft_available()) MaybeReconnectDraft();
   {
     absl::MutexLock l(&mu_);
-    std::vector<RequestPtr> all(running_.begin(), running_.end());
-    all.insert(all.end(), waiting_.begin(), waiting_.end());
-    for (const RequestPtr& r : all) {
-      if (r->cancelled || now > r->deadline) {
-        if (Remove(r)) release.push_back(r->id);
-        ended.push_back(r);
-      }
-    }
-    draft_up = draft_up_;
-    SchedulerState st;
-    for (const RequestPtr& r : running_) {
-      st.running.push_back({r->id, static_cast<int32_t>(r->tokens.size()), r->target_pos,
-                            WantK(*r, draft_up, static_cast<int32_t>(running_.size())),
-                            r->req.spec_mode == SpecMode::kNgram,
-                            !sampling::IsGreedy(r->req.params), r->tokens.size() > r->n_prompt});
-    }
-    for (const RequestPtr& r : waiting_) {
-      st.waiting.push_back({r->id, static_cast<int32_t>(r->tokens.size()), 0, 0, false,
-                            !sampling::IsGreedy(r->req.params), r->tokens.size() > r->n_prompt});
-    }
-    SchedulerConfig config = options_.scheduler;
-    config.block_size = target_info_.kv_block_size();
-    config.target_blocks = target_info_.kv_num_blocks();
-    config.draft_blocks = draft_up ? draft_blocks_ : 0;
-    sched = ScheduleIteration(st, config);
-    if (std::getenv("SPECD_ROUTER_DEBUG") != nullptr) {
-      std::string line = absl::StrCat("run=", st.running.size(), " wait=", st.waiting.size(), " plans:");
-      for (const SeqPlan& p : sched.plans) absl::StrAppend(&line, " ", p.id, "[", p.start, ",", p.end, ")k", p.k, p.emit ? "e" : "");
-      for (const SeqView& v : st.running) absl::StrAppend(&line, " R", v.id, "c", v.committed, "t", v.target_pos);
-      absl::StrAppend(&line, " preempt=", sched.preempt.size(), " admit=", sched.admit.size());
-      std::fprintf(stderr, "%s\n", line.c_str());
-    }
-    for (int64_t id : sched.preempt) {
-      RequestPtr r = by_id_[id];
-      running_.erase(std::find(running_.begin(), running_.end(), r));
-      waiting_.push_front(r);
-      if (r->on_services) release.push_back(id);
-      r->on_services = false;
-      r->target_pos = 0;
-      r->draft_pos = 0;
-      metrics_->router_preemptions.Increment();
-    }
-    for (int64_t id : sched.admit) {
-      RequestPtr r = waiting_.front();
-      SPECD_CHECK(r->id == id, "scheduler admitted out of order");
-      waiting_.pop_front();
-      running_.push_back(r);
-      if (r->t_scheduled == absl::InfiniteFuture()) {
-        r->t_scheduled = now;
-        metrics_->router_queue_time.Observe(Seconds(now - r->t_submit));
-        metrics_->router_prompt_tokens.Increment(r->n_prompt);
-      }
-    }
-    for (const SeqPlan& p : sched.plans) plan_req[p.id] = by_id_[p.id];
-    metrics_->router_running.Set(running_.size());
-    metrics_->router_waiting.Set(waiting_.size());
+    ExpireLocked(it);
+    ScheduleLocked(it);
   }
   // Release first: once a client hears "cancelled", the KV is already free everywhere.
-  if (!release.empty()) ReleaseOnServices(release);
-  for (const RequestPtr& r : ended) {
+  if (!it.release.empty()) ReleaseOnServices(it.release);
+  for (const RequestPtr& r : it.ended) {
     Finish(r, r->cancelled ? absl::CancelledError("cancelled by the client")
                            : absl::DeadlineExceededError("the request's deadline passed"));
   }
-  if (sched.plans.empty()) {
+  if (it.sched.plans.empty()) {
     absl::SleepFor(options_.retry_backoff);
     return;
   }
+  RunDraftStep(it);
+  const iv1::TargetStepRequest request = BuildTargetStep(it);
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<iv1::TargetStepResponse> response = target_->Step(request);
+  const absl::Time t1 = absl::Now();
+  metrics_->router_rpc_latency.Add({{"hop", "target"}}, services::LatencyBuckets())
+      .Observe(Seconds(t1 - t0));
+  if (!response.ok()) {
+    HandleTargetError(it, response.status(), t1);
+    return;
+  }
+  target_down_since_ = absl::InfiniteFuture();
+  draft_policy_.ObserveVerify(it.step_tokens, Seconds(t1 - t0));
+  ngram_policy_.ObserveVerify(it.step_tokens, Seconds(t1 - t0));
+  ApplyResults(it, *response);
+}
 
-  // 1. Draft step for decode rows that want drafts.
-  absl::flat_hash_map<int64_t, const iv1::DraftSequenceResult*> drafts;
-  iv1::DraftStepResponse draft_resp;
+void RouterEngine::ExpireLocked(Iteration& it) {
+  std::vector<RequestPtr> all(running_.begin(), running_.end());
+  all.insert(all.end(), waiting_.begin(), waiting_.end());
+  for (const RequestPtr& r : all) {
+    if (r->cancelled || it.now > r->deadline) {
+      if (Remove(r)) it.release.push_back(r->id);
+      it.ended.push_back(r);
+    }
+  }
+}
+
+std::vector<int32_t> RouterEngine::DecideKLocked(bool draft_up) {
+  // Which running requests decode this step, and who decides their k: a fixed k, or one of
+  // the two policies (model drafts, n-gram drafts) for the adaptive ones.
+  std::vector<int32_t> k(running_.size(), 0);
+  std::vector<spec::KRequest> by_policy[2];  // [0] draft model, [1] n-gram
+  std::vector<size_t> index[2];
+  int64_t pending = 0, rows = 0, fixed_drafts = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request& r = *running_[i];
+    const int64_t uncomputed = static_cast<int64_t>(r.tokens.size()) - r.target_pos;
+    if (uncomputed != 1) {
+      pending += uncomputed;
+      continue;
+    }
+    ++rows;
+    const bool ngram = r.req.spec_mode == SpecMode::kNgram;
+    if (r.req.spec_mode == SpecMode::kOff || (!draft_up && !ngram)) continue;
+    if (r.req.fixed_k > 0 || options_.default_k > 0) {
+      k[i] = KCap(r);
+      fixed_drafts += k[i];
+      continue;
+    }
+    // A sampled request's k follows its own history only, never the batch (scheduler.h,
+    // "Pinned k"), so its seed reproduces its text in any batch.
+    by_policy[ngram].push_back({&r.spec, KCap(r), !sampling::IsGreedy(r.req.params)});
+    index[ngram].push_back(i);
+  }
+  // Tokens riding along with each group's rows: prompt chunks (what the budget leaves) and the
+  // other decode rows with their drafts.
+  const int64_t prefill =
+      std::min<int64_t>(pending, std::max<int64_t>(0, options_.scheduler.max_batch_tokens - rows));
+  int64_t other_drafts = fixed_drafts;
+  for (int g = 0; g < 2; ++g) {
+    if (by_policy[g].empty()) continue;
+    spec::KPolicy& policy = g == 1 ? ngram_policy_ : draft_policy_;
+    const int64_t fixed = prefill + rows - static_cast<int64_t>(by_policy[g].size()) + other_drafts;
+    const std::vector<int32_t> chosen =
+        policy.Choose(by_policy[g], static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX)));
+    for (size_t j = 0; j < chosen.size(); ++j) {
+      k[index[g][j]] = chosen[j];
+      other_drafts += chosen[j];
+    }
+  }
+  return k;
+}
+
+void RouterEngine::PreemptLocked(const RequestPtr& r, std::vector<int64_t>* release) {
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  waiting_.push_front(r);
+  if (r->on_services) release->push_back(r->id);
+  r->on_services = false;
+  r->target_pos = 0;
+  r->draft_pos = 0;
+  metrics_->router_preemptions.Increment();
+}
+
+void RouterEngine::ScheduleLocked(Iteration& it) {
+  it.draft_up = draft_up_;
+  const std::vector<int32_t> want_k = DecideKLocked(it.draft_up);
+  SchedulerState st;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Request& r = *running_[i];
+    st.running.push_back({r.id, static_cast<int32_t>(r.tokens.size()), r.target_pos, want_k[i],
+                          r.req.spec_mode == SpecMode::kNgram, !sampling::IsGreedy(r.req.params),
+                          static_cast<int32_t>(r.tokens.size()) > r.n_prompt});
+  }
+  for (const RequestPtr& r : waiting_) {
+    st.waiting.push_back({r->id, static_cast<int32_t>(r->tokens.size()), 0, 0, false,
+                          !sampling::IsGreedy(r->req.params),
+                          static_cast<int32_t>(r->tokens.size()) > r->n_prompt});
+  }
+  SchedulerConfig config = options_.scheduler;
+  config.block_size = target_info_.kv_block_size();
+  config.target_blocks = target_info_.kv_num_blocks();
+  config.draft_blocks = it.draft_up ? draft_blocks_ : 0;
+  it.sched = ScheduleIteration(st, config);
+  for (int64_t id : it.sched.preempt) PreemptLocked(by_id_[id], &it.release);
+  for (int64_t id : it.sched.admit) {
+    RequestPtr r = waiting_.front();
+    SPECD_CHECK(r->id == id, "scheduler admitted out of order");
+    waiting_.pop_front();
+    running_.push_back(r);
+    if (r->t_scheduled == absl::InfiniteFuture()) {
+      r->t_scheduled = it.now;
+      metrics_->router_queue_time.Observe(Seconds(it.now - r->t_submit));
+      metrics_->router_prompt_tokens.Increment(r->n_prompt);
+    }
+  }
+  for (const SeqPlan& p : it.sched.plans) it.req_of[p.id] = by_id_[p.id];
+  metrics_->router_running.Set(running_.size());
+  metrics_->router_waiting.Set(waiting_.size());
+}
+
+void RouterEngine::RunDraftStep(Iteration& it) {
   iv1::DraftStepRequest dreq;
-  for (SeqPlan& p : sched.plans) {
+  std::vector<spec::KRequest> drafting;  // for the policy's cost observation
+  std::vector<int32_t> ks;
+  for (const SeqPlan& p : it.sched.plans) {
     if (!p.emit || p.k == 0) continue;
-    Request& r = *plan_req[p.id];
-    if (r.req.spec_mode == SpecMode::kNgram) continue;  // drafted below, by the router
+    Request& r = *it.req_of[p.id];
+    if (r.req.spec_mode == SpecMode::kNgram) continue;  // drafted by the router itself
     iv1::DraftSequenceStep* d = dreq.add_sequences();
     d->set_seq_id(p.id);
     d->set_start_pos(r.draft_pos);
@@ -399,34 +486,38 @@ void RouterEngine::Iterate() {
     d->set_num_prompt_tokens(r.n_prompt);
     services::ToProto(r.req.params, d->mutable_sampling());
     metrics_->router_chosen_k.Observe(p.k);
+    drafting.push_back({&r.spec, p.k, false});
+    ks.push_back(p.k);
   }
-  if (dreq.sequences_size() > 0) {
-    const absl::Time t0 = absl::Now();
-    absl::StatusOr<iv1::DraftStepResponse> resp = draft_->Step(dreq);
-    metrics_->router_rpc_latency.Add({{"hop", "draft"}}, services::LatencyBuckets())
-        .Observe(Seconds(absl::Now() - t0));
-    if (!resp.ok()) {
-      metrics_->router_rpc_errors.Add({{"hop", "draft"}, {"code", CodeName(resp.status().code())}})
-          .Increment();
-      {
-        absl::MutexLock l(&mu_);
-        draft_up_ = false;
-      }
-      draft_retry_at_ = absl::Now() + options_.draft_retry;
-      metrics_->router_draft_available.Set(0);
-    } else {
-      draft_resp = std::move(*resp);
-      for (const iv1::DraftSequenceResult& d : draft_resp.sequences()) drafts[d.seq_id()] = &d;
-      metrics_->router_kv_blocks.Add({{"service", "draft"}, {"state", "used"}})
-          .Set(draft_resp.kv().used_blocks());
+  if (dreq.sequences_size() == 0) return;
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<iv1::DraftStepResponse> resp = draft_->Step(dreq);
+  const double secs = Seconds(absl::Now() - t0);
+  metrics_->router_rpc_latency.Add({{"hop", "draft"}}, services::LatencyBuckets()).Observe(secs);
+  if (!resp.ok()) {
+    metrics_->router_rpc_errors.Add({{"hop", "draft"}, {"code", CodeName(resp.status().code())}})
+        .Increment();
+    {
+      absl::MutexLock l(&mu_);
+      draft_up_ = false;
     }
+    draft_retry_at_ = absl::Now() + options_.draft_retry;
+    metrics_->router_draft_available.Set(0);
+    return;
   }
+  it.draft_response = std::move(*resp);
+  for (const iv1::DraftSequenceResult& d : it.draft_response.sequences()) it.drafts[d.seq_id()] = &d;
+  metrics_->router_kv_blocks.Add({{"service", "draft"}, {"state", "used"}})
+      .Set(it.draft_response.kv().used_blocks());
+  // What a draft round costs, seen from here (the hop included).
+  draft_policy_.ObserveDraft(drafting, ks, secs);
+}
 
-  // 2. Target step: prompt chunks and verification rows in one ragged pass.
+iv1::TargetStepRequest RouterEngine::BuildTargetStep(Iteration& it) {
   iv1::TargetStepRequest treq;
-  int32_t step_tokens = 0;
-  for (SeqPlan& p : sched.plans) {
-    Request& r = *plan_req[p.id];
+  it.step_tokens = 0;
+  for (SeqPlan& p : it.sched.plans) {
+    Request& r = *it.req_of[p.id];
     iv1::TargetSequenceStep* t = treq.add_sequences();
     t->set_seq_id(p.id);
     t->set_start_pos(p.start);
@@ -434,121 +525,108 @@ void RouterEngine::Iterate() {
     t->set_emit(p.emit);
     t->set_num_prompt_tokens(r.n_prompt);
     services::ToProto(r.req.params, t->mutable_sampling());
-    auto it = drafts.find(p.id);
+    auto d = it.drafts.find(p.id);
     if (p.k > 0 && r.req.spec_mode == SpecMode::kNgram) {
-      for (int32_t d : NgramPropose(r.tokens, p.k)) {
-        iv1::Proposal* q = t->add_proposals();
-        q->set_token(d);
-        q->add_ids(d);
+      for (int32_t tok : ngram_->Lookup(r.tokens, p.k)) {
+        iv1::Proposal* q = t->add_proposals();  // a point mass: the lookup is deterministic
+        q->set_token(tok);
+        q->add_ids(tok);
         q->add_probs(1.0f);
       }
-    } else if (p.k > 0 && it != drafts.end() && !it->second->needs_prefill()) {
-      *t->mutable_proposals() = it->second->proposals();
-    } else if (p.k > 0 && it != drafts.end()) {
+    } else if (p.k > 0 && d != it.drafts.end() && !d->second->needs_prefill()) {
+      *t->mutable_proposals() = d->second->proposals();
+    } else if (p.k > 0 && d != it.drafts.end()) {
       r.draft_pos = 0;  // the draft lost it: resend everything next time
     }
     p.k = t->proposals_size();
-    step_tokens += p.tokens();
+    it.step_tokens += p.tokens();
     r.on_services = true;
   }
-  const absl::Time t0 = absl::Now();
-  absl::StatusOr<iv1::TargetStepResponse> resp = target_->Step(treq);
-  const absl::Time t1 = absl::Now();
-  metrics_->router_rpc_latency.Add({{"hop", "target"}}, services::LatencyBuckets())
-      .Observe(Seconds(t1 - t0));
-  if (!resp.ok()) {
-    const absl::StatusCode code = resp.status().code();
-    metrics_->router_rpc_errors.Add({{"hop", "target"}, {"code", CodeName(code)}}).Increment();
-    if (code == absl::StatusCode::kResourceExhausted) {
-      // Our KV estimate was off (e.g. the service holds stale sequences): preempt the youngest.
-      std::vector<int64_t> ids;
-      {
-        absl::MutexLock l(&mu_);
-        if (running_.size() > 1) {
-          RequestPtr r = running_.back();
-          running_.pop_back();
-          waiting_.push_front(r);
-          if (r->on_services) ids.push_back(r->id);
-          r->on_services = false;
-          r->target_pos = 0;
-          r->draft_pos = 0;
-          metrics_->router_preemptions.Increment();
-        }
-      }
-      if (!ids.empty()) ReleaseOnServices(ids);
-      absl::SleepFor(options_.retry_backoff);
-      return;
+  return treq;
+}
+
+void RouterEngine::HandleTargetError(Iteration& it, const absl::Status& status, absl::Time t1) {
+  const absl::StatusCode code = status.code();
+  metrics_->router_rpc_errors.Add({{"hop", "target"}, {"code", CodeName(code)}}).Increment();
+  if (code == absl::StatusCode::kResourceExhausted) {
+    // Our KV estimate was off (e.g. the service holds stale sequences): preempt the youngest.
+    std::vector<int64_t> ids;
+    {
+      absl::MutexLock l(&mu_);
+      if (running_.size() > 1) PreemptLocked(running_.back(), &ids);
     }
-    if (code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kInternal) {
-      // A router bug, not the client's: fail what was in the step, keep serving the rest.
-      for (auto& [id, r] : plan_req) {
-        {
-          absl::MutexLock l(&mu_);
-          Remove(r);
-        }
-        Finish(r, absl::InternalError(absl::StrCat("target step: ", resp.status().message())));
-      }
-      return;
-    }
-    // Unavailable / deadline: the target is (re)starting. Keep the requests; re-prefill when
-    // it is back (it answers needs_prefill for sequences it lost).
-    if (target_down_since_ == absl::InfiniteFuture()) target_down_since_ = t1;
-    if (t1 - target_down_since_ > options_.target_down_timeout) {
-      target_down_since_ = absl::InfiniteFuture();
-      FailAll(absl::UnavailableError(
-          absl::StrCat("the target service is unavailable: ", resp.status().message())));
-      return;
-    }
+    if (!ids.empty()) ReleaseOnServices(ids);
     absl::SleepFor(options_.retry_backoff);
     return;
   }
-  target_down_since_ = absl::InfiniteFuture();
-  if (resp->instance_id() != target_info_.instance_id()) {
-    target_info_.set_instance_id(resp->instance_id());
-  }
-  metrics_->router_batch_size.Observe(sched.plans.size());
-  metrics_->router_step_tokens.Observe(step_tokens);
-  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "used"}})
-      .Set(resp->kv().used_blocks());
-  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "free"}})
-      .Set(resp->kv().free_blocks());
-
-  std::vector<RequestPtr> finished;
-  absl::flat_hash_map<int64_t, int32_t> k_of;
-  for (const SeqPlan& p : sched.plans) k_of[p.id] = p.k;
-  for (const iv1::TargetSequenceResult& res : resp->sequences()) {
-    auto it = plan_req.find(res.seq_id());
-    if (it == plan_req.end()) continue;
-    Request& r = *it->second;
-    const SeqPlan* plan = nullptr;
-    for (const SeqPlan& p : sched.plans) {
-      if (p.id == res.seq_id()) plan = &p;
+  if (code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kInternal) {
+    // A router bug, not the client's: fail what was in the step, keep serving the rest.
+    for (auto& [id, r] : it.req_of) {
+      {
+        absl::MutexLock l(&mu_);
+        Remove(r);
+      }
+      Finish(r, absl::InternalError(absl::StrCat("target step: ", status.message())));
     }
+    return;
+  }
+  // Unavailable / deadline: the target is (re)starting. Keep the requests; re-prefill when
+  // it is back (it answers needs_prefill for sequences it lost).
+  if (target_down_since_ == absl::InfiniteFuture()) target_down_since_ = t1;
+  if (t1 - target_down_since_ > options_.target_down_timeout) {
+    target_down_since_ = absl::InfiniteFuture();
+    FailAll(absl::UnavailableError(
+        absl::StrCat("the target service is unavailable: ", status.message())));
+    return;
+  }
+  absl::SleepFor(options_.retry_backoff);
+}
+
+void RouterEngine::ApplyResults(Iteration& it, const iv1::TargetStepResponse& resp) {
+  if (resp.instance_id() != target_info_.instance_id()) {
+    target_info_.set_instance_id(resp.instance_id());
+  }
+  metrics_->router_batch_size.Observe(it.sched.plans.size());
+  metrics_->router_step_tokens.Observe(it.step_tokens);
+  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "used"}})
+      .Set(resp.kv().used_blocks());
+  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "free"}})
+      .Set(resp.kv().free_blocks());
+  absl::flat_hash_map<int64_t, const SeqPlan*> plan_of;
+  for (const SeqPlan& p : it.sched.plans) plan_of[p.id] = &p;
+  std::vector<RequestPtr> finished;
+  for (const iv1::TargetSequenceResult& res : resp.sequences()) {
+    auto rit = it.req_of.find(res.seq_id());
+    auto pit = plan_of.find(res.seq_id());
+    if (rit == it.req_of.end() || pit == plan_of.end()) continue;
+    Request& r = *rit->second;
+    const SeqPlan& plan = *pit->second;
     if (res.needs_prefill()) {
       r.target_pos = 0;  // the target restarted or lost it: recompute from the history
       continue;
     }
-    if (!plan->emit) {
-      r.target_pos = plan->end;
+    if (!plan.emit) {
+      r.target_pos = plan.end;
       continue;
     }
-    const int32_t k = k_of[res.seq_id()];
-    if (k > 0) r.draft_pos = static_cast<int32_t>(r.tokens.size());
-    if (EmitTokens(r, res, k)) finished.push_back(it->second);
+    if (plan.k > 0) r.draft_pos = static_cast<int32_t>(r.tokens.size());
+    spec::KPolicy& policy = PolicyFor(r);
+    policy.AfterDraft(r.spec, plan.k);
+    policy.AfterVerify(r.spec, plan.k, res.num_accepted());
+    if (EmitTokens(r, res, plan.k)) finished.push_back(rit->second);
     r.target_pos = static_cast<int32_t>(r.tokens.size()) - 1;
   }
-  if (!finished.empty()) {
-    std::vector<int64_t> ids;
-    {
-      absl::MutexLock l(&mu_);
-      for (const RequestPtr& r : finished) {
-        if (Remove(r)) ids.push_back(r->id);
-      }
-      metrics_->router_running.Set(running_.size());
+  if (finished.empty()) return;
+  std::vector<int64_t> ids;
+  {
+    absl::MutexLock l(&mu_);
+    for (const RequestPtr& r : finished) {
+      if (Remove(r)) ids.push_back(r->id);
     }
-    ReleaseOnServices(ids);
-    for (const RequestPtr& r : finished) Finish(r, absl::OkStatus());
+    metrics_->router_running.Set(running_.size());
   }
+  ReleaseOnServices(ids);
+  for (const RequestPtr& r : finished) Finish(r, absl::OkStatus());
 }
 
 bool RouterEngine::EmitTokens(Request& r, const iv1::TargetSequenceResult& res, int32_t drafted) {
@@ -595,13 +673,6 @@ bool RouterEngine::EmitTokens(Request& r, const iv1::TargetSequenceResult& res, 
   if (finished) chunk.mutable_text()->append(r.text->Finish());
   // Statistics.
   ++r.target_steps;
-  r.k.Observe(drafted, res.num_accepted());
-  if (drafted > 0 && r.req.spec_mode != SpecMode::kNgram) {
-    const int32_t tried = std::min(drafted, res.num_accepted() + 1);
-    const double step = static_cast<double>(res.num_accepted()) / tried;
-    const double old = draft_acceptance_.load(std::memory_order_relaxed);
-    draft_acceptance_.store(old < 0 ? step : 0.9 * old + 0.1 * step, std::memory_order_relaxed);
-  }
   if (drafted > 0) {
     r.drafted += drafted;
     r.accepted += res.num_accepted();

@@ -17,9 +17,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/spec/k_policy.h"
+#include "common/spec/ngram_drafter.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/metrics.h"
-#include "services/router/adaptive_k.h"
 #include "services/router/backends.h"
 #include "services/router/request_validation.h"
 #include "services/router/scheduler.h"
@@ -32,8 +33,12 @@ struct RouterOptions {
   // max_batch_tokens, max_running, max_queue are used as given; block size and capacities come
   // from the services' GetInfo.
   SchedulerConfig scheduler;
-  AdaptiveKConfig adaptive_k;
+  int32_t max_k = 8;                     // adaptive k's upper bound
   int32_t default_k = 0;                 // 0: adaptive
+  // The adaptive-k policy's cost curves (spec::KPolicy). Empty: the services' own calibration
+  // (GetInfo step_cost); a service that reports none gets no adaptive drafts.
+  spec::CostCurve verify_cost, draft_cost;
+  bool track_load = true;  // rescale the curves from measured step times
   int32_t max_new_tokens_limit = 4096;
   absl::Duration draft_retry = absl::Seconds(1);
   absl::Duration target_down_timeout = absl::Seconds(30);
@@ -81,10 +86,41 @@ class RouterEngine {
   struct Request;
   using RequestPtr = std::shared_ptr<Request>;
 
+  // One iteration of the loop, as named steps. What the steps hand each other.
+  struct Iteration {
+    absl::Time now;
+    bool draft_up = false;
+    Schedule sched;
+    absl::flat_hash_map<int64_t, RequestPtr> req_of;  // every planned request
+    std::vector<RequestPtr> ended;                    // cancelled or expired
+    std::vector<int64_t> release;                     // to release on the services first
+    // The draft service's answers for this step (none when it failed or was not asked).
+    iv1::DraftStepResponse draft_response;
+    absl::flat_hash_map<int64_t, const iv1::DraftSequenceResult*> drafts;
+    int32_t step_tokens = 0;
+  };
+
   void Loop();
   void Iterate();
-  int32_t WantK(Request& r, bool draft_up, int32_t running);
+  // 1. Cancelled / expired requests out of the queues (their KV is released first).
+  void ExpireLocked(Iteration& it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // 2. k per decoding request, then the scheduler on a snapshot; admit and preempt.
+  void ScheduleLocked(Iteration& it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<int32_t> DecideKLocked(bool draft_up) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one preemption routine: back to the head of the queue, KV dropped everywhere.
+  void PreemptLocked(const RequestPtr& r, std::vector<int64_t>* release)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // 3. Draft service Step for the decode rows that want model drafts.
+  void RunDraftStep(Iteration& it);
+  // 4. The target Step: prompt chunks and [last, d1..dk] rows (n-gram drafts made here).
+  iv1::TargetStepRequest BuildTargetStep(Iteration& it);
+  // 5. A failed target step: preempt, fail the step's requests, or wait for a restart.
+  void HandleTargetError(Iteration& it, const absl::Status& status, absl::Time t1);
+  // 6. Emitted tokens to the requests, policy bookkeeping, finished requests out.
+  void ApplyResults(Iteration& it, const iv1::TargetStepResponse& response);
   void MaybeReconnectDraft();
+  spec::KPolicy& PolicyFor(const Request& r);
+  int32_t KCap(const Request& r) const;
   // Appends the emitted tokens; returns true when the request finished.
   bool EmitTokens(Request& r, const iv1::TargetSequenceResult& result, int32_t drafted);
   void Finish(const RequestPtr& r, absl::Status status);
@@ -113,13 +149,12 @@ class RouterEngine {
   // What the draft service last said it is: SELF requests need the target's own first layers.
   enum class DraftKind { kUnknown, kSelf, kSeparate };
   DraftKind draft_kind_ ABSL_GUARDED_BY(mu_) = DraftKind::kUnknown;
-  // How often the draft service's tokens are accepted, over all requests (an EWMA per verified
-  // step, written by the loop only): a new greedy request starts its adaptive k from it rather
-  // than from a fixed guess, so a draft that is rarely right is not tried (and prefilled) again
-  // for every request. Sampled requests keep the fixed prior (their k must not depend on others).
-  std::atomic<double> draft_acceptance_{-1.0};  // < 0: no evidence yet
-
   // Loop-thread state.
+  // THE adaptive-k policy (common/spec/k_policy.h), one instance per kind of drafter: the draft
+  // service's model (its cost curve from the draft's calibration) and the router's own n-gram
+  // lookup (free). Each learns its drafter's acceptance; a new unpinned request starts from it.
+  spec::KPolicy draft_policy_, ngram_policy_;
+  std::unique_ptr<spec::NgramDrafter> ngram_;
   absl::Time draft_retry_at_ = absl::InfinitePast();
   absl::Time target_down_since_ = absl::InfiniteFuture();
   std::thread loop_;

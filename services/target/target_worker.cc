@@ -8,11 +8,31 @@
 #include "common/sampling/penalty_state.h"
 #include "common/sampling/philox.h"
 #include "common/sampling/speculative_verifier.h"
+#include "common/spec/calibration.h"
 #include "services/common/proto_convert.h"
 
 namespace specd::services {
 
 namespace iv1 = specd::internal::v1;
+
+iv1::ServiceInfo TargetWorker::Info() const {
+  iv1::ServiceInfo info = host_->Info();
+  for (const auto& [size, seconds] : cost_.points()) {
+    iv1::CostPoint* p = info.add_step_cost();
+    p->set_size(size);
+    p->set_seconds(seconds);
+  }
+  return info;
+}
+
+absl::Status TargetWorker::Calibrate() {
+  // Verification asks for every decode row's logits: up to 128 rows per step measured.
+  absl::StatusOr<spec::CostCurve> c =
+      spec::CalibrateVerify(*host_, host_->options().max_batch_tokens, /*max_rows=*/128);
+  if (!c.ok()) return c.status();
+  cost_ = std::move(*c);
+  return absl::OkStatus();
+}
 
 absl::Status TargetWorker::Validate(const iv1::TargetStepRequest& request) const {
   const int32_t vocab = host_->vocab_size();
@@ -96,16 +116,14 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
     if (host_->History(s.seq_id()) == nullptr) {
       if (absl::Status st = host_->AddSequence(s.seq_id()); !st.ok()) return st;
     }
-    std::vector<int32_t> ids(s.tokens().begin(), s.tokens().end());
-    for (const iv1::Proposal& p : s.proposals()) ids.push_back(p.token());
-    const int32_t base = static_cast<int32_t>(batch.tokens.size());
-    batch.Add(s.seq_id(), s.start_pos(), ids.data(), static_cast<int32_t>(ids.size()), false);
-    batch.logit_rows.pop_back();
     if (s.emit()) {
-      first_row[i] = static_cast<int32_t>(batch.logit_rows.size());
-      for (int j = s.tokens_size() - 1; j < static_cast<int>(ids.size()); ++j) {
-        batch.logit_rows.push_back(base + j);
-      }
+      std::vector<int32_t> drafts;
+      for (const iv1::Proposal& p : s.proposals()) drafts.push_back(p.token());
+      first_row[i] = batch.AddVerify(s.seq_id(), s.start_pos(),
+                                     absl::MakeConstSpan(s.tokens().data(), s.tokens_size()),
+                                     drafts);
+    } else {
+      batch.AddPrompt(s.seq_id(), s.start_pos(), s.tokens().data(), s.tokens_size());
     }
   }
   logits_.resize(batch.logit_rows.size() * static_cast<size_t>(vocab));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/spec/adaptive_k.h"
 #include "services/common/model_host.h"
 #include "specd/internal/v1/target.pb.h"
 
@@ -24,7 +25,10 @@ class TargetWorker {
   absl::StatusOr<specd::internal::v1::TargetStepResponse> Step(
       const specd::internal::v1::TargetStepRequest& request);
   specd::internal::v1::ReleaseResponse Release(const specd::internal::v1::ReleaseRequest& request);
-  specd::internal::v1::ServiceInfo Info() const { return host_->Info(); }
+  // The host's info plus the forward cost curve once Calibrate ran.
+  specd::internal::v1::ServiceInfo Info() const;
+  // Times forwards (spec::CalibrateVerify) for Info's step_cost.
+  absl::Status Calibrate();
   ModelHost& host() { return *host_; }
 
  private:
@@ -32,6 +36,7 @@ class TargetWorker {
 
   std::unique_ptr<ModelHost> host_;
   std::vector<float> logits_;
+  spec::CostCurve cost_;
 };
 
 }  // namespace specd::services

@@ -16,6 +16,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "services/common/metrics.h"
+#include "services/inproc/local_backends.h"
 #include "services/router/router_engine.h"
 
 namespace specd::router {
@@ -112,6 +113,13 @@ class RouterEngineTest : public ::testing::Test {
       draft_ = d.get();
     }
     if (options.scheduler.max_batch_tokens > 128) options.scheduler.max_batch_tokens = 128;
+    // Adaptive k on fixed curves (these tiny workers are not calibrated, and a tiny draft costs
+    // as much as its target): a memory-bound target, a draft round ~5 % of a target step.
+    if (options.verify_cost.empty()) {
+      options.verify_cost = spec::CostCurve({{1, 1.0}, {64, 1.63}, {1024, 20.83}});
+      options.draft_cost = spec::CostCurve({{1, 0.05}, {256, 1.0}});
+      options.track_load = false;
+    }
     options.draft_retry = absl::Milliseconds(50);
     engine_ = std::make_unique<RouterEngine>(options, std::move(t), std::move(d), *tokenizer_,
                                              &metrics_);

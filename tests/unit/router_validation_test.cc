@@ -1,15 +1,17 @@
 // Every bad GenerateRequest field gets INVALID_ARGUMENT naming it; stop strings spanning
-// tokens are cut exactly; adaptive k responds to acceptance and load.
+// tokens are cut exactly; the router's n-gram lookup and adaptive k (the one policy,
+// common/spec/k_policy.h, as the router configures it) respond to acceptance and load.
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "common/gguf/gguf_file.h"
 #include "common/testing/tiny_model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
-#include "services/router/adaptive_k.h"
-#include "services/router/ngram_proposer.h"
+#include "common/spec/k_policy.h"
+#include "common/spec/ngram_drafter.h"
 #include "services/router/request_validation.h"
 #include "services/router/text_stream.h"
 
@@ -139,6 +141,13 @@ TEST_F(ValidationTest, StopStringSpanningTokensIsCutExactly) {
   EXPECT_EQ(all, "the cat sat on the mat");
 }
 
+// The router's n-gram drafts: spec::NgramDrafter with suffixes of up to 3 tokens.
+std::vector<int32_t> NgramPropose(const std::vector<int32_t>& h, int32_t k) {
+  spec::NgramDrafterOptions o;
+  o.max_ngram = 3;
+  return (*spec::NgramDrafter::Create(o))->Lookup(h, k);
+}
+
 TEST(NgramProposerTest, ProposesWhatFollowedTheLastMatch) {
   const std::vector<int32_t> h = {1, 2, 3, 4, 9, 2, 3, 4, 7, 8, 2, 3};
   EXPECT_EQ(NgramPropose(h, 3), (std::vector<int32_t>{4, 7, 8}));  // most recent "2 3"
@@ -147,27 +156,54 @@ TEST(NgramProposerTest, ProposesWhatFollowedTheLastMatch) {
   EXPECT_EQ(NgramPropose({5, 6, 5}, 4), (std::vector<int32_t>{6, 5}));  // stops at the end
 }
 
+// Cost curves shaped like a memory-bound target (extra verified tokens nearly free up to 64
+// tokens, then compute-bound) and a draft round costing ~8 % of a target step.
+spec::KPolicy RouterLikePolicy() {
+  spec::KPolicyOptions o;
+  o.max_k = 8;
+  o.track_load = false;
+  o.verify_cost = spec::CostCurve({{1, 1.0}, {64, 1.63}, {1024, 20.83}});
+  o.draft_cost = spec::CostCurve({{1, 0.082}, {256, 0.6}});
+  return spec::KPolicy(o);
+}
+
+// k for `running` sequences of per-token acceptance `acceptance`, each allowed up to 8.
+int32_t ChooseK(double acceptance, int32_t running) {
+  const spec::KPolicy policy = RouterLikePolicy();
+  const std::vector<spec::KCandidate> batch(running, spec::KCandidate{acceptance, 8});
+  return spec::ChooseK(batch, 0, 8, policy.verify_cost(), policy.draft_cost())[0];
+}
+
 TEST(AdaptiveKTest, FollowsAcceptanceAndLoad) {
-  AdaptiveKConfig c;
-  EXPECT_GE(ChooseK(0.9, 1, c), 4);
-  EXPECT_LE(ChooseK(0.3, 1, c), 1);
-  EXPECT_EQ(ChooseK(0.02, 1, c), 0);
-  EXPECT_LT(ChooseK(0.9, 64, c), ChooseK(0.9, 1, c));
-  EXPECT_EQ(ChooseK(0.6, 256, c), 0);
-  AdaptiveK k(c);
-  for (int i = 0; i < 30; ++i) k.Observe(4, 4);
-  EXPECT_GT(k.acceptance(), 0.9);
-  EXPECT_GE(k.Want(1), 4);
-  EXPECT_EQ(k.Want(1), k.Want(1));  // asking does not change it
-  for (int i = 0; i < 30; ++i) k.Observe(4, 0);
-  EXPECT_LT(k.acceptance(), 0.05);
+  EXPECT_GE(ChooseK(0.9, 1), 4);
+  EXPECT_LE(ChooseK(0.3, 1), 1);
+  EXPECT_EQ(ChooseK(0.02, 1), 0);
+  EXPECT_LT(ChooseK(0.9, 64), ChooseK(0.9, 1));
+  EXPECT_EQ(ChooseK(0.6, 256), 0);
+  spec::KPolicy policy = RouterLikePolicy();
+  spec::SpecSeqState s;
+  const spec::KRequest one{&s, 8, /*pinned=*/true};  // its own history only
+  auto want = [&] { return policy.Choose({&one, 1}, 0)[0]; };
+  auto step = [&](int32_t drafted, int32_t accepted) {
+    policy.AfterDraft(s, drafted);
+    policy.AfterVerify(s, drafted, accepted);
+  };
+  for (int i = 0; i < 30; ++i) step(4, 4);
+  EXPECT_GT(s.acceptance.alpha(), 0.9);
+  EXPECT_GE(want(), 4);
+  EXPECT_EQ(want(), want());  // asking does not change it
+  for (int i = 0; i < 30; ++i) step(4, 0);
+  EXPECT_LT(s.acceptance.alpha(), 0.15);
+  EXPECT_EQ(want(), 0);
   int probes = 0;
   for (int i = 0; i < 34; ++i) {
-    const int32_t want = k.Want(1);
-    probes += want > 0;
-    k.Observe(want, 0);  // each step runs what was wanted
+    const int32_t k = want();
+    probes += k > 0;
+    step(k, 0);  // each step runs what was wanted
   }
-  EXPECT_EQ(probes, 2);  // a probe after every probe_every (16) steps without drafts
+  // Probes come after probe_every steps without drafts; each time drafting stops the wait
+  // doubles (16 -> 32 steps here), so 34 steps see exactly one.
+  EXPECT_EQ(probes, 1);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ endif()
 if(NOT SPECD_CORE_ONLY)
   specd_test(router_engine_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/router_engine_test.cc
-    DEPS specd_router_core specd_testing LABELS services TIMEOUT 600)
+    DEPS specd_local_backends specd_testing LABELS services TIMEOUT 600)
 endif()
 if(NOT SPECD_CORE_ONLY)
   specd_test(router_validation_test

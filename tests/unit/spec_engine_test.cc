@@ -219,13 +219,18 @@ TEST_F(SpecEngineTest, SeededSamplingIsIndependentOfBatching) {
     params[i].seed = 1000 + i;
     params[i].ignore_eos = true;
   }
-  std::vector<std::vector<int32_t>> alone;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto d = MakeDrafter("model");
-    SpecEngineOptions o;
-    o.k = 4;
-    auto e = MakeEngine(d.get(), o);
-    alone.push_back(EngineGenerate(*e, {prompts[i]}, {params[i]}, 30)[0]);
+  // Each sequence alone, with fixed and with adaptive k (a pinned sequence's adaptive k follows
+  // its own acceptance, so the two schedules differ).
+  std::vector<std::vector<int32_t>> alone_by_mode[2];
+  for (bool adaptive : {false, true}) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto d = MakeDrafter("model");
+      SpecEngineOptions o;
+      o.k = 4;
+      o.adaptive_k = adaptive;
+      auto e = MakeEngine(d.get(), o);
+      alone_by_mode[adaptive].push_back(EngineGenerate(*e, {prompts[i]}, {params[i]}, 30)[0]);
+    }
   }
   // Batched: the same tokens, also when the batch changes what the engine would choose —
   // adaptive k, a token budget smaller than the drafts (pinned sequences wait a step), and KV
@@ -248,6 +253,7 @@ TEST_F(SpecEngineTest, SeededSamplingIsIndependentOfBatching) {
     o.max_running = 6;
     auto e = MakeEngine(d.get(), o);
     ASSERT_TRUE(e) << v.name;
+    const std::vector<std::vector<int32_t>>& alone = alone_by_mode[v.adaptive];
     EXPECT_EQ(EngineGenerate(*e, prompts, params, 30), alone) << v.name;
     EXPECT_EQ(e->kv_cache().num_used_blocks(), 0) << v.name;
     if (v.kv_blocks < 100) {
