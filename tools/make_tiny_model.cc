@@ -1,11 +1,11 @@
 // specd-make-tiny-model: writes a small random-weight Llama-architecture GGUF for tests and
-// experiments (see common/testing/tiny_model.h).
+// experiments (see testing/tiny_model.h).
 #include <cstdio>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "common/gguf/ggml_type.h"
-#include "common/testing/tiny_model.h"
+#include "testing/tiny_model.h"
 
 namespace {
 

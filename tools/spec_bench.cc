@@ -10,12 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/engine/backend.h"
-#include "common/engine/communicator.h"
-#include "common/engine/llama_model.h"
+#include "engine/backend.h"
+#include "engine/communicator.h"
+#include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
-#include "common/spec/drafter_factory.h"
-#include "common/spec/spec_engine.h"
+#include "speculation/drafter_factory.h"
+#include "speculation/spec_engine.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "common/gguf/ggml_type.h"
 #include "common/sampling/sampling_params.h"
-#include "common/spec/drafter_factory.h"
+#include "speculation/drafter_factory.h"
 #include "kernels/kernel_types.h"
 
 namespace specd {

@@ -1,5 +1,5 @@
 // Non-x86 builds: no x86 SIMD backends.
-#include "kernels/cpu/backend.h"
+#include "kernels/cpu/isa_kernels.h"
 
 namespace specd::kernels::cpu::internal {
 const Backend* Avx2Backend() { return nullptr; }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kernels/act_quant.h"
-#include "kernels/cpu/backend.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/ref/ops.h"
 
 namespace specd::kernels::cpu {

@@ -34,7 +34,7 @@
 #endif
 #endif
 
-#include "kernels/cpu/backend.h"
+#include "kernels/cpu/isa_kernels.h"
 
 namespace specd::kernels::cpu::internal {
 namespace {

@@ -10,9 +10,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "services/draft/draft_worker.h"
+#include "services/draft_service/draft_worker.h"
 #include "services/router/backends.h"
-#include "services/target/target_worker.h"
+#include "services/target_service/target_worker.h"
 
 namespace specd::router {
 

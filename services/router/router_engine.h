@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/spec/k_policy.h"
-#include "common/spec/ngram_drafter.h"
+#include "speculation/k_policy.h"
+#include "speculation/ngram_drafter.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/metrics.h"
 #include "services/router/backends.h"
@@ -150,7 +150,7 @@ class RouterEngine {
   enum class DraftKind { kUnknown, kSelf, kSeparate };
   DraftKind draft_kind_ ABSL_GUARDED_BY(mu_) = DraftKind::kUnknown;
   // Loop-thread state.
-  // THE adaptive-k policy (common/spec/k_policy.h), one instance per kind of drafter: the draft
+  // THE adaptive-k policy (speculation/k_policy.h), one instance per kind of drafter: the draft
   // service's model (its cost curve from the draft's calibration) and the router's own n-gram
   // lookup (free). Each learns its drafter's acceptance; a new unpinned request starts from it.
   spec::KPolicy draft_policy_, ngram_policy_;

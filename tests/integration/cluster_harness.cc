@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/testing/tiny_model.h"
+#include "testing/tiny_model.h"
 #include "gtest/gtest.h"
 
 namespace specd::testing {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/testing/tiny_model.h"
+#include "testing/tiny_model.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "specd/internal/v1/draft.grpc.pb.h"

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/testing/plain_greedy.h"
+#include "testing/plain_greedy.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
 

@@ -10,11 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/engine/backend.h"
-#include "common/engine/llama_model.h"
+#include "engine/backend.h"
+#include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
-#include "common/testing/plain_greedy.h"
+#include "testing/plain_greedy.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
 

@@ -37,7 +37,7 @@
 #include "common/gguf/quants.h"
 #include "gtest/gtest.h"
 #include "kernels/act_quant.h"
-#include "kernels/cpu/backend.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernel_types.h"

@@ -1,7 +1,7 @@
 // The model forward: reference vs fast backend, batch invariance, errors, and the real
 // SmolLM2 model against goldens from an independent numpy implementation
 // (scripts/gen_model_goldens.py).
-#include "common/engine/llama_model.h"
+#include "engine/llama_model.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/engine/backend.h"
-#include "common/engine/communicator.h"
-#include "common/engine/paged_kv_cache.h"
-#include "common/engine/thread_communicator.h"
+#include "engine/backend.h"
+#include "engine/communicator.h"
+#include "engine/paged_kv_cache.h"
+#include "engine/thread_communicator.h"
 #include "common/gguf/gguf_file.h"
 #include "common/gguf/gguf_writer.h"
-#include "common/testing/tiny_model.h"
+#include "testing/tiny_model.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"

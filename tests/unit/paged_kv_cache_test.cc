@@ -1,4 +1,4 @@
-#include "common/engine/paged_kv_cache.h"
+#include "engine/paged_kv_cache.h"
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"

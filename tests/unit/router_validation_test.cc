@@ -1,17 +1,17 @@
 // Every bad GenerateRequest field gets INVALID_ARGUMENT naming it; stop strings spanning
 // tokens are cut exactly; the router's n-gram lookup and adaptive k (the one policy,
-// common/spec/k_policy.h, as the router configures it) respond to acceptance and load.
+// speculation/k_policy.h, as the router configures it) respond to acceptance and load.
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "common/gguf/gguf_file.h"
-#include "common/testing/tiny_model.h"
+#include "testing/tiny_model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
-#include "common/spec/k_policy.h"
-#include "common/spec/ngram_drafter.h"
+#include "speculation/k_policy.h"
+#include "speculation/ngram_drafter.h"
 #include "services/router/request_validation.h"
 #include "services/router/text_stream.h"
 

@@ -5,17 +5,17 @@
 #include <string>
 #include <vector>
 
-#include "common/engine/backend.h"
-#include "common/engine/llama_model.h"
+#include "engine/backend.h"
+#include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
-#include "common/testing/plain_greedy.h"
-#include "common/testing/tiny_model.h"
+#include "testing/plain_greedy.h"
+#include "testing/tiny_model.h"
 #include "gtest/gtest.h"
 #include "services/common/model_host.h"
 #include "services/common/proto_convert.h"
-#include "services/draft/draft_worker.h"
-#include "services/target/target_worker.h"
+#include "services/draft_service/draft_worker.h"
+#include "services/target_service/target_worker.h"
 
 namespace specd::services {
 namespace {
@@ -183,6 +183,39 @@ TEST_F(WorkersTest, TensorParallelTargetMatchesOneRank) {
   auto bad = ModelHost::Load(o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("4 ranks"), std::string::npos) << bad.status();
+}
+
+// A rank > 0 whose forward fails (an injected fault) fails the step on rank 0 with that rank's
+// message, instead of leaving rank 0 waiting in an all-reduce; the ranks stay in step, so the
+// host keeps serving other calls (and a fault on rank 0 is reported the same way).
+TEST_F(WorkersTest, FailingRankFailsTheStepWithItsMessage) {
+  for (int fault_rank : {1, 0}) {
+    ModelHostOptions o;
+    o.model_path = *target_path_;
+    o.world_size = 2;
+    o.threads = 2;
+    o.kv_blocks = 64;
+    o.max_batch_tokens = 64;
+    o.inject_forward_fault_on_rank = fault_rank;
+    absl::StatusOr<std::unique_ptr<ModelHost>> h = ModelHost::Load(o);
+    ASSERT_TRUE(h.ok()) << h.status();
+    TargetWorker target(std::move(*h));
+    iv1::TargetStepRequest req;
+    AddTarget(req, 1, 0, Prompt(), true, Prompt().size());
+    absl::StatusOr<iv1::TargetStepResponse> res = target.Step(req);
+    ASSERT_FALSE(res.ok());
+    EXPECT_EQ(res.status().code(), absl::StatusCode::kInternal);
+    EXPECT_NE(res.status().message().find("injected forward fault"), std::string::npos)
+        << res.status();
+    if (fault_rank == 1) {
+      EXPECT_NE(res.status().message().find("rank 1"), std::string::npos) << res.status();
+    }
+    // Still in step: the next call is answered, and release works on every rank.
+    EXPECT_FALSE(target.Step(req).ok());
+    iv1::ReleaseRequest rel;
+    rel.add_seq_ids(1);
+    EXPECT_EQ(target.Release(rel).kv().used_blocks(), 0);
+  }
 }
 
 TEST_F(WorkersTest, UnknownSequenceNeedsPrefillAndReleaseFreesBlocks) {

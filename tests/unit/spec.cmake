@@ -1,4 +1,4 @@
-# Speculative decoding engine (common/spec): drafters, adaptive k, SpecEngine.
+# Speculative decoding engine (speculation/): drafters, adaptive k, SpecEngine.
 specd_test(spec_adaptive_k_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_adaptive_k_test.cc
   DEPS specd_spec

@@ -1,8 +1,8 @@
 // Adaptive k decisions and the n-gram lookup, as pure functions.
 #include <vector>
 
-#include "common/spec/adaptive_k.h"
-#include "common/spec/ngram_drafter.h"
+#include "speculation/adaptive_k.h"
+#include "speculation/ngram_drafter.h"
 #include "gtest/gtest.h"
 
 namespace specd::spec {

@@ -1,15 +1,15 @@
 // SpecEngine on tiny random-weight models: greedy speculation == plain greedy for every drafter
 // and k (alone, batched, adaptive, under KV pressure), seeded sampling independent of batching,
 // KV rollback bookkeeping on both models, cancellation, and the errors.
-#include "common/spec/spec_engine.h"
+#include "speculation/spec_engine.h"
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "common/spec/model_drafter.h"
-#include "common/spec/ngram_drafter.h"
-#include "common/testing/tiny_model.h"
+#include "speculation/model_drafter.h"
+#include "speculation/ngram_drafter.h"
+#include "testing/tiny_model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/unit/spec_test_util.h"

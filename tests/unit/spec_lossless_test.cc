@@ -23,9 +23,9 @@
 
 #include "absl/strings/str_format.h"
 #include "common/sampling/target_distribution.h"
-#include "common/spec/model_drafter.h"
-#include "common/spec/spec_engine.h"
-#include "common/testing/tiny_model.h"
+#include "speculation/model_drafter.h"
+#include "speculation/spec_engine.h"
+#include "testing/tiny_model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/unit/spec_test_util.h"

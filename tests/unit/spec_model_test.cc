@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "common/spec/model_drafter.h"
-#include "common/spec/ngram_drafter.h"
-#include "common/spec/spec_engine.h"
+#include "speculation/model_drafter.h"
+#include "speculation/ngram_drafter.h"
+#include "speculation/spec_engine.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"

@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/engine/backend.h"
-#include "common/engine/communicator.h"
-#include "common/engine/llama_model.h"
-#include "common/engine/paged_kv_cache.h"
+#include "engine/backend.h"
+#include "engine/communicator.h"
+#include "engine/llama_model.h"
+#include "engine/paged_kv_cache.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/penalty_state.h"
 #include "common/sampling/sampler.h"
-#include "common/spec/spec_engine.h"
+#include "speculation/spec_engine.h"
 #include "gtest/gtest.h"
 
 namespace specd::spec::test {

@@ -1,14 +1,14 @@
 // The tiny-model writer: files load as models, their synthetic tokenizer works, and every
 // option changes what it should.
-#include "common/testing/tiny_model.h"
+#include "testing/tiny_model.h"
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "common/engine/backend.h"
-#include "common/engine/communicator.h"
-#include "common/engine/llama_model.h"
+#include "engine/backend.h"
+#include "engine/communicator.h"
+#include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"

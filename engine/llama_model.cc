@@ -1,0 +1,414 @@
+#include "engine/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
+#include "common/gguf/ggml_type.h"
+#include "common/gguf/quants.h"
+
+namespace specd::engine {
+namespace {
+
+using kernels::WeightMatrix;
+
+absl::StatusOr<const gguf::TensorInfo*> RequireTensor(const gguf::GgufFile& f,
+                                                      const std::string& name) {
+  const gguf::TensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("missing tensor ", name));
+  return t;
+}
+
+// A 2-D weight [rows, cols] (ggml dims {cols, rows}).
+absl::StatusOr<WeightMatrix> Matrix(const gguf::GgufFile& f, const std::string& name,
+                                    int64_t rows, int64_t cols) {
+  absl::StatusOr<const gguf::TensorInfo*> t = RequireTensor(f, name);
+  if (!t.ok()) return t.status();
+  const gguf::TensorInfo& ti = **t;
+  if (ti.dims.size() != 2 || ti.dims[0] != cols || ti.dims[1] != rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor %s has dims [%s], expected [%d, %d]", name,
+        absl::StrJoin(ti.dims, ", "), cols, rows));
+  }
+  absl::StatusOr<uint64_t> row_bytes = gguf::RowBytes(ti.type, cols);
+  if (!row_bytes.ok()) return row_bytes.status();
+  WeightMatrix w;
+  w.type = ti.type;
+  w.data = ti.data;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = *row_bytes;
+  return w;
+}
+
+absl::StatusOr<const float*> Vector(const gguf::GgufFile& f, const std::string& name,
+                                    int64_t n) {
+  absl::StatusOr<const gguf::TensorInfo*> t = RequireTensor(f, name);
+  if (!t.ok()) return t.status();
+  const gguf::TensorInfo& ti = **t;
+  if (ti.type != gguf::GgmlType::kF32 || ti.num_elements != n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor %s must be F32 with %d elements (is %s with %d)", name, n,
+        gguf::GgmlTypeName(ti.type), ti.num_elements));
+  }
+  return reinterpret_cast<const float*>(ti.data);
+}
+
+// Rows [begin, begin + n) of w: a column-parallel shard.
+WeightMatrix RowSlice(const WeightMatrix& w, int64_t begin, int64_t n) {
+  WeightMatrix s = w;
+  s.data = w.data + begin * w.row_bytes;
+  s.rows = n;
+  return s;
+}
+
+// Columns [begin, begin + n) of w: a row-parallel shard. Quantized blocks cannot be split.
+absl::StatusOr<WeightMatrix> ColSlice(const WeightMatrix& w, const std::string& name,
+                                      int64_t begin, int64_t n) {
+  if (begin == 0 && n == w.cols) return w;
+  absl::StatusOr<gguf::GgmlTypeTraits> traits = gguf::GetTypeTraits(w.type);
+  if (!traits.ok()) return traits.status();
+  if (begin % traits->block_size != 0 || n % traits->block_size != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor %s: shard columns [%d, %d) do not align to %s blocks of %d", name, begin,
+        begin + n, traits->name, traits->block_size));
+  }
+  WeightMatrix s = w;
+  s.data = w.data + begin / traits->block_size * traits->type_size;
+  s.cols = n;
+  return s;
+}
+
+uint64_t Bytes(const WeightMatrix& w) { return w.row_bytes * w.rows; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const gguf::GgufFile& file,
+                                                             Backend* backend,
+                                                             Communicator* comm,
+                                                             const ModelOptions& options) {
+  if (options.max_batch_tokens <= 0 || options.max_logit_rows <= 0) {
+    return absl::InvalidArgumentError("max_batch_tokens and max_logit_rows must be > 0");
+  }
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  absl::StatusOr<ModelConfig> config = ReadModelConfig(file);
+  if (!config.ok()) return config.status();
+  m->config_ = *config;
+  if (file.FindTensor("rope_freqs.weight") != nullptr) {
+    // Llama 3.1+ as converted by llama.cpp: the scaled frequencies ship as a tensor.
+    absl::StatusOr<const float*> factors =
+        Vector(file, "rope_freqs.weight", m->config_.rope.rope_dim / 2);
+    if (!factors.ok()) return factors.status();
+    for (int32_t i = 0; i < m->config_.rope.rope_dim / 2; ++i) {
+      if (!((*factors)[i] > 0.0f) || !std::isfinite((*factors)[i])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "tensor rope_freqs.weight[%d] = %g: frequency factors must be finite and > 0", i,
+            (*factors)[i]));
+      }
+    }
+    m->config_.rope.freq_factors = *factors;
+  }
+  m->options_ = options;
+  m->backend_ = backend;
+  m->comm_ = comm;
+  absl::Status st = m->LoadWeights(file, comm->rank(), comm->world_size());
+  if (!st.ok()) return st;
+  if (options.reencode_weights.has_value()) {
+    st = m->ReencodeWeights(*options.reencode_weights);
+    if (!st.ok()) return st;
+  }
+
+  const int64_t T = options.max_batch_tokens;
+  const int64_t D = m->config_.embedding_dim;
+  const int64_t d = m->config_.head_dim;
+  m->x_.resize(T * D);
+  m->h_.resize(T * D);
+  m->o_.resize(T * D);
+  m->q_.resize(T * m->local_heads_ * d);
+  m->attn_.resize(T * m->local_heads_ * d);
+  m->k_.resize(T * m->local_kv_heads_ * d);
+  m->v_.resize(T * m->local_kv_heads_ * d);
+  m->gate_.resize(T * m->local_ffn_);
+  m->up_.resize(T * m->local_ffn_);
+  m->act_.resize(T * m->local_ffn_);
+  m->head_in_.resize(static_cast<int64_t>(options.max_logit_rows) * D);
+  m->positions_.resize(T);
+  m->slots_.resize(T);
+  m->block_tables_.resize(T);
+  return m;
+}
+
+absl::Status LlamaModel::LoadWeights(const gguf::GgufFile& f, int rank, int world) {
+  const ModelConfig& c = config_;
+  if (world <= 0 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrFormat("bad shard %d of %d", rank, world));
+  }
+  if (c.num_heads % world != 0 || c.num_kv_heads % world != 0 || c.ffn_dim % world != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cannot split %d heads / %d kv heads / ffn %d over %d ranks", c.num_heads,
+        c.num_kv_heads, c.ffn_dim, world));
+  }
+  local_heads_ = c.num_heads / world;
+  local_kv_heads_ = c.num_kv_heads / world;
+  local_ffn_ = c.ffn_dim / world;
+  const int64_t D = c.embedding_dim, d = c.head_dim;
+  const int64_t q_rows = static_cast<int64_t>(c.num_heads) * d;
+  const int64_t kv_rows = static_cast<int64_t>(c.num_kv_heads) * d;
+  const int64_t q0 = rank * local_heads_ * d, kv0 = rank * local_kv_heads_ * d;
+  const int64_t f0 = static_cast<int64_t>(rank) * local_ffn_;
+
+  absl::StatusOr<WeightMatrix> m = Matrix(f, "token_embd.weight", c.vocab_size, D);
+  if (!m.ok()) return m.status();
+  weights_.token_embd = *m;
+  absl::StatusOr<const float*> vec = Vector(f, "output_norm.weight", D);
+  if (!vec.ok()) return vec.status();
+  weights_.output_norm = *vec;
+  if (c.tied_output) {
+    weights_.output = weights_.token_embd;
+  } else {
+    m = Matrix(f, "output.weight", c.vocab_size, D);
+    if (!m.ok()) return m.status();
+    weights_.output = *m;
+  }
+  weight_bytes_ = Bytes(weights_.output);
+
+  const int32_t layers =
+      options_.num_layers > 0 ? std::min(options_.num_layers, c.num_layers) : c.num_layers;
+  weights_.layers.resize(layers);
+  for (int32_t l = 0; l < layers; ++l) {
+    LayerWeights& w = weights_.layers[l];
+    const std::string p = absl::StrCat("blk.", l, ".");
+#define SPECD_TRY_ASSIGN(lhs, expr)     \
+  do {                                  \
+    auto _r = (expr);                   \
+    if (!_r.ok()) return _r.status();   \
+    lhs = *_r;                          \
+  } while (0)
+    SPECD_TRY_ASSIGN(w.attn_norm, Vector(f, p + "attn_norm.weight", D));
+    SPECD_TRY_ASSIGN(w.ffn_norm, Vector(f, p + "ffn_norm.weight", D));
+    WeightMatrix full;
+    SPECD_TRY_ASSIGN(full, Matrix(f, p + "attn_q.weight", q_rows, D));
+    w.wq = RowSlice(full, q0, local_heads_ * d);
+    SPECD_TRY_ASSIGN(full, Matrix(f, p + "attn_k.weight", kv_rows, D));
+    w.wk = RowSlice(full, kv0, local_kv_heads_ * d);
+    SPECD_TRY_ASSIGN(full, Matrix(f, p + "attn_v.weight", kv_rows, D));
+    w.wv = RowSlice(full, kv0, local_kv_heads_ * d);
+    SPECD_TRY_ASSIGN(full, Matrix(f, p + "attn_output.weight", D, q_rows));
+    SPECD_TRY_ASSIGN(w.wo, ColSlice(full, p + "attn_output.weight", q0, local_heads_ * d));
+    SPECD_TRY_ASSIGN(full, Matrix(f, p + "ffn_gate.weight", c.ffn_dim, D));
+    w.w_gate = RowSlice(full, f0, local_ffn_);
+    SPECD_TRY_ASSIGN(full, Matrix(f, p + "ffn_up.weight", c.ffn_dim, D));
+    w.w_up = RowSlice(full, f0, local_ffn_);
+    SPECD_TRY_ASSIGN(full, Matrix(f, p + "ffn_down.weight", D, c.ffn_dim));
+    SPECD_TRY_ASSIGN(w.w_down, ColSlice(full, p + "ffn_down.weight", f0, local_ffn_));
+    if (c.qkv_bias) {
+      const float* b;
+      SPECD_TRY_ASSIGN(b, Vector(f, p + "attn_q.bias", q_rows));
+      w.bq = b + q0;
+      SPECD_TRY_ASSIGN(b, Vector(f, p + "attn_k.bias", kv_rows));
+      w.bk = b + kv0;
+      SPECD_TRY_ASSIGN(b, Vector(f, p + "attn_v.bias", kv_rows));
+      w.bv = b + kv0;
+    }
+#undef SPECD_TRY_ASSIGN
+    weight_bytes_ += Bytes(w.wq) + Bytes(w.wk) + Bytes(w.wv) + Bytes(w.wo) +
+                     Bytes(w.w_gate) + Bytes(w.w_up) + Bytes(w.w_down);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::ReencodeWeights(gguf::GgmlType type) {
+  // Row by row through f32, into one owned buffer per matrix; tied embeddings stay shared.
+  std::vector<float> row;
+  auto reencode = [&](WeightMatrix& w) -> absl::Status {
+    if (w.type == type) return absl::OkStatus();
+    absl::StatusOr<uint64_t> out_row = gguf::RowBytes(type, w.cols);
+    if (!out_row.ok()) return out_row.status();
+    auto buf = std::make_unique<uint8_t[]>(*out_row * w.rows);
+    row.resize(w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      absl::Status st = gguf::DequantizeRow(w.type, w.data + r * w.row_bytes, row.data(), w.cols);
+      if (st.ok()) st = gguf::QuantizeRow(type, row.data(), buf.get() + r * *out_row, w.cols);
+      if (!st.ok()) return st;
+    }
+    w.type = type;
+    w.data = buf.get();
+    w.row_bytes = *out_row;
+    owned_weights_.push_back(std::move(buf));
+    return absl::OkStatus();
+  };
+  const bool tied = weights_.output.data == weights_.token_embd.data;
+  absl::Status st = reencode(weights_.token_embd);
+  if (st.ok() && tied) weights_.output = weights_.token_embd;
+  if (st.ok() && !tied) st = reencode(weights_.output);
+  weight_bytes_ = Bytes(weights_.output);
+  for (LayerWeights& w : weights_.layers) {
+    for (WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+      if (st.ok()) st = reencode(*m);
+      weight_bytes_ += Bytes(*m);
+    }
+  }
+  return st;
+}
+
+KvCacheConfig LlamaModel::MakeKvCacheConfig(int32_t num_blocks, int32_t block_size,
+                                            kernels::KvDtype dtype) const {
+  KvCacheConfig kc;
+  kc.num_layers = num_layers();
+  kc.num_kv_heads = local_kv_heads_;
+  kc.head_dim = config_.head_dim;
+  kc.block_size = block_size;
+  kc.num_blocks = num_blocks;
+  kc.max_blocks_per_seq = (config_.context_length + block_size - 1) / block_size;
+  kc.dtype = dtype;
+  return kc;
+}
+
+absl::Status LlamaModel::Validate(const ForwardBatch& b, const PagedKvCache& kv) const {
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  if (T == 0) return absl::InvalidArgumentError("batch.tokens is empty");
+  if (T > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "batch.tokens has %d tokens, more than max_batch_tokens = %d", T,
+        options_.max_batch_tokens));
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    if (b.tokens[t] < 0 || b.tokens[t] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch.tokens[%d] = %d is outside the vocabulary [0, %d)", t, b.tokens[t],
+          config_.vocab_size));
+    }
+  }
+  int64_t covered = 0;
+  for (size_t i = 0; i < b.slices.size(); ++i) {
+    const SequenceSlice& s = b.slices[i];
+    absl::StatusOr<int64_t> len = kv.Length(s.seq);
+    if (!len.ok()) {
+      return absl::NotFoundError(absl::StrFormat("batch.slices[%d].seq = %d has no KV cache", i,
+                                                 s.seq));
+    }
+    if (s.num_tokens <= 0 || s.start_pos < 0 || s.start_pos > *len) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch.slices[%d]: start_pos %d / num_tokens %d invalid for sequence %d of length %d",
+          i, s.start_pos, s.num_tokens, s.seq, *len));
+    }
+    if (int64_t{s.start_pos} + s.num_tokens > config_.context_length) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch.slices[%d]: positions up to %d exceed the context length %d", i,
+          int64_t{s.start_pos} + s.num_tokens, config_.context_length));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (b.slices[j].seq == s.seq) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("batch.slices[%d]: sequence %d appears twice", i, s.seq));
+      }
+    }
+    covered += s.num_tokens;
+  }
+  if (covered != T) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "batch.slices cover %d tokens but batch.tokens has %d", covered, T));
+  }
+  if (b.logit_rows.size() > static_cast<size_t>(options_.max_logit_rows)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "batch.logit_rows has %d rows, more than max_logit_rows = %d", b.logit_rows.size(),
+        options_.max_logit_rows));
+  }
+  for (size_t i = 0; i < b.logit_rows.size(); ++i) {
+    if (b.logit_rows[i] < 0 || b.logit_rows[i] >= T) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch.logit_rows[%d] = %d is outside [0, %d)", i, b.logit_rows[i], T));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, float* logits) {
+  absl::Status st = Validate(batch, kv);
+  if (!st.ok()) return st;
+  // Roll back to each slice's start, then check the whole batch fits before writing any KV.
+  for (const SequenceSlice& s : batch.slices) {
+    st = kv.Truncate(s.seq, s.start_pos);
+    if (!st.ok()) return st;
+  }
+  int64_t needed = 0;
+  for (const SequenceSlice& s : batch.slices) {
+    needed += kv.BlocksNeeded(s.seq, int64_t{s.start_pos} + s.num_tokens);
+  }
+  if (needed > kv.num_free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "KV cache out of blocks: batch needs %d, %d free", needed, kv.num_free_blocks()));
+  }
+  int64_t t = 0;
+  for (const SequenceSlice& s : batch.slices) {
+    st = kv.Reserve(s.seq, int64_t{s.start_pos} + s.num_tokens);
+    if (!st.ok()) return st;
+    const int32_t* table = kv.BlockTable(s.seq);
+    for (int32_t i = 0; i < s.num_tokens; ++i, ++t) {
+      positions_[t] = s.start_pos + i;
+      slots_[t] = kv.Slot(s.seq, s.start_pos + i);
+      block_tables_[t] = table;
+    }
+  }
+
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t D = config_.embedding_dim, d = config_.head_dim;
+  const int64_t Hq = local_heads_, Hkv = local_kv_heads_, F = local_ffn_;
+  const float eps = config_.rms_eps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  Backend& be = *backend_;
+
+  // x: [T, D]
+  be.EmbeddingLookup(weights_.token_embd, batch.tokens.data(), T, x_.data());
+  for (int32_t l = 0; l < num_layers(); ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    const kernels::PagedKvLayer layer = kv.Layer(l);
+    be.RmsNorm(x_.data(), w.attn_norm, T, D, eps, h_.data());
+    {  // q: [T, Hq, d], k, v: [T, Hkv, d]
+      const kernels::WeightMatrix qkv[3] = {w.wq, w.wk, w.wv};
+      float* const ys[3] = {q_.data(), k_.data(), v_.data()};
+      MatMulShared(qkv, 3, h_.data(), T, ys);
+    }
+    if (w.bq != nullptr) {
+      be.AddBias(q_.data(), w.bq, T, Hq * d);
+      be.AddBias(k_.data(), w.bk, T, Hkv * d);
+      be.AddBias(v_.data(), w.bv, T, Hkv * d);
+    }
+    be.Rope(q_.data(), T, Hq, d, positions_.data(), config_.rope);
+    be.Rope(k_.data(), T, Hkv, d, positions_.data(), config_.rope);
+    be.WriteKv(k_.data(), v_.data(), slots_.data(), T, layer);
+    be.PagedAttention(q_.data(), T, Hq, positions_.data(), block_tables_.data(), layer, scale,
+                      attn_.data());
+    MatMul(w.wo, attn_.data(), T, o_.data());  // o: [T, D] (partial sum on this shard)
+    st = comm_->AllReduceSum(o_.data(), T * D);
+    if (!st.ok()) return st;
+    be.AddInPlace(x_.data(), o_.data(), T * D);
+
+    be.RmsNorm(x_.data(), w.ffn_norm, T, D, eps, h_.data());
+    {  // gate, up: [T, F]
+      const kernels::WeightMatrix gu[2] = {w.w_gate, w.w_up};
+      float* const ys[2] = {gate_.data(), up_.data()};
+      MatMulShared(gu, 2, h_.data(), T, ys);
+    }
+    be.SwiGlu(gate_.data(), up_.data(), T, F, act_.data());
+    MatMul(w.w_down, act_.data(), T, o_.data());   // [T, D] partial
+    st = comm_->AllReduceSum(o_.data(), T * D);
+    if (!st.ok()) return st;
+    be.AddInPlace(x_.data(), o_.data(), T * D);
+  }
+
+  // Only the requested rows go through the final norm and the (large) output head.
+  const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+  if (R == 0) return absl::OkStatus();
+  for (int64_t r = 0; r < R; ++r) {
+    std::copy_n(x_.data() + batch.logit_rows[r] * D, D, head_in_.data() + r * D);
+  }
+  be.RmsNorm(head_in_.data(), weights_.output_norm, R, D, eps, h_.data());
+  MatMul(weights_.output, h_.data(), R, logits);  // logits: [R, vocab]
+  return absl::OkStatus();
+}
+
+}  // namespace specd::engine

@@ -1,0 +1,127 @@
+// A Llama-family transformer over GGUF weights (mmap'd, never dequantized wholesale) running
+// ragged batches against a paged KV cache. Written for tensor parallelism: a shard holds
+// heads [rank*Hq/N, (rank+1)*Hq/N) and FFN columns likewise (Megatron column/row split) and
+// calls Communicator::AllReduceSum after the attention output and FFN down projections.
+#ifndef SPECD_ENGINE_LLAMA_MODEL_H_
+#define SPECD_ENGINE_LLAMA_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/communicator.h"
+#include "engine/forward_batch.h"
+#include "engine/model_config.h"
+#include "engine/paged_kv_cache.h"
+#include "common/gguf/gguf_file.h"
+#include "kernels/kernel_types.h"
+
+namespace specd::engine {
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [D]
+  kernels::WeightMatrix wq, wk, wv;  // [Hq_local*d, D], [Hkv_local*d, D] x2
+  const float* bq = nullptr;         // optional biases (Qwen2), local slices
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  kernels::WeightMatrix wo;          // [D, Hq_local*d] (column slice of the full matrix)
+  const float* ffn_norm = nullptr;   // [D]
+  kernels::WeightMatrix w_gate, w_up;  // [F_local, D]
+  kernels::WeightMatrix w_down;        // [D, F_local]
+};
+
+struct ModelWeights {
+  kernels::WeightMatrix token_embd;  // [vocab, D]
+  const float* output_norm = nullptr;
+  kernels::WeightMatrix output;      // [vocab, D]; token_embd when tied
+  std::vector<LayerWeights> layers;
+};
+
+struct ModelOptions {
+  int32_t max_batch_tokens = 512;  // most tokens one Forward may carry
+  int32_t max_logit_rows = 512;    // most logit rows one Forward may return
+  // Run only the first N layers (then the final norm and head): self-speculation drafts.
+  // 0 = all layers.
+  int32_t num_layers = 0;
+  // Float activations in every matmul instead of int8 activation blocks: slower, but free of
+  // activation rounding (which makes logits differ by tenths between any two implementations).
+  bool exact_activations = false;
+  // Re-encode every 2-D weight to this type at load (dequantize + quantize into owned memory),
+  // e.g. kF16 to get a full-precision target from a quantized file. Unset = use the file's.
+  std::optional<gguf::GgmlType> reencode_weights;
+};
+
+class LlamaModel {
+ public:
+  // `file`, `backend` and `comm` must outlive the model. The shard is comm->rank() of
+  // comm->world_size().
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const gguf::GgufFile& file,
+                                                          Backend* backend, Communicator* comm,
+                                                          const ModelOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  int32_t num_layers() const { return static_cast<int32_t>(weights_.layers.size()); }
+  int32_t local_heads() const { return local_heads_; }
+  int32_t local_kv_heads() const { return local_kv_heads_; }
+  int32_t vocab_size() const { return config_.vocab_size; }
+  // Bytes of weights one decode step reads (for roofline estimates).
+  uint64_t weight_bytes() const { return weight_bytes_; }
+
+  // A KV cache shaped for this model's shard.
+  KvCacheConfig MakeKvCacheConfig(int32_t num_blocks, int32_t block_size,
+                                  kernels::KvDtype dtype) const;
+
+  // Runs `batch`, writing logits [batch.logit_rows.size(), vocab] row-major into `logits`.
+  // Each sequence must already exist in `kv`; it is cut to its slice's start_pos and grown to
+  // start_pos + num_tokens. Errors: INVALID_ARGUMENT naming the bad field, RESOURCE_EXHAUSTED
+  // when KV blocks run out (then no KV is written).
+  absl::Status Forward(const ForwardBatch& batch, PagedKvCache& kv, float* logits);
+  // What Forward checks before it runs anything (tensor-parallel ranks agree on it before any
+  // of them enters a collective).
+  absl::Status Validate(const ForwardBatch& batch, const PagedKvCache& kv) const;
+
+ private:
+  LlamaModel() = default;
+  absl::Status LoadWeights(const gguf::GgufFile& file, int rank, int world);
+  absl::Status ReencodeWeights(gguf::GgmlType type);  // options_.reencode_weights
+  void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) {
+    if (options_.exact_activations) {
+      backend_->MatMulExact(w, x, T, y);
+    } else {
+      backend_->MatMul(w, x, T, y);
+    }
+  }
+  // Several products of the same input (q/k/v, gate/up).
+  void MatMulShared(const kernels::WeightMatrix* ws, int n, const float* x, int64_t T,
+                    float* const* ys) {
+    if (options_.exact_activations) {
+      for (int i = 0; i < n; ++i) backend_->MatMulExact(ws[i], x, T, ys[i]);
+    } else {
+      backend_->MatMulShared(ws, n, x, T, ys);
+    }
+  }
+
+  ModelConfig config_;
+  ModelOptions options_;
+  ModelWeights weights_;
+  Backend* backend_ = nullptr;
+  Communicator* comm_ = nullptr;
+  int32_t local_heads_ = 0, local_kv_heads_ = 0, local_ffn_ = 0;
+  uint64_t weight_bytes_ = 0;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_weights_;  // re-encoded weights, if any
+
+  // Workspace, sized once for max_batch_tokens: no allocation on the hot path.
+  std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_, act_, head_in_;
+  std::vector<int32_t> positions_;
+  std::vector<int64_t> slots_;
+  std::vector<const int32_t*> block_tables_;
+};
+
+}  // namespace specd::engine
+
+#endif  // SPECD_ENGINE_LLAMA_MODEL_H_

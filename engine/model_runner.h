@@ -1,0 +1,50 @@
+// A model with its paged KV cache as one thing that runs forwards: what drafters and the
+// calibration drive. In one process it is a LlamaModel and a PagedKvCache (LocalModelRunner);
+// in a service it is the ModelHost, which runs every call on all tensor-parallel ranks.
+#ifndef SPECD_ENGINE_MODEL_RUNNER_H_
+#define SPECD_ENGINE_MODEL_RUNNER_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/forward_batch.h"
+#include "engine/llama_model.h"
+#include "engine/paged_kv_cache.h"
+
+namespace specd::engine {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  // One ragged forward; logits: [batch.logit_rows.size(), vocab]. RESOURCE_EXHAUSTED (KV full)
+  // before any KV is written.
+  virtual absl::Status Forward(const ForwardBatch& batch, float* logits) = 0;
+  virtual absl::Status AddSequence(SeqId seq) = 0;  // ALREADY_EXISTS if present
+  virtual void FreeSequence(SeqId seq) = 0;         // no-op if absent
+  // Rollback: keeps the first `length` tokens' KV, frees blocks past them.
+  virtual absl::Status Truncate(SeqId seq, int64_t length) = 0;
+  virtual const PagedKvCache& kv() const = 0;  // this rank's (rank 0's) cache
+  virtual const LlamaModel& model() const = 0;
+};
+
+// A model and a cache in this process; both must outlive the runner.
+class LocalModelRunner final : public ModelRunner {
+ public:
+  LocalModelRunner(LlamaModel* model, PagedKvCache* kv) : model_(model), kv_(kv) {}
+  absl::Status Forward(const ForwardBatch& batch, float* logits) override {
+    return model_->Forward(batch, *kv_, logits);
+  }
+  absl::Status AddSequence(SeqId seq) override { return kv_->AddSequence(seq); }
+  void FreeSequence(SeqId seq) override { kv_->FreeSequence(seq); }
+  absl::Status Truncate(SeqId seq, int64_t length) override { return kv_->Truncate(seq, length); }
+  const PagedKvCache& kv() const override { return *kv_; }
+  const LlamaModel& model() const override { return *model_; }
+
+ private:
+  LlamaModel* model_;
+  PagedKvCache* kv_;
+};
+
+}  // namespace specd::engine
+
+#endif  // SPECD_ENGINE_MODEL_RUNNER_H_

@@ -1,0 +1,165 @@
+// Internal: the per-ISA kernel table behind kernels/cpu/ops.h. Each function does
+// one thread's share of the work; ops.cc splits work and owns all scratch memory,
+// so the ISA-specific translation units use no standard-library templates (their
+// instantiations would be compiled for the wider ISA and might be picked by the
+// linker for the generic path).
+#ifndef SPECD_KERNELS_CPU_ISA_KERNELS_H_
+#define SPECD_KERNELS_CPU_ISA_KERNELS_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/act_quant.h"
+#include "kernels/kernel_types.h"
+
+namespace specd::kernels::cpu::internal {
+
+// Attention splits each (token, kv head) pair's keys into fixed chunks of kAttnChunk
+// keys (chunk c = keys [c * kAttnChunk, (c + 1) * kAttnChunk)). Each chunk yields a raw
+// partial (unnormalised output o, its score max m and exp-sum l); the pair's output is
+// the fold of its partials in chunk order. Chunk bounds depend only on the position,
+// so the result is the same however pairs are batched or split over threads.
+inline constexpr int32_t kAttnChunk = 64;
+
+// One attention work item: chunks [c0, c1) of the pair (t, kv head h).
+struct AttnItem {
+  int32_t t;
+  int32_t h;
+  int32_t c0;
+  int32_t c1;
+  // -1: fold the chunks and write the output; otherwise (c1 == c0 + 1) store the raw
+  // partial at partials + partial * AttnPartialFloats(group, d) for a later merge.
+  int64_t partial;
+};
+
+// Stored partials [first, first + count) of the pair (t, h), in chunk order.
+struct AttnMerge {
+  int32_t t;
+  int32_t h;
+  int64_t first;
+  int64_t count;
+};
+
+struct AttnArgs {
+  const float* q;                      // [T, Hq, d]
+  int32_t num_q_heads;
+  const int32_t* positions;            // [T]
+  const int32_t* const* block_tables;  // [T] -> table
+  const PagedKvLayer* kv;
+  float scale;
+  float* out;                          // [T, Hq, d]
+  const AttnItem* items;
+  const AttnMerge* merges;
+  // [num partials][group][d + 2]: o[group][d], m[group], l[group]
+  float* partials;
+};
+
+inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {
+  return static_cast<int64_t>(group) * (head_dim + 2);
+}
+// Scratch floats one thread needs for attention items: K/V rows of one chunk
+// [kAttnChunk][d], scores [group][kAttnChunk], one chunk's partial and the fold state.
+inline int64_t AttnScratchFloats(int32_t group, int32_t head_dim) {
+  return static_cast<int64_t>(kAttnChunk) * head_dim + static_cast<int64_t>(group) * kAttnChunk +
+         2 * AttnPartialFloats(group, head_dim) + 64;
+}
+
+// Folding the next chunk's partial into state, the part every backend shares: moves the
+// pair's max and exp-sum in state to the larger max and returns in ws / wp the factors by
+// which group g's output rows are rescaled: o_state = o_state * ws + o_part * wp.
+// (static: each ISA's translation unit keeps its own copy, see the comment at the top.)
+static inline void AttnFoldScales(const float* part, float* state, int32_t group, int32_t d,
+                                  int32_t g, float* ws, float* wp) {
+  const int64_t od = static_cast<int64_t>(group) * d;
+  const float ms = state[od + g], mp = part[od + g];
+  const float mx = ms > mp ? ms : mp;
+  *ws = std::exp(ms - mx);
+  *wp = std::exp(mp - mx);
+  state[od + g] = mx;
+  state[od + group + g] = state[od + group + g] * *ws + part[od + group + g] * *wp;
+}
+
+// The work-item loops every backend's attention shares, so all split and fold alike; each
+// backend passes its own kernels (lambdas local to its translation unit, so every
+// instantiation is distinct):
+//   chunk(t, h, j0, j1, part)   raw partial of keys [j0, j1) of the pair (t, h) into part
+//   fold(first, part, state)    folds the next chunk's partial into state
+//   finish(t, h, state)         writes the pair's output rows
+template <class ChunkFn, class FoldFn, class FinishFn>
+inline void RunAttnItems(const AttnArgs& a, int64_t i0, int64_t i1, float* part, float* state,
+                         ChunkFn chunk, FoldFn fold, FinishFn finish) {
+  const int64_t pf = AttnPartialFloats(a.num_q_heads / a.kv->num_kv_heads, a.kv->head_dim);
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttnItem& it = a.items[i];
+    const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
+    for (int32_t c = it.c0; c < it.c1; ++c) {
+      const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
+      const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
+      if (it.partial >= 0) {
+        chunk(it.t, it.h, j0, j1, a.partials + it.partial * pf);
+      } else {
+        chunk(it.t, it.h, j0, j1, part);
+        fold(c == it.c0, part, state);
+      }
+    }
+    if (it.partial < 0) finish(it.t, it.h, state);
+  }
+}
+
+template <class FoldFn, class FinishFn>
+inline void RunAttnMerges(const AttnArgs& a, int64_t i0, int64_t i1, float* state, FoldFn fold,
+                          FinishFn finish) {
+  const int64_t pf = AttnPartialFloats(a.num_q_heads / a.kv->num_kv_heads, a.kv->head_dim);
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttnMerge& mg = a.merges[i];
+    for (int64_t c = 0; c < mg.count; ++c) fold(c == 0, a.partials + (mg.first + c) * pf, state);
+    finish(mg.t, mg.h, state);
+  }
+}
+
+inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
+// Scratch floats matmul_q needs per thread. The SIMD kernels keep T x nb integer
+// activation sums, then decode a group of 8 or 16 weight rows (16: the VNNI backends):
+// per 32-value block at most 16 x 8 (AVX2) or 11 x 16 (VNNI) code floats and 2 x 16
+// scale floats, 64-byte aligned. The generic path needs T floats.
+inline int64_t MatMulScratchFloats(int64_t T, int64_t nb) {
+  const int64_t x8 = T * nb + nb * (11 * 16 + 2 * 16) + 16;
+  return x8 > T ? x8 : T;
+}
+
+struct Backend {
+  // Same output as QuantizeActRow (bitwise).
+  void (*quantize_act)(const float* x, int64_t n, ActBlockQ8* out);
+  // Quantized weights: y[t, n] for t < T and n0 <= n < n1.  act: [T, nb] with
+  // nb = cols / 32; act_s, act_d: [T, MatMulSStride(nb)] copies of act[].s and act[].d,
+  // zero padded. scratch: MatMulScratchFloats(T, nb) floats.
+  void (*matmul_q)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
+                   const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y,
+                   float* scratch);
+  // F32 / F16 / BF16 weights: y[t, n] for t < T and n0 <= n < n1.
+  void (*matmul_f)(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int64_t n1,
+                   float* y);
+  // Rows [t0, t1) of RmsNorm.
+  void (*rmsnorm)(const float* x, int64_t D, const float* w, float eps, float* out, int64_t t0,
+                  int64_t t1);
+  // out[i] = silu(g[i]) * u[i] for i < n.
+  void (*swiglu)(const float* g, const float* u, float* out, int64_t n);
+  void (*softmax)(float* x, int64_t n);
+  // Work items a.items[i0, i1). scratch: AttnScratchFloats(group, d) floats.
+  void (*attention)(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch);
+  // Merges a.merges[i0, i1): folds each pair's stored partials and writes its output,
+  // bitwise as an item covering all its chunks would. scratch: as for attention.
+  void (*attention_merge)(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch);
+  // dst[i] = f16(src[i]) (round to nearest even).
+  void (*to_f16)(const float* src, uint16_t* dst, int64_t n);
+};
+
+const Backend& GenericBackend();
+// nullptr when not compiled in. All three are built from ops_avx2.cc (see there).
+const Backend* Avx2Backend();
+const Backend* Avx512VnniBackend();
+const Backend* VnniEmulatedBackend();  // tests: the VNNI code, vpdpbusd emulated in AVX2
+
+}  // namespace specd::kernels::cpu::internal
+
+#endif  // SPECD_KERNELS_CPU_ISA_KERNELS_H_

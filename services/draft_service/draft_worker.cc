@@ -1,0 +1,138 @@
+#include "services/draft_service/draft_worker.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/sampling/penalty_state.h"
+#include "common/sampling/philox.h"
+#include "speculation/calibration.h"
+#include "common/util/check.h"
+#include "services/common/proto_convert.h"
+
+namespace specd::services {
+
+namespace iv1 = specd::internal::v1;
+
+DraftWorker::DraftWorker(std::unique_ptr<ModelHost> host) : host_(std::move(host)) {
+  spec::ModelDrafterOptions o;
+  o.max_batch_tokens = host_->options().max_batch_tokens;
+  absl::StatusOr<std::unique_ptr<spec::ModelDrafter>> d =
+      spec::ModelDrafter::CreateOnRunner(host_.get(), o, "draft-service");
+  SPECD_CHECK(d.ok(), "ModelDrafter over the host: %s", d.status().ToString().c_str());
+  drafter_ = std::move(*d);
+}
+
+iv1::ServiceInfo DraftWorker::Info() const {
+  iv1::ServiceInfo info = host_->Info();
+  for (const auto& [size, seconds] : cost_.points()) {
+    iv1::CostPoint* p = info.add_step_cost();
+    p->set_size(size);
+    p->set_seconds(seconds);
+  }
+  return info;
+}
+
+absl::Status DraftWorker::Calibrate() {
+  absl::StatusOr<spec::CostCurve> c = spec::CalibrateDraft(
+      *drafter_, host_->vocab_size(), std::min(16, host_->model().options().max_logit_rows));
+  if (!c.ok()) return c.status();
+  cost_ = std::move(*c);
+  return absl::OkStatus();
+}
+
+absl::Status DraftWorker::Validate(const iv1::DraftStepRequest& request) const {
+  const int32_t vocab = host_->vocab_size();
+  const int64_t ctx = host_->context_length();
+  absl::flat_hash_set<int64_t> seen;
+  for (int i = 0; i < request.sequences_size(); ++i) {
+    const iv1::DraftSequenceStep& s = request.sequences(i);
+    const std::string where = absl::StrCat("sequences[", i, "]");
+    if (!seen.insert(s.seq_id()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".seq_id repeated"));
+    }
+    if (s.start_pos() < 0 || s.tokens_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": needs start_pos >= 0 and tokens"));
+    }
+    if (s.num_draft_tokens() < 1 || s.num_draft_tokens() > kMaxDraftTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".num_draft_tokens must be in [1, ", kMaxDraftTokens, "]"));
+    }
+    for (int32_t t : s.tokens()) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".tokens: id ", t, " out of range"));
+      }
+    }
+    if (s.start_pos() + s.tokens_size() + s.num_draft_tokens() > ctx) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": exceeds the context length"));
+    }
+    if (absl::Status st = sampling::Validate(FromProto(s.sampling()), vocab); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".sampling: ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<iv1::DraftStepResponse> DraftWorker::Step(const iv1::DraftStepRequest& request) {
+  if (absl::Status st = Validate(request); !st.ok()) return st;
+  const auto t0 = std::chrono::steady_clock::now();
+  iv1::DraftStepResponse response;
+  response.set_instance_id(host_->instance_id());
+
+  // Per sequence: the full committed history (what the drafter holds up to start_pos, then the
+  // request's tokens), its transforms, penalty history and counter RNG. Sized up front: the
+  // drafter's inputs point into these.
+  const int n = request.sequences_size();
+  std::vector<std::vector<int32_t>> tokens(n);
+  std::vector<sampling::SamplingParams> params(n);
+  std::vector<sampling::PenaltyState> penalties(n);
+  std::vector<sampling::CounterRng> rngs;
+  rngs.reserve(n);
+  std::vector<spec::DraftInput> in;
+  std::vector<int> result_of;  // in[j] -> response.sequences index
+  for (int i = 0; i < n; ++i) {
+    const iv1::DraftSequenceStep& s = request.sequences(i);
+    iv1::DraftSequenceResult* r = response.add_sequences();
+    r->set_seq_id(s.seq_id());
+    params[i] = FromProto(s.sampling());
+    rngs.emplace_back(params[i].seed);
+    const std::vector<int32_t>* fed = drafter_->Fed(s.seq_id());
+    const int64_t held = fed == nullptr ? 0 : static_cast<int64_t>(fed->size());
+    if (s.start_pos() > held) {  // lost (restart, or released): the router resends it all
+      if (fed != nullptr) drafter_->Release(s.seq_id());
+      r->set_needs_prefill(true);
+      continue;
+    }
+    if (fed != nullptr) tokens[i].assign(fed->begin(), fed->begin() + s.start_pos());
+    tokens[i].insert(tokens[i].end(), s.tokens().begin(), s.tokens().end());
+    const size_t n_prompt = std::min<size_t>(std::max(0, s.num_prompt_tokens()), tokens[i].size());
+    penalties[i] = sampling::PenaltyState::FromTokens(
+        absl::MakeConstSpan(tokens[i].data(), n_prompt),
+        absl::MakeConstSpan(tokens[i].data() + n_prompt, tokens[i].size() - n_prompt));
+    in.push_back(spec::DraftInput{s.seq_id(), tokens[i], &params[i], &penalties[i], &rngs[i],
+                                  s.num_draft_tokens()});
+    result_of.push_back(i);
+  }
+  std::vector<spec::DraftOutput> out(in.size());
+  if (!in.empty()) {
+    if (absl::Status st = drafter_->Propose(in, absl::MakeSpan(out)); !st.ok()) return st;
+  }
+  for (size_t j = 0; j < out.size(); ++j) {
+    iv1::DraftSequenceResult* r = response.mutable_sequences(result_of[j]);
+    for (const sampling::SparseProposal& q : out[j].proposals) ToProto(q, r->add_proposals());
+  }
+  *response.mutable_kv() = host_->Usage();
+  response.set_forward_ms(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return response;
+}
+
+iv1::ReleaseResponse DraftWorker::Release(const iv1::ReleaseRequest& request) {
+  for (int64_t id : request.seq_ids()) drafter_->Release(id);
+  iv1::ReleaseResponse r;
+  *r.mutable_kv() = host_->Usage();
+  return r;
+}
+
+}  // namespace specd::services

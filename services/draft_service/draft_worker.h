@@ -1,0 +1,43 @@
+// The draft service's logic without the network: a thin adapter from DraftStep protos to
+// spec::ModelDrafter (THE model drafter, speculation/model_drafter.h) running on this
+// service's ModelHost. Not thread-safe.
+#ifndef SPECD_SERVICES_DRAFT_SERVICE_DRAFT_WORKER_H_
+#define SPECD_SERVICES_DRAFT_SERVICE_DRAFT_WORKER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "speculation/adaptive_k.h"
+#include "speculation/model_drafter.h"
+#include "services/common/model_host.h"
+#include "specd/internal/v1/draft.pb.h"
+
+namespace specd::services {
+
+inline constexpr int32_t kMaxDraftTokens = 16;
+
+class DraftWorker {
+ public:
+  explicit DraftWorker(std::unique_ptr<ModelHost> host);
+
+  absl::StatusOr<specd::internal::v1::DraftStepResponse> Step(
+      const specd::internal::v1::DraftStepRequest& request);
+  specd::internal::v1::ReleaseResponse Release(const specd::internal::v1::ReleaseRequest& request);
+  // The host's info plus the draft-round cost curve once Calibrate ran.
+  specd::internal::v1::ServiceInfo Info() const;
+  // Times draft rounds (spec::CalibrateDraft) for Info's step_cost.
+  absl::Status Calibrate();
+  ModelHost& host() { return *host_; }
+
+ private:
+  absl::Status Validate(const specd::internal::v1::DraftStepRequest& request) const;
+
+  std::unique_ptr<ModelHost> host_;
+  std::unique_ptr<spec::ModelDrafter> drafter_;
+  spec::CostCurve cost_;
+};
+
+}  // namespace specd::services
+
+#endif  // SPECD_SERVICES_DRAFT_SERVICE_DRAFT_WORKER_H_

@@ -1,0 +1,44 @@
+// The target service's logic without the network: one Step is one ragged forward pass over
+// prompt chunks and verification rows, then lossless verification (DESIGN §2) per emitting
+// sequence. Not thread-safe: the service serializes calls.
+#ifndef SPECD_SERVICES_TARGET_SERVICE_TARGET_WORKER_H_
+#define SPECD_SERVICES_TARGET_SERVICE_TARGET_WORKER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "speculation/adaptive_k.h"
+#include "services/common/model_host.h"
+#include "specd/internal/v1/target.pb.h"
+
+namespace specd::services {
+
+class TargetWorker {
+ public:
+  explicit TargetWorker(std::unique_ptr<ModelHost> host) : host_(std::move(host)) {}
+
+  // INVALID_ARGUMENT for a malformed request (a router bug; nothing is changed),
+  // RESOURCE_EXHAUSTED when the KV cache cannot hold the step (nothing is written).
+  // A sequence whose tokens before start_pos this service does not hold comes back with
+  // needs_prefill and is otherwise skipped.
+  absl::StatusOr<specd::internal::v1::TargetStepResponse> Step(
+      const specd::internal::v1::TargetStepRequest& request);
+  specd::internal::v1::ReleaseResponse Release(const specd::internal::v1::ReleaseRequest& request);
+  // The host's info plus the forward cost curve once Calibrate ran.
+  specd::internal::v1::ServiceInfo Info() const;
+  // Times forwards (spec::CalibrateVerify) for Info's step_cost.
+  absl::Status Calibrate();
+  ModelHost& host() { return *host_; }
+
+ private:
+  absl::Status Validate(const specd::internal::v1::TargetStepRequest& request) const;
+
+  std::unique_ptr<ModelHost> host_;
+  std::vector<float> logits_;
+  spec::CostCurve cost_;
+};
+
+}  // namespace specd::services
+
+#endif  // SPECD_SERVICES_TARGET_SERVICE_TARGET_WORKER_H_

@@ -1,0 +1,130 @@
+#include "speculation/adaptive_k.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace specd::spec {
+
+CostCurve::CostCurve(std::vector<std::pair<double, double>> points) : points_(std::move(points)) {
+  std::sort(points_.begin(), points_.end());
+}
+
+double CostCurve::Shape(double x) const {
+  if (points_.empty()) return 0.0;
+  if (points_.size() == 1) {
+    return points_[0].first > 0 ? points_[0].second * x / points_[0].first : points_[0].second;
+  }
+  // Segment [i, i+1] containing x; the first / last segment extrapolates.
+  size_t i = 0;
+  while (i + 2 < points_.size() && x > points_[i + 1].first) ++i;
+  const auto& [x0, y0] = points_[i];
+  const auto& [x1, y1] = points_[i + 1];
+  const double slope = x1 > x0 ? (y1 - y0) / (x1 - x0) : 0.0;
+  return std::max(0.0, y0 + slope * (x - x0));
+}
+
+double CostCurve::Predict(double x) const { return scale_ * Shape(x); }
+
+void CostCurve::Observe(double x, double seconds) { ObserveTotal(Shape(x), seconds); }
+
+void CostCurve::ObserveTotal(double shape_seconds, double seconds) {
+  if (!(shape_seconds > 0.0) || !(seconds > 0.0)) return;
+  // EWMA in log space: robust to the occasional stall of a shared machine.
+  const double ratio = std::clamp(seconds / shape_seconds, 0.05, 20.0);
+  scale_ = std::exp(0.9 * std::log(scale_) + 0.1 * std::log(ratio));
+}
+
+void AcceptanceEstimate::Update(int32_t drafted, int32_t accepted) {
+  if (drafted <= 0) return;
+  const int32_t tried = accepted + (accepted < drafted ? 1 : 0);
+  accepted_ = kDecay * accepted_ + accepted;
+  tried_ = kDecay * tried_ + tried;
+}
+
+double ExpectedTokens(double alpha, int32_t k) {
+  double e = 0.0, a = 1.0;
+  for (int32_t j = 0; j <= k; ++j) {
+    e += a;
+    a *= alpha;
+  }
+  return e;
+}
+
+namespace {
+
+double StepCost(absl::Span<const int32_t> k, int32_t prefill_tokens, const CostCurve& verify,
+                const CostCurve& draft) {
+  int32_t tokens = prefill_tokens, max_k = 0;
+  for (int32_t ki : k) {
+    tokens += 1 + ki;
+    max_k = std::max(max_k, ki);
+  }
+  // Charge the decode rows only what they add to the step: prompt chunks riding along are
+  // paid for anyway, and once they make the step compute-bound every draft token costs its
+  // full share.
+  double cost = verify.Predict(tokens);
+  if (prefill_tokens > 0) cost -= verify.Predict(prefill_tokens);
+  if (!draft.empty()) {
+    for (int32_t j = 1; j <= max_k; ++j) {
+      int32_t n = 0;
+      for (int32_t ki : k) n += ki >= j ? 1 : 0;
+      cost += draft.Predict(n);
+    }
+  }
+  return cost;
+}
+
+}  // namespace
+
+std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_tokens,
+                             int32_t max_k, const CostCurve& verify, const CostCurve& draft) {
+  const size_t B = seqs.size();
+  std::vector<int32_t> best(B, 0);
+  if (B == 0 || max_k <= 0 || verify.empty()) return best;
+  auto rate = [&](const std::vector<int32_t>& k) {
+    double e = 0.0;
+    for (size_t i = 0; i < B; ++i) e += ExpectedTokens(seqs[i].alpha, k[i]);
+    const double c = StepCost(k, prefill_tokens, verify, draft);
+    return c > 0.0 ? e / c : 0.0;
+  };
+  double best_rate = rate(best);
+  // For each ceiling K on the draft length: start with every sequence drafting min(K, cap),
+  // then drop drafts with the smallest marginal expected token (alpha^k) while that raises
+  // tokens per second. Pruning from the top (rather than growing from 0) keeps the draft
+  // steps' fixed cost, which later tokens amortise, from stopping the search at k = 0.
+  for (int32_t K = 1; K <= max_k; ++K) {
+    std::vector<int32_t> k(B, 0);
+    for (size_t i = 0; i < B; ++i) k[i] = std::max(0, std::min(K, seqs[i].cap));
+    double cur = rate(k);
+    // Walk back: drop trailing drafts that do not pay, from the lowest marginal gain.
+    for (;;) {
+      int32_t pick = -1;
+      double gain = 2.0;
+      for (size_t i = 0; i < B; ++i) {
+        if (k[i] == 0) continue;
+        const double g = std::pow(seqs[i].alpha, k[i]);
+        if (g < gain) {
+          gain = g;
+          pick = static_cast<int32_t>(i);
+        }
+      }
+      if (pick < 0) break;
+      --k[pick];
+      const double r = rate(k);
+      if (r > cur) {
+        cur = r;
+      } else {
+        ++k[pick];
+        break;
+      }
+    }
+    cur = rate(k);
+    if (cur > best_rate * (1.0 + 1e-9)) {
+      best_rate = cur;
+      best = k;
+    }
+  }
+  return best;
+}
+
+}  // namespace specd::spec

@@ -1,0 +1,85 @@
+// Adaptive speculation length. Per sequence, an EWMA of draft-token acceptance gives the
+// expected tokens a step emits for each k; per batch, measured cost curves of the target
+// forward (by batch tokens) and of a draft step (by sequences drafting) give what each k
+// costs. ChooseK picks the k_i that maximise expected tokens per second for the whole step —
+// so when the batch grows and the target stops being memory-bound (verify cost rises with
+// tokens), k shrinks, down to 0 = plain decoding.
+#ifndef SPECD_SPECULATION_ADAPTIVE_K_H_
+#define SPECD_SPECULATION_ADAPTIVE_K_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace specd::spec {
+
+// Seconds as a function of a size x: piecewise linear through calibration points (linear
+// extrapolation past the last), times a load factor tracked online from observed runs (the
+// machine may be shared, so absolute times drift while the shape holds).
+class CostCurve {
+ public:
+  CostCurve() = default;
+  // points: (x, seconds), any order, at least one. A single point means cost ∝ x.
+  explicit CostCurve(std::vector<std::pair<double, double>> points);
+
+  bool empty() const { return points_.empty(); }
+  double Predict(double x) const;  // 0 when empty
+  // A run of size x took `seconds`: moves the load factor toward seconds / shape(x).
+  void Observe(double x, double seconds);
+  // Same, for a prediction that summed several shape evaluations (e.g. draft steps).
+  void ObserveTotal(double predicted_shape_seconds, double seconds);
+  double Shape(double x) const;  // the calibrated curve without the load factor
+  double load_factor() const { return scale_; }
+  // The same calibration with the load factor reset to 1: what a pinned sequence decides on
+  // (its k must not depend on how loaded the machine was when it ran).
+  CostCurve Unscaled() const { return CostCurve(points_); }
+  const std::vector<std::pair<double, double>>& points() const { return points_; }
+
+ private:
+  std::vector<std::pair<double, double>> points_;  // sorted by x
+  double scale_ = 1.0;
+};
+
+// Per-sequence acceptance estimate: decayed counts of accepted / tried draft tokens with a
+// weak prior, so a few steps move it.
+class AcceptanceEstimate {
+ public:
+  static constexpr double kPrior = 0.5;        // before any evidence
+  static constexpr double kPriorWeight = 1.0;  // in draft tokens
+  static constexpr double kDecay = 0.7;        // per step
+
+  // A step drafted `drafted` tokens and `accepted` of them were accepted. Tokens after the
+  // first rejection were never tested, so they are not evidence.
+  void Update(int32_t drafted, int32_t accepted);
+  double alpha() const { return alpha(kPrior); }
+  // With another prior mean, e.g. the engine-wide acceptance: a new sequence starts from how
+  // well the drafter has been doing rather than from a fixed guess.
+  double alpha(double prior) const {
+    return (accepted_ + prior * kPriorWeight) / (tried_ + kPriorWeight);
+  }
+
+ private:
+  double accepted_ = 0.0, tried_ = 0.0;
+};
+
+struct KCandidate {
+  double alpha = 0.0;  // per-token acceptance estimate
+  int32_t cap = 0;     // most drafts allowed (request k, context, tokens left, budget)
+};
+
+// Expected tokens emitted by a step with k drafts at per-token acceptance alpha:
+// 1 + alpha + ... + alpha^k (accepted prefix plus the correction or bonus).
+double ExpectedTokens(double alpha, int32_t k);
+
+// Chooses k_i for each sequence of a step that also carries `prefill_tokens` prompt tokens,
+// maximising sum_i ExpectedTokens(alpha_i, k_i) / (verify(prefill + sum(1 + k_i)) -
+// verify(prefill) + sum_{j=1..max k} draft(#{i : k_i >= j})): expected tokens per second of
+// what the decode rows add to the step. `draft` empty = free drafting (n-gram).
+std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_tokens,
+                             int32_t max_k, const CostCurve& verify, const CostCurve& draft);
+
+}  // namespace specd::spec
+
+#endif  // SPECD_SPECULATION_ADAPTIVE_K_H_

@@ -1,0 +1,30 @@
+// Measures the cost curves the adaptive-k policy (k_policy.h) starts from: a target forward by
+// tokens, and a draft round by sequences. The in-process engine calibrates at Create; in the
+// cluster each service calibrates at start-up and reports its curve in GetInfo, and the
+// router's policy starts from those.
+#ifndef SPECD_SPECULATION_CALIBRATION_H_
+#define SPECD_SPECULATION_CALIBRATION_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "engine/model_runner.h"
+#include "speculation/adaptive_k.h"
+#include "speculation/drafter.h"
+
+namespace specd::spec {
+
+// Target forwards of 1, 2, 4, ..., max_tokens tokens, each asking for logits of its last
+// min(tokens, max_rows) rows (verification asks for every decode row's): best of several runs
+// per size, so one slow run on a shared core does not make decode-sized steps look dear.
+// Uses (and frees) the sequence id `probe`.
+absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t max_tokens,
+                                          int32_t max_rows, engine::SeqId probe = -1);
+
+// Drafter::Propose for 1, 4 and 16 sequences (at most max_sequences) at k = 2, after a
+// prefill; seconds per draft round. Uses (and releases) ids -1 .. -max_sequences.
+absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences);
+
+}  // namespace specd::spec
+
+#endif  // SPECD_SPECULATION_CALIBRATION_H_

@@ -1,0 +1,77 @@
+// The drafter interface of the speculative engine (DESIGN.md §2 step 1): for a whole batch of
+// sequences at once, propose up to k_i tokens each, every token with the sparse proposal
+// distribution q it was drawn from.
+//
+// Drafters keep their own per-sequence state (a KV cache for model drafters). They are told the
+// committed tokens each time, so they can catch up on what they never saw (the correction or
+// bonus token, a re-prefilled sequence) and roll back what was rejected.
+#ifndef SPECD_SPECULATION_DRAFTER_H_
+#define SPECD_SPECULATION_DRAFTER_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/sampling/draft_proposal.h"
+#include "common/sampling/penalty_state.h"
+#include "common/sampling/philox.h"
+#include "common/sampling/sampling_params.h"
+
+namespace specd::engine {
+class PagedKvCache;
+}  // namespace specd::engine
+
+namespace specd::spec {
+
+using SeqId = int64_t;  // = engine::SeqId; this layer does not depend on the engine
+
+// One sequence's request to the drafter for this step.
+struct DraftInput {
+  SeqId seq = 0;
+  absl::Span<const int32_t> tokens;                  // committed x_1..x_n (prompt + generated)
+  const sampling::SamplingParams* params = nullptr;  // the request's transforms (draft mimics them)
+  const sampling::PenaltyState* history = nullptr;   // penalty history of `tokens`
+  const sampling::CounterRng* rng = nullptr;         // the request's counter RNG (kDraft stream)
+  int32_t max_tokens = 0;                            // k_i: propose at most this many
+};
+
+// proposals[j] is d_{j+1} (at absolute position n + j) with its q. Fewer than max_tokens (even
+// none) is allowed: the verifier then checks only what came.
+struct DraftOutput {
+  std::vector<sampling::SparseProposal> proposals;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string_view name() const = 0;
+
+  // in: [B] distinct sequences; out: [B]. Sequences never seen are added (and prefilled) on the
+  // fly. RESOURCE_EXHAUSTED when the drafter's own KV cache is full: then `out` is empty
+  // and the drafter's state stays consistent (the caller may decode without drafts).
+  virtual absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) = 0;
+
+  // After verification: `committed` is the sequence now (x_1..x_n, accepted drafts,
+  // correction/bonus). The drafter drops state past the longest prefix it agrees with (Propose
+  // would do so too: Commit frees the KV early).
+  virtual absl::Status Commit(SeqId seq, absl::Span<const int32_t> committed) = 0;
+
+  // Forget a sequence (finished, cancelled or preempted); frees its KV at once.
+  virtual void Release(SeqId seq) = 0;
+
+  // True when drafting costs a model forward per token (the adaptive-k cost model needs it).
+  virtual bool runs_model() const = 0;
+  // Bytes of weights one draft token reads (0: no model): the nominal cost of pinned k.
+  virtual uint64_t weight_bytes() const { return 0; }
+
+  // The drafter's KV cache and a sequence's cached length, for tests and metrics (null / -1 for
+  // drafters without one).
+  virtual const engine::PagedKvCache* kv_cache() const { return nullptr; }
+  virtual int64_t CachedLength(SeqId seq) const { return -1; }
+};
+
+}  // namespace specd::spec
+
+#endif  // SPECD_SPECULATION_DRAFTER_H_

@@ -1,0 +1,51 @@
+#include "speculation/drafter_factory.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace specd::spec {
+
+std::string DrafterChoice::Describe() const {
+  switch (kind) {
+    case Kind::kNone:
+      return "none";
+    case Kind::kModel:
+      return absl::StrCat("draft model ", draft_path);
+    case Kind::kSelf:
+      return absl::StrCat("self-draft (", self_layers, " layers)");
+    case Kind::kNgram:
+      return "n-gram";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const DrafterChoice& c,
+                                                     const gguf::GgufFile& target_file,
+                                                     const std::string& target_path,
+                                                     engine::Backend* backend) {
+  switch (c.kind) {
+    case DrafterChoice::Kind::kNone:
+      return std::unique_ptr<Drafter>();
+    case DrafterChoice::Kind::kModel: {
+      absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tk = tok::Tokenizer::FromGguf(target_file);
+      if (!tk.ok()) return tk.status();
+      const TargetIdentity target{target_path, (*tk)->Fingerprint(), (*tk)->vocab_size()};
+      auto d = ModelDrafter::CreateFromFile(c.draft_path, target, backend, c.model);
+      if (!d.ok()) return d.status();
+      return std::unique_ptr<Drafter>(std::move(*d));
+    }
+    case DrafterChoice::Kind::kSelf: {
+      auto d = ModelDrafter::CreateSelf(target_file, c.self_layers, backend, c.model);
+      if (!d.ok()) return d.status();
+      return std::unique_ptr<Drafter>(std::move(*d));
+    }
+    case DrafterChoice::Kind::kNgram: {
+      auto d = NgramDrafter::Create(c.ngram);
+      if (!d.ok()) return d.status();
+      return std::unique_ptr<Drafter>(std::move(*d));
+    }
+  }
+  return absl::InvalidArgumentError("unknown drafter kind");
+}
+
+}  // namespace specd::spec

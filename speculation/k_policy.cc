@@ -1,0 +1,128 @@
+#include "speculation/k_policy.h"
+
+#include <algorithm>
+
+namespace specd::spec {
+namespace {
+
+// Seconds of the draft rounds of a step where sequence i drafts k[i]: round j runs the
+// sequences with k >= j.
+double DraftShape(const CostCurve& draft, absl::Span<const int32_t> k) {
+  double shape = 0.0;
+  const int32_t max_k = k.empty() ? 0 : *std::max_element(k.begin(), k.end());
+  for (int32_t j = 1; j <= max_k; ++j) {
+    int32_t n = 0;
+    for (int32_t ki : k) n += ki >= j ? 1 : 0;
+    shape += draft.Shape(n);
+  }
+  return shape;
+}
+
+}  // namespace
+
+double NominalDraftRatio(uint64_t draft_bytes, uint64_t target_bytes, double fallback) {
+  if (draft_bytes == 0 || target_bytes == 0) return fallback;
+  return static_cast<double>(draft_bytes) / static_cast<double>(target_bytes);
+}
+
+void KPolicy::set_costs(CostCurve verify, CostCurve draft) {
+  options_.verify_cost = std::move(verify);
+  options_.draft_cost = std::move(draft);
+}
+
+std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fixed_tokens) {
+  const size_t B = seqs.size();
+  std::vector<int32_t> k(B, 0);
+  for (size_t i = 0; i < B; ++i) seqs[i].state->probed = false;
+  if (!options_.adaptive) {
+    for (size_t i = 0; i < B; ++i) k[i] = std::max(0, seqs[i].cap);
+    return k;
+  }
+  if (options_.verify_cost.empty()) return k;  // nothing to price drafts with: none
+  const int32_t max_k = options_.max_k;
+  std::vector<int32_t> perfect(B, 0);  // k if every draft were accepted
+  // Pinned: alone, own acceptance with the fixed prior, the nominal costs.
+  const CostCurve verify_shape({{1, 1.0}, {2, 1.0 + options_.pinned_verify_token}});
+  const CostCurve draft_shape =
+      options_.draft_cost.empty() || options_.pinned_draft_ratio <= 0
+          ? CostCurve()
+          : CostCurve({{1, options_.pinned_draft_ratio}, {2, 2 * options_.pinned_draft_ratio}});
+  int64_t fixed = fixed_tokens;
+  for (size_t i = 0; i < B; ++i) {
+    if (!seqs[i].pinned) continue;
+    const KCandidate own{seqs[i].state->acceptance.alpha(), seqs[i].cap};
+    k[i] = ChooseK({&own, 1}, 0, max_k, verify_shape, draft_shape)[0];
+    const KCandidate best{1.0, seqs[i].cap};
+    perfect[i] = ChooseK({&best, 1}, 0, max_k, verify_shape, draft_shape)[0];
+    fixed += 1 + k[i];
+  }
+  // Unpinned: one choice for the batch, from the policy-wide acceptance as prior.
+  std::vector<KCandidate> cand, best;
+  std::vector<size_t> which;
+  const double prior = global_.alpha();
+  for (size_t i = 0; i < B; ++i) {
+    if (seqs[i].pinned) continue;
+    cand.push_back({seqs[i].state->acceptance.alpha(prior), seqs[i].cap});
+    best.push_back({1.0, seqs[i].cap});
+    which.push_back(i);
+  }
+  if (!which.empty()) {
+    const int32_t f = static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX));
+    const std::vector<int32_t> kc =
+        ChooseK(cand, f, max_k, options_.verify_cost, options_.draft_cost);
+    const std::vector<int32_t> kb =
+        ChooseK(best, f, max_k, options_.verify_cost, options_.draft_cost);
+    for (size_t j = 0; j < which.size(); ++j) {
+      k[which[j]] = kc[j];
+      perfect[which[j]] = kb[j];
+    }
+  }
+  // At k = 0 the acceptance estimate never moves: without a probe now and then a pessimistic
+  // prior would keep a good drafter off for good. Only where drafting clearly could pay (a
+  // perfect drafter would go >= 2 deep) and, for unpinned sequences, the batch is small: a
+  // probe makes the draft model catch up on every token since its last draft, a cost the k
+  // model does not see (at batch 8 on 2 cores probing made the F16/Q4_1 pair 0.74x plain in
+  // specd-bench --spec, while at batch 1 it takes it from 1.0x to 1.3x).
+  for (size_t i = 0; i < B; ++i) {
+    SpecSeqState& s = *seqs[i].state;
+    if (k[i] == 0 && perfect[i] >= 2 && s.steps_without_drafts >= s.probe_every &&
+        (seqs[i].pinned || B <= 2) && seqs[i].cap > 0) {
+      k[i] = 1;
+      s.probed = true;
+    }
+  }
+  return k;
+}
+
+void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k,
+                           double seconds) {
+  if (!options_.track_load || options_.draft_cost.empty()) return;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SpecSeqState& s = *seqs[i].state;
+    if (k[i] > 0 && (s.steps_without_drafts > 0 || s.steps == 0)) return;  // catching up
+  }
+  options_.draft_cost.ObserveTotal(DraftShape(options_.draft_cost, k), seconds);
+}
+
+void KPolicy::ObserveVerify(double tokens, double seconds) {
+  if (options_.track_load) options_.verify_cost.Observe(tokens, seconds);
+}
+
+void KPolicy::AfterDraft(SpecSeqState& s, int32_t k) {
+  if (k > 0 && !s.probed) {
+    s.probe_every = SpecSeqState::kProbeEvery;  // chosen on its merits
+  } else if (k == 0 && s.steps_without_drafts == 0 && s.steps > 0) {
+    // The last step drafted (a probe) and now k is 0 again: the probe did not pay.
+    s.probe_every = std::min(s.probe_every * 2, 16 * SpecSeqState::kProbeEvery);
+  }
+  s.probed = false;
+  s.steps_without_drafts = k > 0 ? 0 : s.steps_without_drafts + 1;
+  ++s.steps;
+}
+
+void KPolicy::AfterVerify(SpecSeqState& s, int32_t drafted, int32_t accepted) {
+  s.acceptance.Update(drafted, accepted);
+  global_.Update(drafted, accepted);
+}
+
+}  // namespace specd::spec

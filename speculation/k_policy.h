@@ -1,0 +1,99 @@
+// THE adaptive-k policy: how many tokens each sequence drafts in a step. Used by the in-process
+// engine (SpecEngine) and by the cluster's router alike.
+//
+// Per sequence, an acceptance estimate (AcceptanceEstimate); per policy, the cost curves of a
+// target forward (by tokens) and of a draft round (by sequences drafting), calibrated by
+// timing (calibration.h) and rescaled online from measured steps. KPolicy::Choose maximises the
+// expected tokens per second of the whole step (adaptive_k.h ChooseK), so k falls to 0 where
+// drafting does not pay: a draft that is rarely accepted, a target that is compute-bound.
+//
+// Pinned sequences (a sampled request: its realized tokens depend on its k schedule) choose
+// from their own history alone — their own acceptance with the fixed prior, no batch, and a
+// nominal cost model fixed by the model files (never a timing) — so a seed gives the same text
+// in any batch, on any machine, after any restart.
+#ifndef SPECD_SPECULATION_K_POLICY_H_
+#define SPECD_SPECULATION_K_POLICY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "speculation/adaptive_k.h"
+
+namespace specd::spec {
+
+// What the policy remembers of one sequence; owned by the caller's sequence record.
+struct SpecSeqState {
+  static constexpr int32_t kProbeEvery = 16;  // steps at k = 0 before a k = 1 probe
+  AcceptanceEstimate acceptance;
+  int32_t steps = 0;                 // steps that decoded (with or without drafts)
+  int32_t steps_without_drafts = 0;  // since the last step that drafted
+  // Doubles each time a probe leaves k at 0 (drafting still does not pay: the probes' draft
+  // catch-up is pure cost then), back to kProbeEvery once the choice itself drafts.
+  int32_t probe_every = kProbeEvery;
+  bool probed = false;  // this step's k = 1 is a probe
+};
+
+struct KPolicyOptions {
+  int32_t max_k = 4;     // most drafts per sequence and step
+  bool adaptive = true;  // false: every sequence drafts its cap
+  // Rescale the curves online from measured step times (a shared machine drifts). Off: the
+  // curves are used exactly as given (tests; choices that do not depend on timing).
+  bool track_load = true;
+  CostCurve verify_cost;  // seconds of a target forward by tokens; empty + adaptive: k = 0
+  CostCurve draft_cost;   // seconds of one draft round by sequences; empty = free (n-gram)
+  // The nominal costs pinned sequences decide on, in target decode steps: a draft round (the
+  // draft's weight bytes over the target's: decoding is memory-bound; 0 = free drafts), and
+  // each verified token beyond the first.
+  double pinned_draft_ratio = 0.5;
+  double pinned_verify_token = 0.1;
+};
+
+// The nominal draft-round cost of a drafter reading `draft_bytes` of weights per token against
+// a target reading `target_bytes`: their ratio, or `fallback` when either is unknown (0).
+double NominalDraftRatio(uint64_t draft_bytes, uint64_t target_bytes, double fallback = 0.5);
+
+// One decoding sequence of a step.
+struct KRequest {
+  SpecSeqState* state = nullptr;
+  int32_t cap = 0;      // most drafts allowed (request k, context, tokens left)
+  bool pinned = false;  // k may depend only on this sequence's own history
+};
+
+class KPolicy {
+ public:
+  KPolicy() = default;
+  explicit KPolicy(KPolicyOptions options) : options_(std::move(options)) {}
+
+  // THE function that decides k: for the decoding sequences of one step that also carries
+  // `fixed_tokens` other tokens (prompt chunks), k_i in [0, cap_i]. Marks probes in the states.
+  std::vector<int32_t> Choose(absl::Span<const KRequest> seqs, int32_t fixed_tokens);
+
+  // After the drafter ran, before AfterDraft: a draft step that proposed for `k` (one entry per
+  // sequence of `seqs`) took `seconds`. Ignored when a sequence caught up on tokens it had not
+  // drafted from (a probe, a first draft): that is not what a draft round costs.
+  void ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k, double seconds);
+  // A target forward over `tokens` tokens took `seconds`.
+  void ObserveVerify(double tokens, double seconds);
+
+  // The k the sequence really drafted this step (the drafter may propose fewer than asked).
+  void AfterDraft(SpecSeqState& s, int32_t k);
+  // Its verification: `accepted` of `drafted` drafts were accepted.
+  void AfterVerify(SpecSeqState& s, int32_t drafted, int32_t accepted);
+
+  const KPolicyOptions& options() const { return options_; }
+  const CostCurve& verify_cost() const { return options_.verify_cost; }
+  const CostCurve& draft_cost() const { return options_.draft_cost; }
+  void set_costs(CostCurve verify, CostCurve draft);
+  void set_pinned_draft_ratio(double ratio) { options_.pinned_draft_ratio = ratio; }
+  // Acceptance over every sequence: the prior of a new unpinned one.
+  double global_acceptance() const { return global_.alpha(); }
+
+ private:
+  KPolicyOptions options_;
+  AcceptanceEstimate global_;
+};
+
+}  // namespace specd::spec
+
+#endif  // SPECD_SPECULATION_K_POLICY_H_

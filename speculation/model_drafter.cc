@@ -1,0 +1,275 @@
+#include "speculation/model_drafter.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/check.h"
+
+namespace specd::spec {
+namespace {
+
+size_t CommonPrefix(absl::Span<const int32_t> a, absl::Span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateFromFile(
+    const std::string& draft_path, const TargetIdentity& target, engine::Backend* backend,
+    const ModelDrafterOptions& options) {
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(draft_path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("draft model ", draft_path, ": ", file.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tk = tok::Tokenizer::FromGguf(**file);
+  if (!tk.ok()) {
+    return absl::Status(tk.status().code(), absl::StrCat("draft model ", draft_path,
+                                                         " tokenizer: ", tk.status().message()));
+  }
+  if ((*tk)->Fingerprint() != target.vocab_fingerprint ||
+      (*tk)->vocab_size() != target.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "draft model %s and target model %s have different vocabularies (draft: %d tokens, "
+        "fingerprint %016x; target: %d tokens, fingerprint %016x); a draft model must share the "
+        "target's tokenizer",
+        draft_path, target.name, (*tk)->vocab_size(), (*tk)->Fingerprint(), target.vocab_size,
+        target.vocab_fingerprint));
+  }
+  const gguf::GgufFile& ref = **file;
+  return Build(std::move(*file), ref, /*layers=*/0, backend, options,
+               absl::StrCat("draft-model(", draft_path, ")"));
+}
+
+absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateSelf(
+    const gguf::GgufFile& target_file, int32_t layers, engine::Backend* backend,
+    const ModelDrafterOptions& options) {
+  absl::StatusOr<engine::ModelConfig> config = engine::ReadModelConfig(target_file);
+  if (!config.ok()) return config.status();
+  if (layers < 1 || layers >= config->num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("self_draft_layers must be in [1, %d) for a %d-layer target, got %d",
+                        config->num_layers, config->num_layers, layers));
+  }
+  return Build(nullptr, target_file, layers, backend, options,
+               absl::StrCat("self-draft(", layers, " of ", config->num_layers, " layers)"));
+}
+
+absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Build(
+    std::unique_ptr<gguf::GgufFile> owned, const gguf::GgufFile& file, int32_t layers,
+    engine::Backend* backend, const ModelDrafterOptions& options, std::string name) {
+  if (options.kv_blocks < 1 || options.block_size < 1 || options.max_batch_tokens < 1 ||
+      options.max_sequences < 1 || options.proposal_top_n < 1) {
+    return absl::InvalidArgumentError(
+        "ModelDrafterOptions: kv_blocks, block_size, max_batch_tokens, max_sequences and "
+        "proposal_top_n must be >= 1");
+  }
+  std::unique_ptr<ModelDrafter> d(new ModelDrafter());
+  d->name_ = std::move(name);
+  d->options_ = options;
+  d->owned_file_ = std::move(owned);
+  engine::ModelOptions mo;
+  mo.max_batch_tokens = std::max(options.max_batch_tokens, options.max_sequences);
+  mo.max_logit_rows = options.max_sequences;
+  mo.num_layers = layers;
+  absl::StatusOr<std::unique_ptr<engine::LlamaModel>> m =
+      engine::LlamaModel::Load(file, backend, &d->comm_, mo);
+  if (!m.ok()) return m.status();
+  d->model_ = std::move(*m);
+  absl::StatusOr<std::unique_ptr<engine::PagedKvCache>> kv = engine::PagedKvCache::Create(
+      d->model_->MakeKvCacheConfig(options.kv_blocks, options.block_size, options.kv_dtype));
+  if (!kv.ok()) return kv.status();
+  d->kv_ = std::move(*kv);
+  d->local_ = std::make_unique<engine::LocalModelRunner>(d->model_.get(), d->kv_.get());
+  d->runner_ = d->local_.get();
+  return d;
+}
+
+absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateOnRunner(
+    engine::ModelRunner* runner, const ModelDrafterOptions& options, std::string name) {
+  if (runner == nullptr) return absl::InvalidArgumentError("ModelDrafter: runner is null");
+  if (options.max_batch_tokens < 1 || options.proposal_top_n < 1) {
+    return absl::InvalidArgumentError(
+        "ModelDrafterOptions: max_batch_tokens and proposal_top_n must be >= 1");
+  }
+  std::unique_ptr<ModelDrafter> d(new ModelDrafter());
+  d->name_ = std::move(name);
+  d->options_ = options;
+  d->options_.max_sequences = runner->model().options().max_logit_rows;
+  d->options_.max_batch_tokens =
+      std::min(options.max_batch_tokens, runner->model().options().max_batch_tokens);
+  d->runner_ = runner;
+  return d;
+}
+
+int64_t ModelDrafter::CachedLength(SeqId seq) const {
+  absl::StatusOr<int64_t> len = runner_->kv().Length(seq);
+  return len.ok() ? *len : -1;
+}
+
+const std::vector<int32_t>* ModelDrafter::Fed(SeqId seq) const {
+  auto it = fed_.find(seq);
+  return it == fed_.end() ? nullptr : &it->second;
+}
+
+absl::Status ModelDrafter::RunForward() {
+  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(model().vocab_size()));
+  absl::Status st = runner_->Forward(batch_, logits_.data());
+  if (!st.ok()) {
+    // Forward cut each slice's sequence back to start_pos before it failed.
+    for (const engine::SequenceSlice& s : batch_.slices) {
+      std::vector<int32_t>& fed = fed_[s.seq];
+      if (static_cast<int64_t>(fed.size()) > s.start_pos) fed.resize(s.start_pos);
+      if (absl::Status t = runner_->Truncate(s.seq, static_cast<int64_t>(fed.size())); !t.ok()) {
+        return absl::Status(st.code(), absl::StrCat(st.message(), "; rollback: ", t.message()));
+      }
+    }
+  }
+  return st;
+}
+
+absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) {
+  SPECD_CHECK(in.size() == out.size(), "Propose: %zu inputs, %zu outputs", in.size(), out.size());
+  for (DraftOutput& o : out) o.proposals.clear();
+  const int32_t vocab = model().vocab_size();
+  const int32_t ctx = model().config().context_length;
+
+  // Sequences that get drafts, with where their catch-up starts.
+  struct Work {
+    size_t idx;                      // into in/out
+    int64_t next;                    // next token of in[idx].tokens to feed
+    int32_t k;                       // drafts wanted (clipped to the context)
+    sampling::PenaltyState history;  // extended with d_1..d_{j-1} when penalties are on
+    bool track = false;
+  };
+  std::vector<Work> work;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const DraftInput& d = in[i];
+    const int64_t n = static_cast<int64_t>(d.tokens.size());
+    const int32_t k = static_cast<int32_t>(std::min<int64_t>(d.max_tokens, ctx - n));
+    if (k <= 0 || n == 0) continue;
+    if (!runner_->kv().HasSequence(d.seq)) {
+      absl::Status st = runner_->AddSequence(d.seq);
+      if (!st.ok()) return st;
+      fed_[d.seq].clear();
+    }
+    std::vector<int32_t>& fed = fed_[d.seq];
+    // Re-feed x_n at least: its logits give d_1. Forward rolls the KV back to `next`.
+    const int64_t next = std::min<int64_t>(CommonPrefix(fed, d.tokens), n - 1);
+    Work w{i, next, k, {}, false};
+    if (sampling::HasPenalties(*d.params)) {
+      // d_j's distribution counts d_1..d_{j-1}, exactly as the verifier's p_j does.
+      w.track = true;
+      w.history = *d.history;
+    }
+    work.push_back(std::move(w));
+  }
+  if (work.size() > static_cast<size_t>(options_.max_sequences)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("draft batch has %d sequences, more than max_sequences = %d", work.size(),
+                        options_.max_sequences));
+  }
+
+  auto propose = [&](Work& w, const float* row, int64_t position) -> absl::Status {
+    const DraftInput& d = in[w.idx];
+    const sampling::PenaltyState& hist = w.track ? w.history : *d.history;
+    absl::StatusOr<sampling::SparseProposal> q =
+        sampling::MakeProposal(absl::Span<const float>(row, vocab), hist, *d.params,
+                               options_.proposal_top_n, *d.rng, position);
+    if (!q.ok()) return q.status();
+    if (w.track) w.history.AddGenerated(q->token);
+    out[w.idx].proposals.push_back(std::move(*q));
+    return absl::OkStatus();
+  };
+  auto fail = [&](absl::Status st) {
+    for (DraftOutput& o : out) o.proposals.clear();
+    return st;
+  };
+
+  // Catch-up (and prefill of new sequences) in chunks of max_batch_tokens; a sequence's last
+  // chunk ends with x_n and returns the logits row that gives d_1.
+  std::vector<Work*> pending;
+  for (Work& w : work) pending.push_back(&w);
+  while (!pending.empty()) {
+    batch_.Clear();
+    std::vector<Work*> finishing, rest;
+    int64_t budget = options_.max_batch_tokens;
+    for (Work* w : pending) {
+      const DraftInput& d = in[w->idx];
+      const int64_t n = static_cast<int64_t>(d.tokens.size());
+      const int64_t take = std::min<int64_t>(n - w->next, budget);
+      if (take <= 0) {
+        rest.push_back(w);
+        continue;
+      }
+      if (w->next + take < n) {  // mid-prompt chunk: no logits needed
+        batch_.AddPrompt(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
+                         static_cast<int32_t>(take));
+        rest.push_back(w);
+      } else {
+        batch_.Add(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
+                   static_cast<int32_t>(take), /*all_logits=*/false);
+        finishing.push_back(w);
+      }
+      budget -= take;
+      std::vector<int32_t>& fed = fed_[d.seq];
+      fed.resize(w->next);
+      fed.insert(fed.end(), d.tokens.begin() + w->next, d.tokens.begin() + w->next + take);
+      w->next += take;
+    }
+    SPECD_CHECK(!batch_.slices.empty(), "draft catch-up made no progress");
+    if (absl::Status st = RunForward(); !st.ok()) return fail(st);
+    for (size_t r = 0; r < finishing.size(); ++r) {
+      Work& w = *finishing[r];
+      absl::Status st = propose(w, logits_.data() + r * static_cast<size_t>(vocab),
+                                static_cast<int64_t>(in[w.idx].tokens.size()));
+      if (!st.ok()) return fail(st);
+    }
+    pending = std::move(rest);
+  }
+
+  // d_2..d_k: one batched single-token step per draft position.
+  for (int32_t j = 1;; ++j) {
+    batch_.Clear();
+    std::vector<Work*> active;
+    for (Work& w : work) {
+      if (w.k <= j) continue;
+      const DraftInput& d = in[w.idx];
+      const int64_t pos = static_cast<int64_t>(d.tokens.size()) + j - 1;  // of d_j
+      const int32_t tok = out[w.idx].proposals.back().token;
+      batch_.Add(d.seq, static_cast<int32_t>(pos), &tok, 1, false);
+      fed_[d.seq].push_back(tok);
+      active.push_back(&w);
+    }
+    if (active.empty()) break;
+    if (absl::Status st = RunForward(); !st.ok()) return fail(st);
+    for (size_t r = 0; r < active.size(); ++r) {
+      Work& w = *active[r];
+      absl::Status st = propose(w, logits_.data() + r * static_cast<size_t>(vocab),
+                                static_cast<int64_t>(in[w.idx].tokens.size()) + j);
+      if (!st.ok()) return fail(st);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelDrafter::Commit(SeqId seq, absl::Span<const int32_t> committed) {
+  auto it = fed_.find(seq);
+  if (it == fed_.end()) return absl::OkStatus();
+  std::vector<int32_t>& fed = it->second;
+  fed.resize(CommonPrefix(fed, committed));
+  return runner_->Truncate(seq, static_cast<int64_t>(fed.size()));
+}
+
+void ModelDrafter::Release(SeqId seq) {
+  fed_.erase(seq);
+  runner_->FreeSequence(seq);
+}
+
+}  // namespace specd::spec

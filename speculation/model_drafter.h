@@ -1,0 +1,102 @@
+// THE model drafter: a transformer proposes d_1..d_k for a batch of sequences — catch each up on
+// its committed tokens (reusing whatever KV still matches), then k batched autoregressive
+// steps, every token with the sparse q it was drawn from. In one process it runs a separate
+// draft model (a second GGUF with the target's vocabulary) or self-speculation (the target's
+// first L layers + its final norm and head, sharing the target's mmap'd weights), owning that
+// LlamaModel and its paged KV cache and sharing the target's backend (they never run at the
+// same time). The draft service runs the same class over its ModelHost (CreateOnRunner).
+#ifndef SPECD_SPECULATION_MODEL_DRAFTER_H_
+#define SPECD_SPECULATION_MODEL_DRAFTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/communicator.h"
+#include "engine/llama_model.h"
+#include "engine/model_runner.h"
+#include "engine/paged_kv_cache.h"
+#include "common/gguf/gguf_file.h"
+#include "speculation/drafter.h"
+#include "kernels/kernel_types.h"
+
+namespace specd::spec {
+
+struct ModelDrafterOptions {
+  int32_t kv_blocks = 512;  // draft KV capacity in blocks (size it like the target's)
+  int32_t block_size = 16;
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+  int32_t max_batch_tokens = 256;  // tokens per draft forward (catch-up / prefill chunks)
+  int32_t max_sequences = 64;      // most sequences one Propose call drafts for
+  int32_t proposal_top_n = sampling::kDefaultProposalTopN;  // q = draft's p truncated to top-n
+};
+
+// What the drafter checks a separate draft model against.
+struct TargetIdentity {
+  std::string name;  // the target model's file, for error messages
+  uint64_t vocab_fingerprint = 0;
+  int32_t vocab_size = 0;
+};
+
+class ModelDrafter final : public Drafter {
+ public:
+  // A separate draft model from `draft_path`. INVALID_ARGUMENT naming both model files when
+  // its vocabulary (tokenizer fingerprint or size) differs from the target's.
+  static absl::StatusOr<std::unique_ptr<ModelDrafter>> CreateFromFile(
+      const std::string& draft_path, const TargetIdentity& target, engine::Backend* backend,
+      const ModelDrafterOptions& options);
+
+  // Self-speculation over the target's own file: its first `layers` layers. `target_file` and
+  // `backend` must outlive the drafter. INVALID_ARGUMENT unless 1 <= layers < total layers.
+  static absl::StatusOr<std::unique_ptr<ModelDrafter>> CreateSelf(
+      const gguf::GgufFile& target_file, int32_t layers, engine::Backend* backend,
+      const ModelDrafterOptions& options);
+
+  // Over a model someone else loaded (the draft service's ModelHost); `runner` must outlive the
+  // drafter. At most the model's max_logit_rows sequences per Propose.
+  static absl::StatusOr<std::unique_ptr<ModelDrafter>> CreateOnRunner(
+      engine::ModelRunner* runner, const ModelDrafterOptions& options, std::string name);
+
+  std::string_view name() const override { return name_; }
+  absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override;
+  absl::Status Commit(SeqId seq, absl::Span<const int32_t> committed) override;
+  void Release(SeqId seq) override;
+  bool runs_model() const override { return true; }
+  uint64_t weight_bytes() const override { return model().weight_bytes(); }
+  const engine::PagedKvCache* kv_cache() const override { return &runner_->kv(); }
+  int64_t CachedLength(SeqId seq) const override;
+  // The tokens whose KV the drafter holds for `seq` (null if unknown): committed tokens and
+  // the drafts fed after them.
+  const std::vector<int32_t>* Fed(SeqId seq) const;
+
+  const engine::LlamaModel& model() const { return runner_->model(); }
+
+ private:
+  ModelDrafter() = default;
+  static absl::StatusOr<std::unique_ptr<ModelDrafter>> Build(
+      std::unique_ptr<gguf::GgufFile> owned, const gguf::GgufFile& file, int32_t layers,
+      engine::Backend* backend, const ModelDrafterOptions& options, std::string name);
+  // Runs `batch_` into logits_; on failure rolls `fed` back to what the KV now holds.
+  absl::Status RunForward();
+
+  std::string name_;
+  ModelDrafterOptions options_;
+  std::unique_ptr<gguf::GgufFile> owned_file_;  // null for self-drafting
+  engine::LocalCommunicator comm_;
+  std::unique_ptr<engine::LlamaModel> model_;      // owned in-process models only
+  std::unique_ptr<engine::PagedKvCache> kv_;       // ditto
+  std::unique_ptr<engine::LocalModelRunner> local_;
+  engine::ModelRunner* runner_ = nullptr;          // local_ or the caller's
+  // Tokens whose KV the draft cache holds, per sequence: always a prefix of what was fed.
+  absl::flat_hash_map<SeqId, std::vector<int32_t>> fed_;
+  engine::ForwardBatch batch_;
+  std::vector<float> logits_;  // [logit rows of the current batch, vocab]
+};
+
+}  // namespace specd::spec
+
+#endif  // SPECD_SPECULATION_MODEL_DRAFTER_H_
