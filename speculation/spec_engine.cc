@@ -303,271 +303,204 @@ int32_t SpecEngine::KCap(const Sequence& s) const {
 // batched. Greedy output is independent of k, so greedy sequences adapt freely.
 bool SpecEngine::PinnedK(const Sequence& s) { return !sampling::IsGreedy(s.req.params); }
 
-void SpecEngine::Admit() {
-  while (!waiting_.empty() && running_.size() < static_cast<size_t>(options_.max_running)) {
-    Sequence& s = *waiting_.front();
-    // Room for everything it has now plus one verify row, and a block of growth per runner.
-    const int64_t need =
-        kv_->BlocksFor(s.n() + KCap(s) + 1) + static_cast<int64_t>(running_.size());
-    if (need > kv_->num_free_blocks() && !running_.empty()) break;
-    if (!kv_->AddSequence(s.id).ok()) break;
-    s.kv_len = 0;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+SpecEngine::Sequence* SpecEngine::Running(RequestId id) const {
+  for (const auto& s : running_) {
+    if (s->id == id) return s.get();
   }
+  return nullptr;
 }
 
 absl::Status SpecEngine::Step() {
   const auto t_step = Clock::now();
+  FinishCancelled();
+  absl::StatusOr<Schedule> sched = ScheduleStep();
+  if (!sched.ok()) return sched.status();
+  std::vector<SeqPlan>& plans = sched->plans;
+  if (plans.empty()) {
+    if (!running_.empty() && sched->preempt.empty()) {
+      // Nothing can run (the scheduler found no room even for the oldest): fail it rather
+      // than spin. Admit() rules this out for a request alone.
+      Finish(*running_.front(), FinishReason::kError,
+             absl::ResourceExhaustedError("KV cache cannot hold the request"));
+      std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
+    }
+    return absl::OkStatus();
+  }
+  std::vector<DraftOutput> drafts;
+  if (absl::Status st = DraftStep(plans, drafts); !st.ok()) return st;
+  std::vector<int32_t> row_of;
+  if (absl::Status st = TargetForward(plans, drafts, row_of); !st.ok()) return st;
+  ApplyResults(plans, drafts, row_of);
+  stats_.step_seconds += Since(t_step);
+  return absl::OkStatus();
+}
+
+void SpecEngine::FinishCancelled() {
   for (auto& s : running_) {
     if (s->cancelled && !s->done) Finish(*s, FinishReason::kCancelled);
   }
   std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
-  Admit();
-  if (running_.empty()) return absl::OkStatus();
+}
 
-  const int32_t vocab = target_->vocab_size();
-  const int32_t budget = options_.max_batch_tokens;
-  const int32_t rows_cap = target_->options().max_logit_rows;
-
-  // ---- Plan. A sequence whose uncomputed tokens (the rest of its prompt, or just x_n)
-  // fit the token budget verifies this step: slice tokens[kv_len, n) ++ d_1..d_k, logits for
-  // the last k+1 rows. Others get a prompt chunk from what budget is left. Admission order. ----
-  std::vector<Sequence*> dec;
-  std::vector<int32_t> k;  // [dec.size()]
-  struct Chunk {
-    Sequence* s;
-    int32_t take;  // tokens fed from kv_len (never up to x_n)
-  };
-  std::vector<Chunk> chunks;
-  std::vector<Sequence*> deferred;  // pinned sequences whose drafts do not fit this step
-  std::vector<KRequest> kreq;       // [dec.size()]: what the policy decides on
-  for (;;) {
-    dec.clear();
-    k.clear();
-    chunks.clear();
-    int64_t left = budget, rows_left = rows_cap, pending = 0, dec_prefill = 0;
-    for (auto& s : running_) {
-      const int64_t rem = s->n() - s->kv_len;
-      const bool defer = std::find(deferred.begin(), deferred.end(), s.get()) != deferred.end();
-      if (!defer && rem <= left && rows_left >= 1) {
-        dec.push_back(s.get());
-        left -= rem;
-        rows_left -= 1;
-        dec_prefill += rem - 1;
-      } else {
-        pending += rem - 1;
-      }
-    }
-    const int32_t B = static_cast<int32_t>(dec.size());
-    kreq.assign(B, KRequest{});
-    for (int32_t i = 0; i < B; ++i) kreq[i] = {&dec[i]->spec, KCap(*dec[i]), PinnedK(*dec[i])};
-    const int64_t prefill = dec_prefill + std::min(pending, left);
-    k = policy_.Choose(kreq, static_cast<int32_t>(prefill));
-    // Token budget and logit rows: trim the longest free drafts first; a pinned sequence that
-    // still does not fit waits a step rather than change its k (unless it is alone).
-    auto drafts = [&] {
-      int64_t r = 0;
-      for (int32_t ki : k) r += ki;
-      return r;
-    };
-    auto trim_free = [&](int64_t limit) {
-      while (drafts() > limit) {
-        int32_t best = -1;
-        for (int32_t i = 0; i < B; ++i) {
-          if (!PinnedK(*dec[i]) && k[i] > 0 && (best < 0 || k[i] > k[best])) best = i;
-        }
-        if (best < 0) return false;
-        --k[best];
-      }
-      return true;
-    };
-    if (!trim_free(std::min(left, rows_left))) {
-      if (B > 1) {
-        int32_t last_pinned = B - 1;
-        while (!PinnedK(*dec[last_pinned])) --last_pinned;
-        deferred.push_back(dec[last_pinned]);
-        continue;
-      }
-      k[0] = static_cast<int32_t>(std::min<int64_t>(k[0], std::min(left, rows_left)));
-    }
-    // KV room: without free drafts if need be, else preempt the newest sequence and replan.
-    auto need = [&] {
-      int64_t blocks = 0;
-      for (int32_t i = 0; i < B; ++i) blocks += kv_->BlocksNeeded(dec[i]->id, dec[i]->n() + k[i]);
-      return blocks;
-    };
-    if (need() > kv_->num_free_blocks()) {
-      for (int32_t i = 0; i < B; ++i) {
-        if (!PinnedK(*dec[i])) k[i] = 0;
-      }
-    }
-    if (need() > kv_->num_free_blocks() && running_.size() <= 1) std::fill(k.begin(), k.end(), 0);
-    if (need() > kv_->num_free_blocks()) {
-      if (running_.size() <= 1) break;  // cannot happen: Admit checked a lone request fits
-      Preempt(running_.size() - 1);
+absl::StatusOr<Schedule> SpecEngine::ScheduleStep() {
+  // k for the decoding sequences (their last committed token is all they have left to run).
+  std::vector<int32_t> want_k(running_.size(), 0);
+  std::vector<KRequest> decoding;
+  std::vector<size_t> index;
+  int64_t pending = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& s = *running_[i];
+    const int64_t uncomputed = s.n() - s.kv_len;
+    if (uncomputed != 1) {
+      pending += uncomputed;
       continue;
     }
-    left -= drafts();
-    int64_t free_blocks = kv_->num_free_blocks() - need();
-    for (auto& s : running_) {
-      if (left <= 0) break;
-      if (std::find(dec.begin(), dec.end(), s.get()) != dec.end()) continue;
-      // Stop short of x_n (it would need a logits row) and of the free blocks.
-      const int64_t room =
-          (int64_t{kv_->NumBlocksOf(s->id)} + free_blocks) * options_.block_size - s->kv_len;
-      const int64_t take = std::min({s->n() - 1 - s->kv_len, left, room});
-      if (take <= 0) continue;
-      free_blocks -= kv_->BlocksNeeded(s->id, s->kv_len + take);
-      left -= take;
-      chunks.push_back({s.get(), static_cast<int32_t>(take)});
-    }
-    if (dec.empty() && chunks.empty()) {
-      // Prompts hold the cache and none can grow: recompute the newest later.
-      if (running_.size() <= 1) break;
-      Preempt(running_.size() - 1);
-      continue;
-    }
-    break;
+    decoding.push_back({&s.spec, KCap(s), PinnedK(s)});
+    index.push_back(i);
   }
-  if (dec.empty() && chunks.empty()) {
-    // A lone request that cannot fit (Admit rules this out); fail it rather than spin.
-    Finish(*running_.front(), FinishReason::kError,
-           absl::ResourceExhaustedError("KV cache cannot hold the request"));
-    std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
-    return absl::OkStatus();
-  }
+  const int64_t rows = static_cast<int64_t>(decoding.size());
+  const int64_t prefill = std::min<int64_t>(
+      pending, std::max<int64_t>(0, options_.max_batch_tokens - rows));
+  const std::vector<int32_t> k = policy_.Choose(decoding, static_cast<int32_t>(prefill));
+  for (size_t j = 0; j < k.size(); ++j) want_k[index[j]] = k[j];
 
-  // ---- Draft. ----
-  const int32_t B = static_cast<int32_t>(dec.size());
-  std::vector<DraftOutput> drafts(B);
-  {
-    std::vector<DraftInput> in;
-    std::vector<int32_t> which;
-    for (int32_t i = 0; i < B; ++i) {
-      if (k[i] <= 0) continue;
-      in.push_back(DraftInput{dec[i]->id, dec[i]->tokens, &dec[i]->req.params, &dec[i]->history,
-                              &dec[i]->rng, k[i]});
-      which.push_back(i);
-    }
-    if (!in.empty()) {
-      std::vector<DraftOutput> out(in.size());
-      const auto t0 = Clock::now();
-      absl::Status st = drafter_->Propose(in, absl::MakeSpan(out));
-      const double secs = Since(t0);
-      stats_.draft_seconds += secs;
-      if (st.ok()) {
-        if (drafter_->runs_model()) policy_.ObserveDraft(kreq, k, secs);
-        for (size_t j = 0; j < which.size(); ++j) {
-          out[j].proposals.resize(std::min<size_t>(out[j].proposals.size(), k[which[j]]));
-          drafts[which[j]] = std::move(out[j]);
-        }
-      } else if (absl::IsResourceExhausted(st)) {
-        ++stats_.draft_failures;  // decode without drafts this step
-      } else {
-        return st;
+  SchedulerState state;
+  const bool local_drafts = drafter_ != nullptr && !drafter_->runs_model();
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Sequence& s = *running_[i];
+    state.running.push_back({s.id, static_cast<int32_t>(s.n()), static_cast<int32_t>(s.kv_len),
+                             want_k[i], local_drafts, PinnedK(s), s.generated() > 0});
+  }
+  for (const auto& s : waiting_) {
+    state.waiting.push_back({s->id, static_cast<int32_t>(s->n()), 0, 0, local_drafts,
+                             PinnedK(*s), s->generated() > 0});
+  }
+  SchedulerConfig config;
+  config.max_batch_tokens = options_.max_batch_tokens;
+  config.max_running = options_.max_running;
+  config.max_queue = options_.max_waiting;
+  config.block_size = options_.block_size;
+  config.target_blocks = kv_->num_blocks();
+  const engine::PagedKvCache* draft_kv = drafter_ != nullptr ? drafter_->kv_cache() : nullptr;
+  config.draft_blocks = draft_kv != nullptr ? draft_kv->num_blocks() : 0;
+  config.max_logit_rows = target_->options().max_logit_rows;
+  Schedule sched = ScheduleIteration(state, config);
+
+  for (int64_t id : sched.preempt) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      if (running_[i]->id == id) {
+        Preempt(i);
+        break;
       }
     }
   }
-  for (int32_t i = 0; i < B; ++i) {
-    k[i] = static_cast<int32_t>(drafts[i].proposals.size());
-    policy_.AfterDraft(dec[i]->spec, k[i]);
-    if (static_cast<size_t>(k[i]) < stats_.k_chosen.size()) ++stats_.k_chosen[k[i]];
+  for (int64_t id : sched.admit) {
+    SPECD_CHECK(!waiting_.empty() && waiting_.front()->id == id, "scheduler admitted out of order");
+    if (absl::Status st = kv_->AddSequence(id); !st.ok()) return st;
+    waiting_.front()->kv_len = 0;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
   }
-  stats_.last_k = k;
+  return sched;
+}
 
-  // ---- One target forward: tokens[kv_len, n) ++ d_1..d_k per verifying sequence (usually
-  // just [x_n, d_1..d_k]), then prompt chunks. ----
+absl::Status SpecEngine::DraftStep(std::vector<SeqPlan>& plans, std::vector<DraftOutput>& drafts) {
+  drafts.assign(plans.size(), DraftOutput{});
+  std::vector<DraftInput> in;
+  std::vector<size_t> which;       // in[j] -> plans index
+  std::vector<KRequest> drafting;  // for the policy's cost observation
+  std::vector<int32_t> ks;
+  for (size_t p = 0; p < plans.size(); ++p) {
+    if (!plans[p].emit || plans[p].k <= 0) continue;
+    Sequence& s = *Running(plans[p].id);
+    in.push_back(DraftInput{s.id, s.tokens, &s.req.params, &s.history, &s.rng, plans[p].k});
+    which.push_back(p);
+    drafting.push_back({&s.spec, plans[p].k, PinnedK(s)});
+    ks.push_back(plans[p].k);
+  }
+  if (!in.empty()) {
+    std::vector<DraftOutput> out(in.size());
+    const auto t0 = Clock::now();
+    absl::Status st = drafter_->Propose(in, absl::MakeSpan(out));
+    const double secs = Since(t0);
+    stats_.draft_seconds += secs;
+    if (st.ok()) {
+      if (drafter_->runs_model()) policy_.ObserveDraft(drafting, ks, secs);
+      for (size_t j = 0; j < which.size(); ++j) {
+        out[j].proposals.resize(std::min<size_t>(out[j].proposals.size(), plans[which[j]].k));
+        drafts[which[j]] = std::move(out[j]);
+      }
+    } else if (absl::IsResourceExhausted(st)) {
+      ++stats_.draft_failures;  // decode without drafts this step
+    } else {
+      return st;
+    }
+  }
+  // What each emitting sequence really drafts this step (the drafter may propose fewer).
+  stats_.last_k.clear();
+  for (size_t p = 0; p < plans.size(); ++p) {
+    if (!plans[p].emit) continue;
+    plans[p].k = static_cast<int32_t>(drafts[p].proposals.size());
+    policy_.AfterDraft(Running(plans[p].id)->spec, plans[p].k);
+    if (static_cast<size_t>(plans[p].k) < stats_.k_chosen.size()) ++stats_.k_chosen[plans[p].k];
+    stats_.last_k.push_back(plans[p].k);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpecEngine::TargetForward(const std::vector<SeqPlan>& plans,
+                                       const std::vector<DraftOutput>& drafts,
+                                       std::vector<int32_t>& row_of) {
+  // tokens[start, end) per plan: a prompt chunk, or with `emit` the tail ending in x_n (usually
+  // just x_n) followed by d_1..d_k, whose last k + 1 rows give p_1..p_{k+1}.
   batch_.Clear();
-  std::vector<int32_t> row_of(B);  // first logits row of each verifying sequence
+  row_of.assign(plans.size(), -1);
   std::vector<int32_t> draft_ids;
   int64_t prefill_tokens = 0;
-  for (int32_t i = 0; i < B; ++i) {
-    Sequence& s = *dec[i];
-    draft_ids.clear();
-    for (const auto& q : drafts[i].proposals) draft_ids.push_back(q.token);
-    const absl::Span<const int32_t> context =
-        absl::MakeConstSpan(s.tokens).subspan(static_cast<size_t>(s.kv_len));
-    row_of[i] = batch_.AddVerify(s.id, static_cast<int32_t>(s.kv_len), context, draft_ids);
-    prefill_tokens += static_cast<int64_t>(context.size()) - 1;
-  }
-  for (const Chunk& c : chunks) {
-    Sequence& s = *c.s;
-    batch_.AddPrompt(s.id, static_cast<int32_t>(s.kv_len), s.tokens.data() + s.kv_len, c.take);
-    prefill_tokens += c.take;
+  for (size_t p = 0; p < plans.size(); ++p) {
+    const SeqPlan& plan = plans[p];
+    const Sequence& s = *Running(plan.id);
+    const absl::Span<const int32_t> tokens =
+        absl::MakeConstSpan(s.tokens).subspan(plan.start, plan.end - plan.start);
+    if (plan.emit) {
+      draft_ids.clear();
+      for (const auto& q : drafts[p].proposals) draft_ids.push_back(q.token);
+      row_of[p] = batch_.AddVerify(s.id, plan.start, tokens, draft_ids);
+      prefill_tokens += static_cast<int64_t>(tokens.size()) - 1;
+    } else {
+      batch_.AddPrompt(s.id, plan.start, tokens.data(), static_cast<int32_t>(tokens.size()));
+      prefill_tokens += static_cast<int64_t>(tokens.size());
+    }
   }
   const int64_t T = static_cast<int64_t>(batch_.tokens.size());
-  {
-    const auto t0 = Clock::now();
-    absl::Status st = target_->Forward(batch_, *kv_, logits_.data());
-    const double secs = Since(t0);
-    if (!st.ok()) return st;
-    stats_.verify_seconds += secs;
-    policy_.ObserveVerify(static_cast<double>(T), secs);
-  }
+  const auto t0 = Clock::now();
+  absl::Status st = target_->Forward(batch_, *kv_, logits_.data());
+  const double secs = Since(t0);
+  if (!st.ok()) return st;
+  stats_.verify_seconds += secs;
+  policy_.ObserveVerify(static_cast<double>(T), secs);
   ++stats_.steps;
   stats_.target_tokens += T;
   stats_.prefill_tokens += prefill_tokens;
+  return absl::OkStatus();
+}
 
-  // ---- Verify, commit, roll back. ----
-  auto commit = [&](Sequence& s, const sampling::VerifyResult& v) {
-    const int64_t n = s.n();
-    const int32_t room = s.req.max_new_tokens - s.generated();
-    const int32_t take = std::min<int32_t>(room, static_cast<int32_t>(v.tokens.size()));
-    for (int32_t j = 0; j < take; ++j) {
-      s.tokens.push_back(v.tokens[j]);
-      s.history.AddGenerated(v.tokens[j]);
-      s.result.tokens.push_back(v.tokens[j]);
-      s.result.logprobs.push_back(v.logprobs[j]);
+void SpecEngine::ApplyResults(const std::vector<SeqPlan>& plans,
+                              const std::vector<DraftOutput>& drafts,
+                              const std::vector<int32_t>& row_of) {
+  const int32_t vocab = target_->vocab_size();
+  for (size_t p = 0; p < plans.size(); ++p) {
+    Sequence& s = *Running(plans[p].id);
+    if (!plans[p].emit) {
+      s.kv_len = plans[p].end;
+      continue;
     }
-    ++s.result.steps;
-    s.result.drafted += v.num_drafted;
-    s.result.accepted += v.num_accepted;
-    policy_.AfterVerify(s.spec, v.num_drafted, v.num_accepted);
-    ++stats_.seq_steps;
-    stats_.emitted += take;
-    stats_.drafted += v.num_drafted;
-    stats_.accepted += v.num_accepted;
-    for (int32_t j = 0; j < v.num_drafted && j <= v.num_accepted; ++j) {
-      if (j >= static_cast<int32_t>(stats_.drafted_at.size())) break;
-      ++stats_.drafted_at[j];
-      if (v.accepted[j]) ++stats_.accepted_at[j];
-    }
-    FinishReason reason = FinishReason::kNone;
-    if (v.stopped && take == static_cast<int32_t>(v.tokens.size())) {
-      reason = FinishReason::kStop;
-    } else if (s.generated() >= s.req.max_new_tokens) {
-      reason = FinishReason::kLength;
-    }
-    const std::vector<int32_t> fresh(s.tokens.begin() + n, s.tokens.end());
-    if (reason != FinishReason::kNone) {
-      Finish(s, reason);
-    } else {
-      // Rollback: the target keeps x_1..x_n and the accepted drafts; the emitted
-      // correction/bonus is fed with the next step's verify row.
-      s.kv_len = n + v.num_accepted;
-      SPECD_CHECK(s.kv_len == s.n() - 1, "kv_len %lld vs committed %lld",
-                  static_cast<long long>(s.kv_len), static_cast<long long>(s.n()));
-      absl::Status st = kv_->Truncate(s.id, s.kv_len);
-      if (st.ok() && drafter_ != nullptr) st = drafter_->Commit(s.id, s.tokens);
-      if (!st.ok()) {
-        if (stream_) stream_(s.id, fresh, FinishReason::kNone);
-        Finish(s, FinishReason::kError, st);  // streams the kError end
-        return;
-      }
-    }
-    if (stream_) stream_(s.id, fresh, reason);
-  };
-
-  static const std::vector<int32_t> kNoEos;
-  for (int32_t i = 0; i < B; ++i) {
-    Sequence& s = *dec[i];
     sampling::VerifyInput vin;
     vin.target_logits =
-        absl::Span<const float>(logits_.data() + static_cast<size_t>(row_of[i]) * vocab,
-                                static_cast<size_t>(k[i] + 1) * vocab);
+        absl::Span<const float>(logits_.data() + static_cast<size_t>(row_of[p]) * vocab,
+                                static_cast<size_t>(plans[p].k + 1) * vocab);
     vin.vocab_size = vocab;
-    vin.proposals = drafts[i].proposals;
+    vin.proposals = drafts[p].proposals;
     vin.history = &s.history;
     vin.position = s.n();
     vin.eos_token_ids = options_.eos_token_ids;
@@ -578,12 +511,61 @@ absl::Status SpecEngine::Step() {
       Finish(s, FinishReason::kError, v.status());
       continue;
     }
-    commit(s, *v);
+    Commit(s, *v);
   }
-  for (const Chunk& c : chunks) c.s->kv_len += c.take;
   std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
-  stats_.step_seconds += Since(t_step);
-  return absl::OkStatus();
+}
+
+// Appends what verification emitted, updates the statistics and the policy, then finishes
+// the sequence or rolls both models back to what was committed.
+void SpecEngine::Commit(Sequence& s, const sampling::VerifyResult& v) {
+  const int64_t n = s.n();
+  const int32_t room = s.req.max_new_tokens - s.generated();
+  const int32_t take = std::min<int32_t>(room, static_cast<int32_t>(v.tokens.size()));
+  for (int32_t j = 0; j < take; ++j) {
+    s.tokens.push_back(v.tokens[j]);
+    s.history.AddGenerated(v.tokens[j]);
+    s.result.tokens.push_back(v.tokens[j]);
+    s.result.logprobs.push_back(v.logprobs[j]);
+  }
+  ++s.result.steps;
+  s.result.drafted += v.num_drafted;
+  s.result.accepted += v.num_accepted;
+  policy_.AfterVerify(s.spec, v.num_drafted, v.num_accepted);
+  ++stats_.seq_steps;
+  stats_.emitted += take;
+  stats_.drafted += v.num_drafted;
+  stats_.accepted += v.num_accepted;
+  for (int32_t j = 0; j < v.num_drafted && j <= v.num_accepted; ++j) {
+    if (j >= static_cast<int32_t>(stats_.drafted_at.size())) break;
+    ++stats_.drafted_at[j];
+    if (v.accepted[j]) ++stats_.accepted_at[j];
+  }
+  FinishReason reason = FinishReason::kNone;
+  if (v.stopped && take == static_cast<int32_t>(v.tokens.size())) {
+    reason = FinishReason::kStop;
+  } else if (s.generated() >= s.req.max_new_tokens) {
+    reason = FinishReason::kLength;
+  }
+  const std::vector<int32_t> fresh(s.tokens.begin() + n, s.tokens.end());
+  if (reason != FinishReason::kNone) {
+    Finish(s, reason);
+    if (stream_) stream_(s.id, fresh, reason);
+    return;
+  }
+  // Rollback: the target keeps x_1..x_n and the accepted drafts; the emitted correction/bonus
+  // is fed with the next step's verify row.
+  s.kv_len = n + v.num_accepted;
+  SPECD_CHECK(s.kv_len == s.n() - 1, "kv_len %lld vs committed %lld",
+              static_cast<long long>(s.kv_len), static_cast<long long>(s.n()));
+  absl::Status st = kv_->Truncate(s.id, s.kv_len);
+  if (st.ok() && drafter_ != nullptr) st = drafter_->Commit(s.id, s.tokens);
+  if (!st.ok()) {
+    if (stream_) stream_(s.id, fresh, FinishReason::kNone);
+    Finish(s, FinishReason::kError, st);  // streams the kError end
+    return;
+  }
+  if (stream_) stream_(s.id, fresh, reason);
 }
 
 absl::Status SpecEngine::RunToCompletion() {

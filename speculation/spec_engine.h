@@ -1,14 +1,17 @@
 // SpecEngine: speculative decoding with continuous batching, in one process.
 //
-// Admit() queues a request; each Step() runs one iteration for every running sequence:
-//   1. admission (while the target KV cache has room), cancellations;
-//   2. k_i per decoding sequence (fixed, or adaptive: THE policy, k_policy.h);
-//   3. the drafter proposes d_1..d_{k_i} with q for all of them at once (it first catches up on
-//      what was committed since it last saw the sequence);
-//   4. ONE batched target forward over every sequence's [x_n, d_1..d_k] rows plus prompt chunks
-//      of sequences still prefilling, within a token budget;
-//   5. VerifyDraft (DESIGN.md §2) per sequence, commit, then KV rollback on both models: the
-//      target keeps x_1..x_n, d_1..d_a; the drafter drops what disagrees with the commit.
+// Admit() queues a request; each Step() runs one iteration, as named steps:
+//   1. FinishCancelled;
+//   2. ScheduleStep: k_i per decoding sequence (THE policy, k_policy.h), then THE scheduler
+//      (scheduler.h, shared with the router): admission, preemption by recompute, the token
+//      budget, prompt chunks;
+//   3. DraftStep: the drafter proposes d_1..d_{k_i} with q for all of them at once (it first
+//      catches up on what was committed since it last saw the sequence);
+//   4. TargetForward: ONE batched forward over every sequence's [x_n, d_1..d_k] rows plus prompt
+//      chunks of sequences still prefilling (a prompt's last chunk emits its first token);
+//   5. ApplyResults: VerifyDraft (docs/DESIGN.md §2) per emitting sequence, commit, then KV
+//      rollback on both models: the target keeps x_1..x_n, d_1..d_a; the drafter drops what
+//      disagrees with the commit.
 // Randomness is the request's CounterRng (seed) at absolute positions, and the CPU kernels are
 // batch-invariant, so a request's tokens do not depend on what it was batched with, on k, or on
 // preemption (which frees a sequence's KV and recomputes it later).
@@ -34,6 +37,7 @@
 #include "speculation/adaptive_k.h"
 #include "speculation/drafter.h"
 #include "speculation/k_policy.h"
+#include "speculation/scheduler.h"
 #include "speculation/spec_stats.h"
 
 namespace specd::spec {
@@ -131,7 +135,16 @@ class SpecEngine {
   struct Sequence;
   SpecEngine() = default;
   absl::Status Calibrate();
-  void Admit();
+  // The steps of Step(), in order; `plans` is the scheduler's output for this iteration.
+  void FinishCancelled();
+  absl::StatusOr<Schedule> ScheduleStep();
+  absl::Status DraftStep(std::vector<SeqPlan>& plans, std::vector<DraftOutput>& drafts);
+  absl::Status TargetForward(const std::vector<SeqPlan>& plans,
+                             const std::vector<DraftOutput>& drafts, std::vector<int32_t>& row_of);
+  void ApplyResults(const std::vector<SeqPlan>& plans, const std::vector<DraftOutput>& drafts,
+                    const std::vector<int32_t>& row_of);
+  void Commit(Sequence& s, const sampling::VerifyResult& v);
+  Sequence* Running(RequestId id) const;
   void Finish(Sequence& s, FinishReason reason, absl::Status status = absl::OkStatus());
   void Preempt(size_t running_index);
   int32_t KCap(const Sequence& s) const;

@@ -19,15 +19,24 @@
 #include "absl/time/time.h"
 #include "speculation/k_policy.h"
 #include "speculation/ngram_drafter.h"
+#include "speculation/scheduler.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/metrics.h"
 #include "services/router/backends.h"
 #include "services/router/request_validation.h"
-#include "services/router/scheduler.h"
 #include "services/router/text_stream.h"
 #include "specd/v1/generation.pb.h"
 
 namespace specd::router {
+
+using spec::BlocksFor;
+using spec::CanEnqueue;
+using spec::Schedule;
+using spec::ScheduleIteration;
+using spec::SchedulerConfig;
+using spec::SchedulerState;
+using spec::SeqPlan;
+using spec::SeqView;
 
 struct RouterOptions {
   // max_batch_tokens, max_running, max_queue are used as given; block size and capacities come

@@ -5,10 +5,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "services/router/scheduler.h"
+#include "speculation/scheduler.h"
 
 namespace specd::router {
 namespace {
+
+using namespace specd::spec;  // NOLINT: the scheduler's vocabulary
 
 struct Sim {
   Sim() { config.draft_blocks = 1024; }

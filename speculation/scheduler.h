@@ -1,6 +1,7 @@
-// The router's iteration-level scheduler (continuous batching, Orca-style) as a pure function
-// of state: the loop hands it what every request looks like now and gets back what to do this
-// iteration. No clocks, no I/O, so it is tested as timelines.
+// THE iteration-level scheduler (continuous batching, Orca-style) of both the cluster's router
+// and the in-process SpecEngine, as a pure function of state: the loop hands it what every
+// request looks like now (with the k the policy wants, k_policy.h) and gets back what to do
+// this iteration. No clocks, no I/O, so it is tested as timelines.
 //
 // Policy:
 //  * FCFS: waiting requests are admitted strictly in order (the head blocks the rest), while
@@ -20,13 +21,13 @@
 //    even alone, or a draft service that is down, changes a pinned k. Re-prefilled after a
 //    preemption, it stops one token short so its next token comes from a decode row with its
 //    drafts, as it would have without the preemption.
-#ifndef SPECD_SERVICES_ROUTER_SCHEDULER_H_
-#define SPECD_SERVICES_ROUTER_SCHEDULER_H_
+#ifndef SPECD_SPECULATION_SCHEDULER_H_
+#define SPECD_SPECULATION_SCHEDULER_H_
 
 #include <cstdint>
 #include <vector>
 
-namespace specd::router {
+namespace specd::spec {
 
 struct SchedulerConfig {
   int32_t max_batch_tokens = 512;  // target tokens per iteration
@@ -35,6 +36,7 @@ struct SchedulerConfig {
   int32_t block_size = 16;
   int32_t target_blocks = 1024;
   int32_t draft_blocks = 0;        // 0: no draft service
+  int32_t max_logit_rows = 0;      // logit rows per iteration (0: as many as tokens)
 };
 
 // One request as the scheduler sees it.
@@ -79,6 +81,6 @@ inline bool CanEnqueue(int64_t waiting, const SchedulerConfig& config) {
   return waiting < config.max_queue;
 }
 
-}  // namespace specd::router
+}  // namespace specd::spec
 
-#endif  // SPECD_SERVICES_ROUTER_SCHEDULER_H_
+#endif  // SPECD_SPECULATION_SCHEDULER_H_

@@ -1,8 +1,9 @@
-#include "services/router/scheduler.h"
+#include "speculation/scheduler.h"
 
 #include <algorithm>
+#include <cstdint>
 
-namespace specd::router {
+namespace specd::spec {
 
 int32_t BlocksFor(int64_t tokens, int32_t block_size) {
   return static_cast<int32_t>((tokens + block_size - 1) / block_size);
@@ -70,25 +71,40 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
     }
   }
 
-  // Decode rows first (oldest first), shrinking k to fit the budget.
+  // Decode rows first (oldest first), shrinking k to fit the budget and the logit rows.
   int32_t budget = config.max_batch_tokens;
+  const int32_t max_rows = config.max_logit_rows > 0 ? config.max_logit_rows : INT32_MAX;
+  int32_t rows = max_rows;
   std::vector<bool> planned(running.size(), false);
-  for (size_t i = 0; i < running.size() && budget > 0; ++i) {
+  for (size_t i = 0; i < running.size() && budget > 0 && rows > 0; ++i) {
     const SeqView& s = running[i];
     if (s.committed - s.target_pos != 1 || sit_out[i]) continue;
-    if (s.pinned_k && k[i] + 1 > budget && budget < config.max_batch_tokens) continue;
-    const int32_t kk = std::min(k[i], budget - 1);
+    if (s.pinned_k && ((k[i] + 1 > budget && budget < config.max_batch_tokens) ||
+                       (k[i] + 1 > rows && rows < max_rows))) {
+      continue;
+    }
+    const int32_t kk = std::min({k[i], budget - 1, rows - 1});
     out.plans.push_back({s.id, s.target_pos, s.committed, true, kk});
     budget -= 1 + kk;
+    rows -= 1 + kk;
     planned[i] = true;
   }
+  // A prompt chunk [target_pos, end) within the budget; its last row emits (one logit row)
+  // when it reaches the end of the committed tokens and a row is left.
+  auto chunk = [&](const SeqView& s) {
+    int32_t end = std::min(PrefillEnd(s), s.target_pos + budget);
+    if (end == s.committed && rows < 1) --end;
+    if (end <= s.target_pos) return;
+    const bool emit = end == s.committed;
+    out.plans.push_back({s.id, s.target_pos, end, emit, 0});
+    budget -= end - s.target_pos;
+    rows -= emit ? 1 : 0;
+  };
   // Prompt chunks of running sequences (oldest first).
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
     const SeqView& s = running[i];
     if (planned[i] || s.committed - s.target_pos <= 1) continue;
-    const int32_t end = std::min(PrefillEnd(s), s.target_pos + budget);
-    out.plans.push_back({s.id, s.target_pos, end, end == s.committed, 0});
-    budget -= end - s.target_pos;
+    chunk(s);
   }
   // Admission, strictly FCFS. A preempted sequence waits at least one iteration (it heads the
   // queue next time), so this iteration's preemptions do not bounce straight back.
@@ -112,12 +128,10 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
       target_free -= need;
       out.admit.push_back(s.id);
       ++n_running;
-      const int32_t end = std::min(PrefillEnd(s), s.target_pos + budget);
-      out.plans.push_back({s.id, s.target_pos, end, end == s.committed, 0});
-      budget -= end - s.target_pos;
+      chunk(s);
     }
   }
   return out;
 }
 
-}  // namespace specd::router
+}  // namespace specd::spec
