@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cluster benchmark of DESIGN.md §4-§6 in one run, on the default model:
+# The cluster benchmark of docs/DESIGN.md §4-§6 in one run, on the default model:
 #   1. throughput, closed loop (4 clients): cluster vs the same engine in-process (no gRPC);
 #   2. batch 1 (1 client): inter-token latency added by the cluster, and TTFT p50 for a
 #      64-token prompt;

@@ -5,7 +5,7 @@
 #
 #   loadtest/spec_ab.sh [OUT_DIR]
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], CONCURRENCY
-# ["1 16"], REQUESTS per point [16], NEW_TOKENS [128], ROUNDS of off/auto pairs [2],
+# ["1 16"], REQUESTS per point [32], NEW_TOKENS [128], ROUNDS of off/auto pairs [3],
 # TEMPERATURE [0], DRAFT_MODEL [self].
 set -euo pipefail
 
@@ -26,9 +26,9 @@ COMMON=(--server "localhost:$PORT" --mode closed --prompts builtin
         --max-new-tokens "${NEW_TOKENS:-128}" --temperature "${TEMPERATURE:-0}")
 "$LOADTEST" "${COMMON[@]}" --spec off --concurrency 1 --requests 2 >/dev/null  # warm-up
 for c in ${CONCURRENCY:-1 16}; do
-  n="${REQUESTS:-16}"
+  n="${REQUESTS:-32}"
   [ "$n" -lt "$c" ] && n="$c"
-  for r in $(seq 1 "${ROUNDS:-2}"); do
+  for r in $(seq 1 "${ROUNDS:-3}"); do
     for spec in off auto; do
       echo "spec_ab: concurrency $c, --spec $spec, round $r" >&2
       "$LOADTEST" "${COMMON[@]}" --spec "$spec" --concurrency "$c" --requests "$n" \

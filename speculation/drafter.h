@@ -1,4 +1,4 @@
-// The drafter interface of the speculative engine (DESIGN.md §2 step 1): for a whole batch of
+// The drafter interface of the speculative engine (docs/DESIGN.md §2 step 1): for a whole batch of
 // sequences at once, propose up to k_i tokens each, every token with the sparse proposal
 // distribution q it was drawn from.
 //

@@ -39,6 +39,10 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
     return k;
   }
   if (options_.verify_cost.empty()) return k;  // nothing to price drafts with: none
+  for (size_t i = 0; i < B; ++i) {
+    // Pinned sequences keep the fixed schedule: their k depends on their own history only.
+    if (seqs[i].state->steps == 0 && !seqs[i].pinned) seqs[i].state->probe_every = probe_start_;
+  }
   const int32_t max_k = options_.max_k;
   std::vector<int32_t> perfect(B, 0);  // k if every draft were accepted
   // Pinned: alone, own acceptance with the fixed prior, the nominal costs.
@@ -111,10 +115,16 @@ void KPolicy::ObserveVerify(double tokens, double seconds) {
 void KPolicy::AfterDraft(SpecSeqState& s, int32_t k) {
   if (k > 0 && !s.probed) {
     s.probe_every = SpecSeqState::kProbeEvery;  // chosen on its merits
+    probe_start_ = std::max(SpecSeqState::kProbeEvery, probe_start_ / 2);
   } else if (k == 0 && s.steps_without_drafts == 0 && s.steps > 0) {
-    // The last step drafted (a probe) and now k is 0 again: the probe did not pay.
-    s.probe_every = std::min(s.probe_every * 2, 16 * SpecSeqState::kProbeEvery);
+    // The last step drafted and now k is 0 again: drafting (a probe, or a run on a prior that
+    // proved too hopeful) did not pay.
+    s.probe_every = std::min(s.probe_every * 2, SpecSeqState::kMaxProbeEvery);
+    if (s.last_probe) {
+      probe_start_ = std::min(probe_start_ * 2, 4 * SpecSeqState::kMaxProbeEvery);
+    }
   }
+  s.last_probe = k > 0 && s.probed;
   s.probed = false;
   s.steps_without_drafts = k > 0 ? 0 : s.steps_without_drafts + 1;
   ++s.steps;

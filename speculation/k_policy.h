@@ -25,13 +25,15 @@ namespace specd::spec {
 // What the policy remembers of one sequence; owned by the caller's sequence record.
 struct SpecSeqState {
   static constexpr int32_t kProbeEvery = 16;  // steps at k = 0 before a k = 1 probe
+  static constexpr int32_t kMaxProbeEvery = 16 * kProbeEvery;
   AcceptanceEstimate acceptance;
   int32_t steps = 0;                 // steps that decoded (with or without drafts)
   int32_t steps_without_drafts = 0;  // since the last step that drafted
   // Doubles each time a probe leaves k at 0 (drafting still does not pay: the probes' draft
   // catch-up is pure cost then), back to kProbeEvery once the choice itself drafts.
   int32_t probe_every = kProbeEvery;
-  bool probed = false;  // this step's k = 1 is a probe
+  bool probed = false;      // this step's k = 1 is a probe
+  bool last_probe = false;  // the last step that drafted was a probe
 };
 
 struct KPolicyOptions {
@@ -88,10 +90,16 @@ class KPolicy {
   void set_pinned_draft_ratio(double ratio) { options_.pinned_draft_ratio = ratio; }
   // Acceptance over every sequence: the prior of a new unpinned one.
   double global_acceptance() const { return global_.alpha(); }
+  // Where a new unpinned sequence's probe interval starts: doubled each time a probe (of any
+  // sequence) fails to lead to drafting, halved when a sequence drafts on its merits. A probe
+  // makes the draft catch up on everything since it last saw the sequence — for a new one the
+  // whole prompt — so probing a drafter that keeps failing must become rare.
+  int32_t probe_start() const { return probe_start_; }
 
  private:
   KPolicyOptions options_;
   AcceptanceEstimate global_;
+  int32_t probe_start_ = SpecSeqState::kProbeEvery;
 };
 
 }  // namespace specd::spec

@@ -295,7 +295,7 @@ int32_t SpecEngine::KCap(const Sequence& s) const {
   return static_cast<int32_t>(std::max<int64_t>(k, 0));
 }
 
-// The rejection scheme of DESIGN.md §2 keeps the *distribution* of every token whatever k is,
+// The rejection scheme of docs/DESIGN.md §2 keeps the *distribution* of every token whatever k is,
 // but the realized sample at a position depends on whether it was drafted (accept/resample
 // draws) or was a bonus/plain token (one draw from p). So a seeded sampled sequence gets a k
 // schedule that is a function of its own state only — its cap, never the batch's adaptive

@@ -111,7 +111,7 @@ struct Runner {
     std::vector<int32_t> prompt(prompt_len);
     for (int i = 0; i < prompt_len; ++i) prompt[i] = 100 + i;
     for (int s = 0; s < batch; ++s) {
-      (void)kv->AddSequence(s);
+      Check(kv->AddSequence(s));
       b.Clear();
       b.Add(s, 0, prompt.data(), prompt_len, false);
       Check(model->Forward(b, *kv, logits.data()));
@@ -137,7 +137,7 @@ struct Runner {
     for (int i = 0; i < len; ++i) prompt[i] = 100 + (i * 7) % 5000;
     double best = 0;
     for (int r = 0; r < reps; ++r) {
-      (void)kv->AddSequence(1000);
+      Check(kv->AddSequence(1000));
       engine::ForwardBatch b;
       const auto t0 = Clock::now();
       for (int done = 0; done < len;) {

@@ -1,5 +1,5 @@
 // A draft token together with the proposal distribution q it was drawn from, as it crosses the
-// wire from the drafter to the verifier (DESIGN.md §2): a sparse (token id, prob) list.
+// wire from the drafter to the verifier (docs/DESIGN.md §2): a sparse (token id, prob) list.
 #ifndef SPECD_COMMON_SAMPLING_DRAFT_PROPOSAL_H_
 #define SPECD_COMMON_SAMPLING_DRAFT_PROPOSAL_H_
 

@@ -1,4 +1,4 @@
-// Lossless verification of a speculative draft (DESIGN.md §2; Leviathan et al. 2023, Chen et al.
+// Lossless verification of a speculative draft (docs/DESIGN.md §2; Leviathan et al. 2023, Chen et al.
 // 2023).
 //
 // Given target rows p_1..p_{k+1} (row i conditioned on the committed tokens + d_1..d_{i-1}, and

@@ -46,4 +46,19 @@ void ToProto(const sampling::SparseProposal& s, specd::internal::v1::Proposal* o
   out->mutable_probs()->Assign(s.probs.begin(), s.probs.end());
 }
 
+void ToProto(const spec::CostCurve& curve, specd::internal::v1::ServiceInfo* info) {
+  info->clear_step_cost();
+  for (const auto& [size, seconds] : curve.points()) {
+    specd::internal::v1::CostPoint* p = info->add_step_cost();
+    p->set_size(size);
+    p->set_seconds(seconds);
+  }
+}
+
+spec::CostCurve CostCurveFromProto(const specd::internal::v1::ServiceInfo& info) {
+  std::vector<std::pair<double, double>> points;
+  for (const auto& p : info.step_cost()) points.push_back({p.size(), p.seconds()});
+  return points.empty() ? spec::CostCurve() : spec::CostCurve(std::move(points));
+}
+
 }  // namespace specd::services

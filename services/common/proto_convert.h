@@ -4,6 +4,7 @@
 
 #include "common/sampling/draft_proposal.h"
 #include "common/sampling/sampling_params.h"
+#include "speculation/adaptive_k.h"
 #include "specd/internal/v1/common.pb.h"
 
 namespace specd::services {
@@ -13,6 +14,9 @@ void ToProto(const sampling::SamplingParams& p, specd::internal::v1::SamplingPar
 
 sampling::SparseProposal FromProto(const specd::internal::v1::Proposal& p);
 void ToProto(const sampling::SparseProposal& p, specd::internal::v1::Proposal* out);
+// ServiceInfo.step_cost <-> the calibrated curve of the adaptive-k policy (empty: none).
+void ToProto(const spec::CostCurve& curve, specd::internal::v1::ServiceInfo* info);
+spec::CostCurve CostCurveFromProto(const specd::internal::v1::ServiceInfo& info);
 
 }  // namespace specd::services
 

@@ -26,11 +26,7 @@ DraftWorker::DraftWorker(std::unique_ptr<ModelHost> host) : host_(std::move(host
 
 iv1::ServiceInfo DraftWorker::Info() const {
   iv1::ServiceInfo info = host_->Info();
-  for (const auto& [size, seconds] : cost_.points()) {
-    iv1::CostPoint* p = info.add_step_cost();
-    p->set_size(size);
-    p->set_seconds(seconds);
-  }
+  ToProto(cost_, &info);
   return info;
 }
 

@@ -36,12 +36,6 @@ std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(co
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
-spec::CostCurve CurveOf(const iv1::ServiceInfo& info) {
-  std::vector<std::pair<double, double>> points;
-  for (const iv1::CostPoint& p : info.step_cost()) points.push_back({p.size(), p.seconds()});
-  return points.empty() ? spec::CostCurve() : spec::CostCurve(std::move(points));
-}
-
 // The router's n-gram lookup: suffixes of 1..3 tokens, most recent match.
 std::unique_ptr<spec::NgramDrafter> MakeNgram() {
   spec::NgramDrafterOptions o;
@@ -79,7 +73,7 @@ absl::Status RouterEngine::Start() {
   spec::KPolicyOptions ko;
   ko.max_k = options_.max_k;
   ko.track_load = options_.track_load;
-  ko.verify_cost = options_.verify_cost.empty() ? CurveOf(*info) : options_.verify_cost;
+  ko.verify_cost = options_.verify_cost.empty() ? services::CostCurveFromProto(*info) : options_.verify_cost;
   ko.pinned_draft_ratio = 0.0;  // n-gram drafts are free
   ngram_policy_ = spec::KPolicy(ko);
   ko.pinned_draft_ratio = 0.5;  // until the draft reports its size
@@ -106,7 +100,7 @@ void RouterEngine::MaybeReconnectDraft() {
     draft_up_ = true;
     if (options_.draft_cost.empty()) {
       // Without a calibrated draft the policy cannot price drafts: it then never drafts.
-      spec::CostCurve draft = CurveOf(*info);
+      spec::CostCurve draft = services::CostCurveFromProto(*info);
       draft_policy_.set_costs(draft.empty() ? spec::CostCurve() : draft_policy_.verify_cost(),
                               draft);
     }

@@ -17,11 +17,7 @@ namespace iv1 = specd::internal::v1;
 
 iv1::ServiceInfo TargetWorker::Info() const {
   iv1::ServiceInfo info = host_->Info();
-  for (const auto& [size, seconds] : cost_.points()) {
-    iv1::CostPoint* p = info.add_step_cost();
-    p->set_size(size);
-    p->set_seconds(seconds);
-  }
+  ToProto(cost_, &info);
   return info;
 }
 

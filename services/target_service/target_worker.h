@@ -1,5 +1,5 @@
 // The target service's logic without the network: one Step is one ragged forward pass over
-// prompt chunks and verification rows, then lossless verification (DESIGN §2) per emitting
+// prompt chunks and verification rows, then lossless verification (docs/DESIGN.md §2) per emitting
 // sequence. Not thread-safe: the service serializes calls.
 #ifndef SPECD_SERVICES_TARGET_SERVICE_TARGET_WORKER_H_
 #define SPECD_SERVICES_TARGET_SERVICE_TARGET_WORKER_H_

@@ -1,7 +1,9 @@
-// Adaptive k decisions and the n-gram lookup, as pure functions.
+// Adaptive k decisions (ChooseK and the KPolicy that uses it) and the n-gram lookup, as pure
+// functions.
 #include <vector>
 
 #include "speculation/adaptive_k.h"
+#include "speculation/k_policy.h"
 #include "speculation/ngram_drafter.h"
 #include "gtest/gtest.h"
 
@@ -124,6 +126,42 @@ TEST(NgramDrafterTest, LongestRecentSuffixMatch) {
   EXPECT_EQ(out[0].proposals[2].token, 1);
   EXPECT_EQ(out[0].proposals[0].ids, (std::vector<int32_t>{3}));
   EXPECT_EQ(out[0].proposals[0].probs, (std::vector<float>{1.0f}));
+}
+
+}  // namespace
+}  // namespace specd::spec
+
+namespace specd::spec {
+namespace {
+
+// A drafter whose tokens are never accepted: the first sequence finds out by drafting (its
+// prior) and probing; every failed probe makes new sequences start probing later, until a
+// 128-step request no longer probes at all (each probe would make the draft catch up on the
+// whole prompt for nothing).
+TEST(KPolicyTest, FailedProbesMakeNewSequencesProbeLater) {
+  KPolicyOptions o;
+  o.max_k = 4;
+  o.track_load = false;
+  o.verify_cost = CostCurve({{1, 1.0}, {8, 1.4}});
+  o.draft_cost = CostCurve({{1, 0.3}, {16, 1.0}});
+  KPolicy policy(o);
+  auto run = [&](int steps) {  // one greedy sequence alone; returns the steps that drafted
+    SpecSeqState s;
+    int drafted = 0;
+    for (int i = 0; i < steps; ++i) {
+      const KRequest r{&s, 4, /*pinned=*/false};
+      const int32_t k = policy.Choose({&r, 1}, 0)[0];
+      drafted += k > 0;
+      policy.AfterDraft(s, k);
+      policy.AfterVerify(s, k, 0);
+    }
+    return drafted;
+  };
+  EXPECT_GE(run(128), 2);
+  int later = -1;
+  for (int r = 0; r < 5; ++r) later = run(128);
+  EXPECT_EQ(later, 0);
+  EXPECT_GE(policy.probe_start(), 128);
 }
 
 }  // namespace

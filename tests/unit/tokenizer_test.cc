@@ -297,7 +297,7 @@ TEST(ByteLevelBpeTest, SpecialAndUserDefinedTokens) {
 TEST(ByteLevelBpeTest, SmolLM2MatchesHfTokenizers) {
   if (!FileExists(ModelPath())) {
     GTEST_SKIP() << "real model not found at " << ModelPath()
-                 << " (see DESIGN.md §8 for how to fetch it)";
+                 << " (see docs/DESIGN.md §9 for how to fetch it)";
   }
   Loaded l = LoadTokenizer(ModelPath());
   ASSERT_NE(l.tok, nullptr);
