@@ -41,7 +41,9 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   if (options_.verify_cost.empty()) return k;  // nothing to price drafts with: none
   for (size_t i = 0; i < B; ++i) {
     // Pinned sequences keep the fixed schedule: their k depends on their own history only.
-    if (seqs[i].state->steps == 0 && !seqs[i].pinned) seqs[i].state->probe_every = probe_start_;
+    SpecSeqState& s = *seqs[i].state;
+    if (!s.seen && !seqs[i].pinned) s.probe_every = probe_start_;
+    s.seen = true;
   }
   const int32_t max_k = options_.max_k;
   std::vector<int32_t> perfect(B, 0);  // k if every draft were accepted
@@ -81,6 +83,22 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
       perfect[which[j]] = kb[j];
     }
   }
+  // Starting (or resuming) drafts makes the drafter catch up first: charge that catch-up,
+  // priced as a prefill at the draft's cost ratio, against the expected saving of drafting
+  // for the next few steps.
+  if (!options_.draft_cost.empty()) {
+    const double t1 = options_.verify_cost.Predict(1);
+    const double ratio = t1 > 0 ? options_.draft_cost.Predict(1) / t1 : 0.0;
+    for (size_t j = 0; j < which.size(); ++j) {
+      const size_t i = which[j];
+      if (k[i] == 0 || seqs[i].behind <= 1) continue;
+      const double with_k = options_.verify_cost.Predict(1 + k[i]) +
+                            k[i] * options_.draft_cost.Predict(1);
+      const double saving = ExpectedTokens(cand[j].alpha, k[i]) * t1 - with_k;
+      const double catch_up = ratio * options_.verify_cost.Predict(seqs[i].behind);
+      if (kCatchUpHorizon * saving <= catch_up) k[i] = 0;
+    }
+  }
   // At k = 0 the acceptance estimate never moves: without a probe now and then a pessimistic
   // prior would keep a good drafter off for good. Only where drafting clearly could pay (a
   // perfect drafter would go >= 2 deep) and, for unpinned sequences, the batch is small: a
@@ -115,7 +133,9 @@ void KPolicy::ObserveVerify(double tokens, double seconds) {
 void KPolicy::AfterDraft(SpecSeqState& s, int32_t k) {
   if (k > 0 && !s.probed) {
     s.probe_every = SpecSeqState::kProbeEvery;  // chosen on its merits
-    probe_start_ = std::max(SpecSeqState::kProbeEvery, probe_start_ / 2);
+    if (s.last_probe) {  // after a probe: it paid
+      probe_start_ = std::max(SpecSeqState::kProbeEvery, probe_start_ / 2);
+    }
   } else if (k == 0 && s.steps_without_drafts == 0 && s.steps > 0) {
     // The last step drafted and now k is 0 again: drafting (a probe, or a run on a prior that
     // proved too hopeful) did not pay.

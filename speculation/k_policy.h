@@ -34,6 +34,7 @@ struct SpecSeqState {
   int32_t probe_every = kProbeEvery;
   bool probed = false;      // this step's k = 1 is a probe
   bool last_probe = false;  // the last step that drafted was a probe
+  bool seen = false;        // the policy has decided for it before
 };
 
 struct KPolicyOptions {
@@ -60,10 +61,17 @@ struct KRequest {
   SpecSeqState* state = nullptr;
   int32_t cap = 0;      // most drafts allowed (request k, context, tokens left)
   bool pinned = false;  // k may depend only on this sequence's own history
+  // Committed tokens the drafter has not seen (it catches up on them before drafting): the
+  // whole prompt for a sequence that never drafted, the tokens since its last draft after
+  // a pause. Unpinned sequences start drafting only if the expected saving over the next
+  // kCatchUpHorizon steps pays for that catch-up.
+  int32_t behind = 0;
 };
 
 class KPolicy {
  public:
+  static constexpr int32_t kCatchUpHorizon = 8;  // steps a resumed draft is expected to run
+
   KPolicy() = default;
   explicit KPolicy(KPolicyOptions options) : options_(std::move(options)) {}
 

@@ -355,7 +355,9 @@ absl::StatusOr<Schedule> SpecEngine::ScheduleStep() {
       pending += uncomputed;
       continue;
     }
-    decoding.push_back({&s.spec, KCap(s), PinnedK(s)});
+    const int64_t held = drafter_ != nullptr ? drafter_->CachedLength(s.id) : -1;
+    const int32_t behind = static_cast<int32_t>(s.n() - std::max<int64_t>(held, 0));
+    decoding.push_back({&s.spec, KCap(s), PinnedK(s), behind});
     index.push_back(i);
   }
   const int64_t rows = static_cast<int64_t>(decoding.size());

@@ -106,6 +106,13 @@ void RouterEngine::MaybeReconnectDraft() {
     }
     draft_policy_.set_pinned_draft_ratio(
         spec::NominalDraftRatio(info->weight_bytes(), target_info_.weight_bytes()));
+    const spec::CostCurve& v = draft_policy_.verify_cost();
+    const spec::CostCurve& d = draft_policy_.draft_cost();
+    std::fprintf(stderr,
+                 "specd-router: adaptive k prices a target step at %.2f ms (1 token) / %.2f ms "
+                 "(5 tokens) and a draft round at %.2f ms (1 sequence)%s\n",
+                 v.Predict(1) * 1e3, v.Predict(5) * 1e3, d.Predict(1) * 1e3,
+                 d.empty() ? ": the draft reported no cost, so it drafts only for a fixed k" : "");
     draft_blocks_ = info->kv_num_blocks();
     draft_context_ = info->context_length();
     draft_kind_ = info->model() == target_info_.model() && info->num_layers() > 0 &&
@@ -395,7 +402,8 @@ std::vector<int32_t> RouterEngine::DecideKLocked(bool draft_up) {
     }
     // A sampled request's k follows its own history only, never the batch (scheduler.h,
     // "Pinned k"), so its seed reproduces its text in any batch.
-    by_policy[ngram].push_back({&r.spec, KCap(r), !sampling::IsGreedy(r.req.params)});
+    const int32_t behind = ngram ? 0 : static_cast<int32_t>(r.tokens.size()) - r.draft_pos;
+    by_policy[ngram].push_back({&r.spec, KCap(r), !sampling::IsGreedy(r.req.params), behind});
     index[ngram].push_back(i);
   }
   // Tokens riding along with each group's rows: prompt chunks (what the budget leaves) and the

@@ -147,6 +147,7 @@ TEST(KPolicyTest, FailedProbesMakeNewSequencesProbeLater) {
   KPolicy policy(o);
   auto run = [&](int steps) {  // one greedy sequence alone; returns the steps that drafted
     SpecSeqState s;
+    policy.AfterDraft(s, 0);  // its first token came from the prefill, without drafts
     int drafted = 0;
     for (int i = 0; i < steps; ++i) {
       const KRequest r{&s, 4, /*pinned=*/false};
