@@ -64,17 +64,22 @@ double StepCost(absl::Span<const int32_t> k, int32_t prefill_tokens, const CostC
   // full share.
   double cost = verify.Predict(tokens);
   if (prefill_tokens > 0) cost -= verify.Predict(prefill_tokens);
-  if (!draft.empty()) {
-    for (int32_t j = 1; j <= max_k; ++j) {
-      int32_t n = 0;
-      for (int32_t ki : k) n += ki >= j ? 1 : 0;
-      cost += draft.Predict(n);
-    }
-  }
+  if (!draft.empty() && max_k > 0) cost += DraftRoundsCost(draft, k);
   return cost;
 }
 
 }  // namespace
+
+double DraftRoundsCost(const CostCurve& draft, absl::Span<const int32_t> k, bool shape_only) {
+  double seconds = 0.0;
+  const int32_t max_k = k.empty() ? 0 : *std::max_element(k.begin(), k.end());
+  for (int32_t j = 1; j <= max_k; ++j) {
+    int32_t n = 0;
+    for (int32_t ki : k) n += ki >= j ? 1 : 0;
+    seconds += shape_only ? draft.Shape(n) : draft.Predict(n);
+  }
+  return seconds;
+}
 
 std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_tokens,
                              int32_t max_k, const CostCurve& verify, const CostCurve& draft) {

@@ -73,6 +73,11 @@ struct KCandidate {
 // 1 + alpha + ... + alpha^k (accepted prefix plus the correction or bonus).
 double ExpectedTokens(double alpha, int32_t k);
 
+// Seconds of the draft rounds of a step in which sequence i drafts k[i]: round j runs the
+// sequences with k_i >= j. With `shape_only`, the calibrated curve without the load factor.
+double DraftRoundsCost(const CostCurve& draft, absl::Span<const int32_t> k,
+                       bool shape_only = false);
+
 // Chooses k_i for each sequence of a step that also carries `prefill_tokens` prompt tokens,
 // maximising sum_i ExpectedTokens(alpha_i, k_i) / (verify(prefill + sum(1 + k_i)) -
 // verify(prefill) + sum_{j=1..max k} draft(#{i : k_i >= j})): expected tokens per second of

@@ -3,22 +3,6 @@
 #include <algorithm>
 
 namespace specd::spec {
-namespace {
-
-// Seconds of the draft rounds of a step where sequence i drafts k[i]: round j runs the
-// sequences with k >= j.
-double DraftShape(const CostCurve& draft, absl::Span<const int32_t> k) {
-  double shape = 0.0;
-  const int32_t max_k = k.empty() ? 0 : *std::max_element(k.begin(), k.end());
-  for (int32_t j = 1; j <= max_k; ++j) {
-    int32_t n = 0;
-    for (int32_t ki : k) n += ki >= j ? 1 : 0;
-    shape += draft.Shape(n);
-  }
-  return shape;
-}
-
-}  // namespace
 
 double NominalDraftRatio(uint64_t draft_bytes, uint64_t target_bytes, double fallback) {
   if (draft_bytes == 0 || target_bytes == 0) return fallback;
@@ -123,7 +107,8 @@ void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int
     const SpecSeqState& s = *seqs[i].state;
     if (k[i] > 0 && (s.steps_without_drafts > 0 || s.steps == 0)) return;  // catching up
   }
-  options_.draft_cost.ObserveTotal(DraftShape(options_.draft_cost, k), seconds);
+  options_.draft_cost.ObserveTotal(DraftRoundsCost(options_.draft_cost, k, /*shape_only=*/true),
+                                   seconds);
 }
 
 void KPolicy::ObserveVerify(double tokens, double seconds) {
