@@ -22,7 +22,7 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   std::vector<int32_t> k(running.size(), 0);
   for (size_t i = 0; i < running.size(); ++i) {
     const bool decoding = running[i].committed - running[i].target_pos == 1;
-    k[i] = decoding ? std::max(0, running[i].want_k) : 0;
+    k[i] = decoding || config.drafts_with_prompt ? std::max(0, running[i].want_k) : 0;
   }
   auto target_blocks = [&](size_t i) { return BlocksFor(running[i].committed + k[i], bs); };
 
@@ -90,21 +90,33 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
     planned[i] = true;
   }
   // A prompt chunk [target_pos, end) within the budget; its last row emits (one logit row)
-  // when it reaches the end of the committed tokens and a row is left.
-  auto chunk = [&](const SeqView& s) {
+  // when it reaches the end of the committed tokens and a row is left. With
+  // drafts_with_prompt that last chunk also verifies `ki` drafts (fewer for an unpinned
+  // sequence short of budget); a pinned one whose drafts do not fit, or must wait (`hold`),
+  // stops one short instead, so its first token still comes with its own k.
+  auto chunk = [&](const SeqView& s, int32_t ki, bool hold) {
     int32_t end = std::min(PrefillEnd(s), s.target_pos + budget);
+    int32_t kk = 0;
+    if (end == s.committed && (ki > 0 || hold)) {
+      const int32_t room = std::min(budget - (end - s.target_pos), rows - 1);
+      if (!hold && (room >= ki || (!s.pinned_k && room > 0))) {
+        kk = std::min(ki, room);
+      } else if (s.pinned_k) {
+        end = s.committed - 1;
+      }
+    }
     if (end == s.committed && rows < 1) --end;
     if (end <= s.target_pos) return;
     const bool emit = end == s.committed;
-    out.plans.push_back({s.id, s.target_pos, end, emit, 0});
-    budget -= end - s.target_pos;
-    rows -= emit ? 1 : 0;
+    out.plans.push_back({s.id, s.target_pos, end, emit, kk});
+    budget -= end - s.target_pos + kk;
+    rows -= emit ? 1 + kk : 0;
   };
   // Prompt chunks of running sequences (oldest first).
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
     const SeqView& s = running[i];
     if (planned[i] || s.committed - s.target_pos <= 1) continue;
-    chunk(s);
+    chunk(s, k[i], sit_out[i]);
   }
   // Admission, strictly FCFS. A preempted sequence waits at least one iteration (it heads the
   // queue next time), so this iteration's preemptions do not bounce straight back.
@@ -121,14 +133,21 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   if (out.preempt.empty()) {
     for (const SeqView& s : state.waiting) {
       if (budget <= 0 || n_running >= static_cast<size_t>(config.max_running)) break;
-      const int32_t need = BlocksFor(s.committed + 1, bs);
+      int32_t ki = config.drafts_with_prompt ? std::max(0, s.want_k) : 0;
+      const int32_t need = BlocksFor(s.committed + std::max(1, ki), bs);
       if (need > target_free) break;
       // The draft's room only decides whether this sequence drafts, never whether it runs.
-      if (config.draft_blocks > 0 && need <= draft_free) draft_free -= need;
+      bool hold = false;
+      if (config.draft_blocks > 0 && need <= draft_free) {
+        draft_free -= need;
+      } else if (ki > 0 && !s.local_drafts) {
+        hold = s.pinned_k && config.draft_blocks > 0;
+        ki = 0;
+      }
       target_free -= need;
       out.admit.push_back(s.id);
       ++n_running;
-      chunk(s);
+      chunk(s, ki, hold);
     }
   }
   return out;

@@ -37,6 +37,11 @@ struct SchedulerConfig {
   int32_t target_blocks = 1024;
   int32_t draft_blocks = 0;        // 0: no draft service
   int32_t max_logit_rows = 0;      // logit rows per iteration (0: as many as tokens)
+  // A prompt's last chunk also verifies its drafts (want_k of a prefilling or waiting
+  // sequence), so the first token can come with speculation — at the price of the draft's
+  // prefill before the first token. Off (the router): the first token comes from the prefill
+  // row alone, and drafting starts with the second.
+  bool drafts_with_prompt = false;
 };
 
 // One request as the scheduler sees it.

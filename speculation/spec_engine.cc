@@ -343,28 +343,30 @@ void SpecEngine::FinishCancelled() {
 }
 
 absl::StatusOr<Schedule> SpecEngine::ScheduleStep() {
-  // k for the decoding sequences (their last committed token is all they have left to run).
-  std::vector<int32_t> want_k(running_.size(), 0);
-  std::vector<KRequest> decoding;
-  std::vector<size_t> index;
-  int64_t pending = 0;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Sequence& s = *running_[i];
-    const int64_t uncomputed = s.n() - s.kv_len;
-    if (uncomputed != 1) {
-      pending += uncomputed;
-      continue;
-    }
-    const int64_t held = drafter_ != nullptr ? drafter_->CachedLength(s.id) : -1;
-    const int32_t behind = static_cast<int32_t>(s.n() - std::max<int64_t>(held, 0));
-    decoding.push_back({&s.spec, KCap(s), PinnedK(s), behind});
-    index.push_back(i);
+  // k for every sequence that may verify this step: the decoding ones, and — the scheduler's
+  // drafts_with_prompt — those whose prompt may end this step, the waiting ones that may be
+  // admitted included (their first token can then come with drafts).
+  const size_t admissible = std::min(
+      waiting_.size(),
+      static_cast<size_t>(std::max<int64_t>(0, options_.max_running -
+                                                   static_cast<int64_t>(running_.size()))));
+  std::vector<Sequence*> candidates;
+  for (auto& s : running_) candidates.push_back(s.get());
+  for (size_t i = 0; i < admissible; ++i) candidates.push_back(waiting_[i].get());
+  std::vector<KRequest> requests;
+  int64_t pending = 0, rows = 0;
+  for (Sequence* s : candidates) {
+    const int64_t uncomputed = s->n() - s->kv_len;
+    pending += uncomputed - 1;
+    ++rows;
+    const int64_t held = drafter_ != nullptr ? drafter_->CachedLength(s->id) : -1;
+    const int32_t behind = static_cast<int32_t>(s->n() - std::max<int64_t>(held, 0));
+    requests.push_back({&s->spec, KCap(*s), PinnedK(*s), behind});
   }
-  const int64_t rows = static_cast<int64_t>(decoding.size());
   const int64_t prefill = std::min<int64_t>(
       pending, std::max<int64_t>(0, options_.max_batch_tokens - rows));
-  const std::vector<int32_t> k = policy_.Choose(decoding, static_cast<int32_t>(prefill));
-  for (size_t j = 0; j < k.size(); ++j) want_k[index[j]] = k[j];
+  const std::vector<int32_t> k = policy_.Choose(requests, static_cast<int32_t>(prefill));
+  std::vector<int32_t> want_k(k.begin(), k.begin() + running_.size());
 
   SchedulerState state;
   const bool local_drafts = drafter_ != nullptr && !drafter_->runs_model();
@@ -373,9 +375,11 @@ absl::StatusOr<Schedule> SpecEngine::ScheduleStep() {
     state.running.push_back({s.id, static_cast<int32_t>(s.n()), static_cast<int32_t>(s.kv_len),
                              want_k[i], local_drafts, PinnedK(s), s.generated() > 0});
   }
-  for (const auto& s : waiting_) {
-    state.waiting.push_back({s->id, static_cast<int32_t>(s->n()), 0, 0, local_drafts,
-                             PinnedK(*s), s->generated() > 0});
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    const Sequence& s = *waiting_[i];
+    const int32_t want = i < admissible ? k[running_.size() + i] : 0;
+    state.waiting.push_back({s.id, static_cast<int32_t>(s.n()), 0, want, local_drafts,
+                             PinnedK(s), s.generated() > 0});
   }
   SchedulerConfig config;
   config.max_batch_tokens = options_.max_batch_tokens;
@@ -386,6 +390,7 @@ absl::StatusOr<Schedule> SpecEngine::ScheduleStep() {
   const engine::PagedKvCache* draft_kv = drafter_ != nullptr ? drafter_->kv_cache() : nullptr;
   config.draft_blocks = draft_kv != nullptr ? draft_kv->num_blocks() : 0;
   config.max_logit_rows = target_->options().max_logit_rows;
+  config.drafts_with_prompt = true;
   Schedule sched = ScheduleIteration(state, config);
 
   for (int64_t id : sched.preempt) {

@@ -250,6 +250,42 @@ TEST(SchedulerTest, PinnedReprefillStopsOneShortSoItsNextTokenIsDrafted) {
   EXPECT_EQ(s.plans[0].k, 4);
 }
 
+// The in-process engine's mode (drafts_with_prompt): a prompt's last chunk verifies its drafts
+// too, so the first token can come with speculation. Short of budget an unpinned sequence
+// drafts fewer; a pinned one stops one token short instead (its next row decodes with its k).
+TEST(SchedulerTest, DraftsWithPromptVerifyTheLastChunk) {
+  SchedulerConfig c;
+  c.draft_blocks = 1024;
+  c.drafts_with_prompt = true;
+  c.max_batch_tokens = 64;
+  SchedulerState st;
+  st.waiting.push_back({1, 20, 0, 3, false, /*pinned_k=*/false});
+  st.waiting.push_back({2, 20, 0, 3, false, /*pinned_k=*/true});
+  Schedule s = ScheduleIteration(st, c);
+  ASSERT_EQ(s.plans.size(), 2u);
+  for (const SeqPlan& p : s.plans) {
+    EXPECT_TRUE(p.emit);
+    EXPECT_EQ(p.end, 20);
+    EXPECT_EQ(p.k, 3);
+  }
+  c.max_batch_tokens = 44;  // 23 for the first; 21 left: the second's prompt fits, 3 drafts not
+  s = ScheduleIteration(st, c);
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[0].k, 3);
+  EXPECT_FALSE(s.plans[1].emit);  // pinned: [0, 19), then [19, 20) + its 3 drafts
+  EXPECT_EQ(s.plans[1].end, 19);
+  st.waiting[1].pinned_k = false;
+  s = ScheduleIteration(st, c);
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_TRUE(s.plans[1].emit);
+  EXPECT_EQ(s.plans[1].k, 1);  // unpinned: fewer drafts
+  // The router's mode: the prefill row emits alone.
+  c.drafts_with_prompt = false;
+  s = ScheduleIteration(st, c);
+  EXPECT_EQ(s.plans[0].k, 0);
+  EXPECT_TRUE(s.plans[0].emit);
+}
+
 TEST(SchedulerTest, NoDraftServiceMeansNoDrafts) {
   Sim sim;
   sim.config.draft_blocks = 0;
