@@ -375,7 +375,10 @@ absl::StatusOr<Schedule> SpecEngine::ScheduleStep() {
     state.running.push_back({s.id, static_cast<int32_t>(s.n()), static_cast<int32_t>(s.kv_len),
                              want_k[i], local_drafts, PinnedK(s), s.generated() > 0});
   }
-  for (size_t i = 0; i < waiting_.size(); ++i) {
+  // Only the head of the queue can be admitted (FCFS, at most max_running at once): the
+  // scheduler needs no more of it, however long it is.
+  const size_t head = std::min(waiting_.size(), static_cast<size_t>(options_.max_running));
+  for (size_t i = 0; i < head; ++i) {
     const Sequence& s = *waiting_[i];
     const int32_t want = i < admissible ? k[running_.size() + i] : 0;
     state.waiting.push_back({s.id, static_cast<int32_t>(s.n()), 0, want, local_drafts,
