@@ -303,13 +303,6 @@ int32_t SpecEngine::KCap(const Sequence& s) const {
 // batched. Greedy output is independent of k, so greedy sequences adapt freely.
 bool SpecEngine::PinnedK(const Sequence& s) { return !sampling::IsGreedy(s.req.params); }
 
-SpecEngine::Sequence* SpecEngine::Running(RequestId id) const {
-  for (const auto& s : running_) {
-    if (s->id == id) return s.get();
-  }
-  return nullptr;
-}
-
 absl::Status SpecEngine::Step() {
   const auto t_step = Clock::now();
   FinishCancelled();
@@ -326,11 +319,15 @@ absl::Status SpecEngine::Step() {
     }
     return absl::OkStatus();
   }
+  absl::flat_hash_map<RequestId, Sequence*> by_id;
+  for (auto& s : running_) by_id[s->id] = s.get();
+  std::vector<Sequence*> seqs;
+  for (const SeqPlan& p : plans) seqs.push_back(by_id.at(p.id));
   std::vector<DraftOutput> drafts;
-  if (absl::Status st = DraftStep(plans, drafts); !st.ok()) return st;
+  if (absl::Status st = DraftStep(plans, seqs, drafts); !st.ok()) return st;
   std::vector<int32_t> row_of;
-  if (absl::Status st = TargetForward(plans, drafts, row_of); !st.ok()) return st;
-  ApplyResults(plans, drafts, row_of);
+  if (absl::Status st = TargetForward(plans, seqs, drafts, row_of); !st.ok()) return st;
+  ApplyResults(plans, seqs, drafts, row_of);
   stats_.step_seconds += Since(t_step);
   return absl::OkStatus();
 }
@@ -414,7 +411,8 @@ absl::StatusOr<Schedule> SpecEngine::ScheduleStep() {
   return sched;
 }
 
-absl::Status SpecEngine::DraftStep(std::vector<SeqPlan>& plans, std::vector<DraftOutput>& drafts) {
+absl::Status SpecEngine::DraftStep(std::vector<SeqPlan>& plans, absl::Span<Sequence* const> seqs,
+                                   std::vector<DraftOutput>& drafts) {
   drafts.assign(plans.size(), DraftOutput{});
   std::vector<DraftInput> in;
   std::vector<size_t> which;       // in[j] -> plans index
@@ -422,7 +420,7 @@ absl::Status SpecEngine::DraftStep(std::vector<SeqPlan>& plans, std::vector<Draf
   std::vector<int32_t> ks;
   for (size_t p = 0; p < plans.size(); ++p) {
     if (!plans[p].emit || plans[p].k <= 0) continue;
-    Sequence& s = *Running(plans[p].id);
+    Sequence& s = *seqs[p];
     in.push_back(DraftInput{s.id, s.tokens, &s.req.params, &s.history, &s.rng, plans[p].k});
     which.push_back(p);
     drafting.push_back({&s.spec, plans[p].k, PinnedK(s)});
@@ -451,7 +449,7 @@ absl::Status SpecEngine::DraftStep(std::vector<SeqPlan>& plans, std::vector<Draf
   for (size_t p = 0; p < plans.size(); ++p) {
     if (!plans[p].emit) continue;
     plans[p].k = static_cast<int32_t>(drafts[p].proposals.size());
-    policy_.AfterDraft(Running(plans[p].id)->spec, plans[p].k);
+    policy_.AfterDraft(seqs[p]->spec, plans[p].k);
     if (static_cast<size_t>(plans[p].k) < stats_.k_chosen.size()) ++stats_.k_chosen[plans[p].k];
     stats_.last_k.push_back(plans[p].k);
   }
@@ -459,6 +457,7 @@ absl::Status SpecEngine::DraftStep(std::vector<SeqPlan>& plans, std::vector<Draf
 }
 
 absl::Status SpecEngine::TargetForward(const std::vector<SeqPlan>& plans,
+                                       absl::Span<Sequence* const> seqs,
                                        const std::vector<DraftOutput>& drafts,
                                        std::vector<int32_t>& row_of) {
   // tokens[start, end) per plan: a prompt chunk, or with `emit` the tail ending in x_n (usually
@@ -469,7 +468,7 @@ absl::Status SpecEngine::TargetForward(const std::vector<SeqPlan>& plans,
   int64_t prefill_tokens = 0;
   for (size_t p = 0; p < plans.size(); ++p) {
     const SeqPlan& plan = plans[p];
-    const Sequence& s = *Running(plan.id);
+    const Sequence& s = *seqs[p];
     const absl::Span<const int32_t> tokens =
         absl::MakeConstSpan(s.tokens).subspan(plan.start, plan.end - plan.start);
     if (plan.emit) {
@@ -496,11 +495,12 @@ absl::Status SpecEngine::TargetForward(const std::vector<SeqPlan>& plans,
 }
 
 void SpecEngine::ApplyResults(const std::vector<SeqPlan>& plans,
+                              absl::Span<Sequence* const> seqs,
                               const std::vector<DraftOutput>& drafts,
                               const std::vector<int32_t>& row_of) {
   const int32_t vocab = target_->vocab_size();
   for (size_t p = 0; p < plans.size(); ++p) {
-    Sequence& s = *Running(plans[p].id);
+    Sequence& s = *seqs[p];
     if (!plans[p].emit) {
       s.kv_len = plans[p].end;
       continue;

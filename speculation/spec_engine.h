@@ -138,13 +138,14 @@ class SpecEngine {
   // The steps of Step(), in order; `plans` is the scheduler's output for this iteration.
   void FinishCancelled();
   absl::StatusOr<Schedule> ScheduleStep();
-  absl::Status DraftStep(std::vector<SeqPlan>& plans, std::vector<DraftOutput>& drafts);
-  absl::Status TargetForward(const std::vector<SeqPlan>& plans,
+  // `seqs[p]` is the sequence of plans[p] (looked up once per step).
+  absl::Status DraftStep(std::vector<SeqPlan>& plans, absl::Span<Sequence* const> seqs,
+                         std::vector<DraftOutput>& drafts);
+  absl::Status TargetForward(const std::vector<SeqPlan>& plans, absl::Span<Sequence* const> seqs,
                              const std::vector<DraftOutput>& drafts, std::vector<int32_t>& row_of);
-  void ApplyResults(const std::vector<SeqPlan>& plans, const std::vector<DraftOutput>& drafts,
-                    const std::vector<int32_t>& row_of);
+  void ApplyResults(const std::vector<SeqPlan>& plans, absl::Span<Sequence* const> seqs,
+                    const std::vector<DraftOutput>& drafts, const std::vector<int32_t>& row_of);
   void Commit(Sequence& s, const sampling::VerifyResult& v);
-  Sequence* Running(RequestId id) const;
   void Finish(Sequence& s, FinishReason reason, absl::Status status = absl::OkStatus());
   void Preempt(size_t running_index);
   int32_t KCap(const Sequence& s) const;
