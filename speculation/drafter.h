@@ -35,6 +35,7 @@ struct DraftInput {
   const sampling::PenaltyState* history = nullptr;   // penalty history of `tokens`
   const sampling::CounterRng* rng = nullptr;         // the request's counter RNG (kDraft stream)
   int32_t max_tokens = 0;                            // k_i: propose at most this many
+  int32_t num_prompt = 0;                            // prompt tokens among `tokens`
 };
 
 // proposals[j] is d_{j+1} (at absolute position n + j) with its q. Fewer than max_tokens (even
@@ -60,6 +61,10 @@ class Drafter {
 
   // Forget a sequence (finished, cancelled or preempted); frees its KV at once.
   virtual void Release(SeqId seq) = 0;
+  // Many at once (a remote drafter makes it one call).
+  virtual void ReleaseMany(absl::Span<const SeqId> seqs) {
+    for (SeqId s : seqs) Release(s);
+  }
 
   // True when drafting costs a model forward per token (the adaptive-k cost model needs it).
   virtual bool runs_model() const = 0;

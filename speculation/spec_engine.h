@@ -1,17 +1,16 @@
 // SpecEngine: speculative decoding with continuous batching, in one process.
 //
-// Admit() queues a request; each Step() runs one iteration, as named steps:
-//   1. FinishCancelled;
-//   2. ScheduleStep: k_i per decoding sequence (THE policy, k_policy.h), then THE scheduler
-//      (scheduler.h, shared with the router): admission, preemption by recompute, the token
-//      budget, prompt chunks;
-//   3. DraftStep: the drafter proposes d_1..d_{k_i} with q for all of them at once (it first
-//      catches up on what was committed since it last saw the sequence);
-//   4. TargetForward: ONE batched forward over every sequence's [x_n, d_1..d_k] rows plus prompt
-//      chunks of sequences still prefilling (a prompt's last chunk emits its first token);
-//   5. ApplyResults: VerifyDraft (docs/DESIGN.md §2) per emitting sequence, commit, then KV
-//      rollback on both models: the target keeps x_1..x_n, d_1..d_a; the drafter drops what
-//      disagrees with the commit.
+// Admit() queues a request; each Step() runs one iteration of THE loop (spec_loop.h, the same
+// one the cluster's router runs) over this process's drafter and target (verify_step.h
+// LocalTarget: the target service's verification code):
+//   1. cancelled requests out (their KV freed at once);
+//   2. Schedule: k_i per sequence that may verify (THE policy, k_policy.h), then THE scheduler
+//      (scheduler.h): admission, preemption by recompute, the token budget, prompt chunks (a
+//      prompt's last chunk verifies drafts too: the first token comes with speculation);
+//   3. Draft: the drafter proposes d_1..d_{k_i} with q for all of them at once;
+//   4. Target: ONE batched forward over every sequence's [x_n, d_1..d_k] rows plus prompt
+//      chunks, VerifyDraft (docs/DESIGN.md §2) per emitting sequence, target KV rollback;
+//   5. Apply: commit, the drafter drops what disagrees with the commit, finished requests out.
 // Randomness is the request's CounterRng (seed) at absolute positions, and the CPU kernels are
 // batch-invariant, so a request's tokens do not depend on what it was batched with, on k, or on
 // preemption (which frees a sequence's KV and recomputes it later).
@@ -29,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/llama_model.h"
+#include "engine/model_runner.h"
 #include "engine/paged_kv_cache.h"
 #include "common/sampling/penalty_state.h"
 #include "common/sampling/philox.h"
@@ -38,7 +38,9 @@
 #include "speculation/drafter.h"
 #include "speculation/k_policy.h"
 #include "speculation/scheduler.h"
+#include "speculation/spec_loop.h"
 #include "speculation/spec_stats.h"
+#include "speculation/verify_step.h"
 
 namespace specd::spec {
 
@@ -82,9 +84,7 @@ struct SpecEngineOptions {
   std::vector<int32_t> eos_token_ids;  // end-of-generation ids (stop unless ignore_eos)
   // Tests only: replaces sampling::VerifyDraft (e.g. a deliberately wrong verifier, to show the
   // losslessness test can fail). Null = VerifyDraft.
-  std::function<absl::StatusOr<sampling::VerifyResult>(
-      const sampling::SamplingParams&, const sampling::CounterRng&, const sampling::VerifyInput&)>
-      verifier;
+  Verifier verifier;
 };
 
 class SpecEngine {
@@ -112,57 +112,50 @@ class SpecEngine {
   // Steps until nothing is queued or running.
   absl::Status RunToCompletion();
 
-  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  bool HasWork() const { return !loop_->waiting().empty() || !loop_->running().empty(); }
   bool IsFinished(RequestId id) const { return finished_.contains(id); }
   // Hands over (and forgets) a finished request's result. NOT_FOUND if unknown,
   // FAILED_PRECONDITION while it runs.
   absl::StatusOr<SpecResult> TakeResult(RequestId id);
 
   void SetStreamCallback(StreamCallback cb) { stream_ = std::move(cb); }
-  const SpecStats& stats() const { return stats_; }
+  const SpecStats& stats() const { return loop_->stats(); }
   void ResetStats();
   const SpecEngineOptions& options() const { return options_; }
   const engine::PagedKvCache& kv_cache() const { return *kv_; }
   Drafter* drafter() const { return drafter_; }
-  const CostCurve& verify_cost() const { return policy_.verify_cost(); }
-  const CostCurve& draft_cost() const { return policy_.draft_cost(); }
-  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
-  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  const CostCurve& verify_cost() const;
+  const CostCurve& draft_cost() const;
+  int64_t num_running() const { return static_cast<int64_t>(loop_->running().size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(loop_->waiting().size()); }
   // Committed length (prompt + generated) of a running request; -1 otherwise. For tests.
   int64_t CommittedLength(RequestId id) const;
 
  private:
   struct Sequence;
+  class Client;
   SpecEngine() = default;
   absl::Status Calibrate();
-  // The steps of Step(), in order; `plans` is the scheduler's output for this iteration.
   void FinishCancelled();
-  absl::StatusOr<Schedule> ScheduleStep();
-  // `seqs[p]` is the sequence of plans[p] (looked up once per step).
-  absl::Status DraftStep(std::vector<SeqPlan>& plans, absl::Span<Sequence* const> seqs,
-                         std::vector<DraftOutput>& drafts);
-  absl::Status TargetForward(const std::vector<SeqPlan>& plans, absl::Span<Sequence* const> seqs,
-                             const std::vector<DraftOutput>& drafts, std::vector<int32_t>& row_of);
-  void ApplyResults(const std::vector<SeqPlan>& plans, absl::Span<Sequence* const> seqs,
-                    const std::vector<DraftOutput>& drafts, const std::vector<int32_t>& row_of);
-  void Commit(Sequence& s, const sampling::VerifyResult& v);
+  // Nothing could be scheduled although sequences run: the oldest cannot fit at all.
+  void FailStuck(const LoopStep& step);
+  // Finished sequences' results to finished_ (their KV is already freed).
+  void Collect(LoopStep& step);
   void Finish(Sequence& s, FinishReason reason, absl::Status status = absl::OkStatus());
-  void Preempt(size_t running_index);
-  int32_t KCap(const Sequence& s) const;
-  // A sampled sequence's k schedule must not depend on the batch: see spec_engine.cc.
-  static bool PinnedK(const Sequence& s);
+  SchedulerConfig SchedulerFor() const;
 
   engine::LlamaModel* target_ = nullptr;
   Drafter* drafter_ = nullptr;
   SpecEngineOptions options_;
   std::unique_ptr<engine::PagedKvCache> kv_;
-  KPolicy policy_;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
+  std::unique_ptr<engine::LocalModelRunner> runner_;
+  std::unique_ptr<LocalTarget> local_target_;
+  std::unique_ptr<SpecLoop> loop_;       // THE loop; its drafter 0 is drafter_ (if any)
+  CostCurve verify_cost_, draft_cost_;  // the curves when there is no drafter (no policy)
   absl::flat_hash_map<RequestId, SpecResult> finished_;
   RequestId next_id_ = 1;
   StreamCallback stream_;
-  SpecStats stats_;
+  // Calibration's own forwards (the probe sequence).
   engine::ForwardBatch batch_;
   std::vector<float> logits_;  // [model max_logit_rows, vocab]
 };

@@ -1,7 +1,9 @@
-// The router's core without the network: request queue, the iteration loop that runs the
-// scheduler and drives one draft Step + one target Step per iteration, streaming output with
-// stop conditions, cancellation/deadlines, preemption and fault handling (draft down -> plain
-// decoding; target unknown sequence or restart -> re-prefill from the token history).
+// The router's core without the network: THE speculation loop (speculation/spec_loop.h, the
+// in-process engine's too) over the draft and target services (remote_backends.h) and the
+// router's own n-gram lookup, on a thread of its own; around it what only a server needs:
+// requests from many threads, streaming output with stop strings, cancellation/deadlines, and
+// fault handling (draft down -> plain decoding; target unknown sequence or restart -> re-prefill
+// from the token history).
 #ifndef SPECD_SERVICES_ROUTER_ROUTER_ENGINE_H_
 #define SPECD_SERVICES_ROUTER_ROUTER_ENGINE_H_
 
@@ -20,9 +22,11 @@
 #include "speculation/k_policy.h"
 #include "speculation/ngram_drafter.h"
 #include "speculation/scheduler.h"
+#include "speculation/spec_loop.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/metrics.h"
 #include "services/router/backends.h"
+#include "services/router/remote_backends.h"
 #include "services/router/request_validation.h"
 #include "services/router/text_stream.h"
 #include "specd/v1/generation.pb.h"
@@ -94,49 +98,38 @@ class RouterEngine {
  private:
   struct Request;
   using RequestPtr = std::shared_ptr<Request>;
+  class Client;
 
   // One iteration of the loop, as named steps. What the steps hand each other.
   struct Iteration {
     absl::Time now;
-    bool draft_up = false;
-    Schedule sched;
-    absl::flat_hash_map<int64_t, RequestPtr> req_of;  // every planned request
-    std::vector<RequestPtr> ended;                    // cancelled or expired
-    std::vector<int64_t> release;                     // to release on the services first
-    // The draft service's answers for this step (none when it failed or was not asked).
-    iv1::DraftStepResponse draft_response;
-    absl::flat_hash_map<int64_t, const iv1::DraftSequenceResult*> drafts;
-    int32_t step_tokens = 0;
+    spec::LoopStep step;           // the loop's own record of the step
+    std::vector<RequestPtr> ended;  // cancelled or expired
   };
 
   void Loop();
   void Iterate();
   // 1. Cancelled / expired requests out of the queues (their KV is released first).
   void ExpireLocked(Iteration& it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // 2. k per decoding request, then the scheduler on a snapshot; admit and preempt.
+  // 2. The loop's Schedule (k per request, THE scheduler; admit and preempt) on the services'
+  //    capacities.
   void ScheduleLocked(Iteration& it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<int32_t> DecideKLocked(bool draft_up) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The one preemption routine: back to the head of the queue, KV dropped everywhere.
-  void PreemptLocked(const RequestPtr& r, std::vector<int64_t>* release)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // 3. Draft service Step for the decode rows that want model drafts.
+  // 3. The loop's Draft; a failing draft service is marked down (plain decoding until it is
+  //    back).
   void RunDraftStep(Iteration& it);
-  // 4. The target Step: prompt chunks and [last, d1..dk] rows (n-gram drafts made here).
-  iv1::TargetStepRequest BuildTargetStep(Iteration& it);
-  // 5. A failed target step: preempt, fail the step's requests, or wait for a restart.
-  void HandleTargetError(Iteration& it, const absl::Status& status, absl::Time t1);
-  // 6. Emitted tokens to the requests, policy bookkeeping, finished requests out.
-  void ApplyResults(Iteration& it, const iv1::TargetStepResponse& response);
+  // 4. A failed target step: preempt, fail the step's requests, or wait for a restart.
+  void HandleTargetError(Iteration& it, const absl::Status& status);
+  // 5. The loop's Apply (tokens to the requests' streams: Client), then finished requests out.
+  void ApplyResults(Iteration& it);
   void MaybeReconnectDraft();
-  spec::KPolicy& PolicyFor(const Request& r);
-  int32_t KCap(const Request& r) const;
-  // Appends the emitted tokens; returns true when the request finished.
-  bool EmitTokens(Request& r, const iv1::TargetSequenceResult& result, int32_t drafted);
+  void SetDraftUp(bool up) ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends-to-be: the emitted tokens of one verification, streamed; how many are taken.
+  spec::Emission EmitTokens(Request& r, const sampling::VerifyResult& v, int32_t drafted);
   void Finish(const RequestPtr& r, absl::Status status);
-  void ReleaseOnServices(const std::vector<int64_t>& ids);
-  // Removes `r` from running/waiting; returns whether it held KV on the services.
+  // Removes `r` from the queues; returns whether it held KV on the services.
   bool Remove(const RequestPtr& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAll(const absl::Status& status);
+  spec::SchedulerConfig SchedulerFor(bool draft_up) const;
 
   const RouterOptions options_;
   std::unique_ptr<TargetBackend> target_;
@@ -144,29 +137,31 @@ class RouterEngine {
   const tok::Tokenizer& tokenizer_;
   services::Metrics* metrics_;
   iv1::ServiceInfo target_info_;
+  // The loop's view of the services and the router's n-gram lookup; the drafters' slots in the
+  // loop: the draft service's model (its cost curve from the draft's calibration) and the
+  // n-gram lookup (free), each with its own KPolicy that learns its drafter's acceptance.
+  RemoteTarget remote_target_;
+  std::unique_ptr<RemoteDrafter> remote_draft_;
+  std::unique_ptr<spec::NgramDrafter> ngram_;
+  int32_t draft_slot_ = -1, ngram_slot_ = -1;
 
   mutable absl::Mutex mu_;
-  std::deque<RequestPtr> waiting_ ABSL_GUARDED_BY(mu_);
-  std::vector<RequestPtr> running_ ABSL_GUARDED_BY(mu_);
+  // THE loop. Its queues are read by other threads (Submit, running()): the steps that change
+  // them run under mu_, the service calls (Draft, Target, Apply, Release) without it.
+  std::unique_ptr<spec::SpecLoop> loop_;
   absl::flat_hash_map<int64_t, RequestPtr> by_id_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool draft_up_ ABSL_GUARDED_BY(mu_) = false;
   int32_t draft_blocks_ ABSL_GUARDED_BY(mu_) = 0;
-  int32_t draft_context_ ABSL_GUARDED_BY(mu_) = 0;
   // What the draft service last said it is: SELF requests need the target's own first layers.
   enum class DraftKind { kUnknown, kSelf, kSeparate };
   DraftKind draft_kind_ ABSL_GUARDED_BY(mu_) = DraftKind::kUnknown;
   // Loop-thread state.
-  // THE adaptive-k policy (speculation/k_policy.h), one instance per kind of drafter: the draft
-  // service's model (its cost curve from the draft's calibration) and the router's own n-gram
-  // lookup (free). Each learns its drafter's acceptance; a new unpinned request starts from it.
-  spec::KPolicy draft_policy_, ngram_policy_;
-  std::unique_ptr<spec::NgramDrafter> ngram_;
   absl::Time draft_retry_at_ = absl::InfinitePast();
   absl::Time target_down_since_ = absl::InfiniteFuture();
-  std::thread loop_;
+  std::thread loop_thread_;
 };
 
 }  // namespace specd::router

@@ -9,6 +9,7 @@
 #include "common/sampling/philox.h"
 #include "common/sampling/speculative_verifier.h"
 #include "speculation/calibration.h"
+#include "speculation/verify_step.h"
 #include "services/common/proto_convert.h"
 
 namespace specd::services {
@@ -82,7 +83,6 @@ absl::Status TargetWorker::Validate(const iv1::TargetStepRequest& request) const
 absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStepRequest& request) {
   if (absl::Status s = Validate(request); !s.ok()) return s;
   const auto t0 = std::chrono::steady_clock::now();
-  const int32_t vocab = host_->vocab_size();
   iv1::TargetStepResponse response;
   response.set_instance_id(host_->instance_id());
 
@@ -103,77 +103,70 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
     }
     run.push_back(i);
   }
-  // LlamaModel::Forward answers RESOURCE_EXHAUSTED before writing any KV when blocks run out.
-
-  engine::ForwardBatch batch;
-  std::vector<int> first_row(request.sequences_size(), -1);
-  for (int i : run) {
-    const iv1::TargetSequenceStep& s = request.sequences(i);
-    if (host_->History(s.seq_id()) == nullptr) {
-      if (absl::Status st = host_->AddSequence(s.seq_id()); !st.ok()) return st;
-    }
-    if (s.emit()) {
-      std::vector<int32_t> drafts;
-      for (const iv1::Proposal& p : s.proposals()) drafts.push_back(p.token());
-      first_row[i] = batch.AddVerify(s.seq_id(), s.start_pos(),
-                                     absl::MakeConstSpan(s.tokens().data(), s.tokens_size()),
-                                     drafts);
-    } else {
-      batch.AddPrompt(s.seq_id(), s.start_pos(), s.tokens().data(), s.tokens_size());
-    }
+  // The step for THE verification path (speculation/verify_step.h), each running sequence with
+  // its committed history (what this service holds before start_pos, then the request's
+  // tokens), transforms and penalty history. Sized up front: the calls point into these.
+  const size_t n_run = run.size();
+  std::vector<std::vector<int32_t>> committed(n_run);
+  std::vector<sampling::SamplingParams> params(n_run);
+  std::vector<sampling::PenaltyState> penalties(n_run);
+  std::vector<std::vector<sampling::SparseProposal>> proposals(n_run);
+  std::vector<spec::TargetCall> calls(n_run);
+  for (size_t j = 0; j < n_run; ++j) {
+    const iv1::TargetSequenceStep& s = request.sequences(run[j]);
+    const std::vector<int32_t>* hist = host_->History(s.seq_id());
+    if (hist != nullptr) committed[j].assign(hist->begin(), hist->begin() + s.start_pos());
+    committed[j].insert(committed[j].end(), s.tokens().begin(), s.tokens().end());
+    params[j] = FromProto(s.sampling());
+    const size_t n_prompt =
+        std::min<size_t>(std::max(0, s.num_prompt_tokens()), committed[j].size());
+    penalties[j] = sampling::PenaltyState::FromTokens(
+        absl::MakeConstSpan(committed[j].data(), n_prompt),
+        absl::MakeConstSpan(committed[j].data() + n_prompt, committed[j].size() - n_prompt));
+    for (const iv1::Proposal& p : s.proposals()) proposals[j].push_back(FromProto(p));
+    spec::TargetCall& c = calls[j];
+    c.seq = s.seq_id();
+    c.start = s.start_pos();
+    c.tokens = absl::MakeConstSpan(s.tokens().data(), s.tokens_size());
+    c.emit = s.emit();
+    c.proposals = proposals[j];
+    c.params = &params[j];
+    c.history = &penalties[j];
+    c.num_prompt = static_cast<int32_t>(n_prompt);
   }
-  logits_.resize(batch.logit_rows.size() * static_cast<size_t>(vocab));
-  if (!batch.slices.empty()) {
-    if (absl::Status st = host_->Forward(batch, logits_.data()); !st.ok()) {
-      // Nothing was written, but the histories of new sequences must not claim tokens.
-      return st;
-    }
+  for (const spec::TargetCall& c : calls) {
+    if (host_->History(c.seq) != nullptr) continue;
+    if (absl::Status st = host_->AddSequence(c.seq); !st.ok()) return st;
   }
-
-  for (int i : run) {
-    const iv1::TargetSequenceStep& s = request.sequences(i);
+  // RESOURCE_EXHAUSTED before any KV is written when blocks run out; the histories are only
+  // updated after success, so new sequences never claim tokens they do not hold.
+  std::vector<spec::TargetOutcome> outcomes;
+  if (absl::Status st = spec::RunVerifyStep(*host_, calls, verify_options_, buffers_, outcomes);
+      !st.ok()) {
+    return st;
+  }
+  for (size_t j = 0; j < n_run; ++j) {
+    const iv1::TargetSequenceStep& s = request.sequences(run[j]);
     std::vector<int32_t>& hist = *host_->History(s.seq_id());
-    hist.resize(s.start_pos());
-    hist.insert(hist.end(), s.tokens().begin(), s.tokens().end());
+    hist = std::move(committed[j]);
     if (!s.emit()) continue;
-    const sampling::SamplingParams params = FromProto(s.sampling());
-    const int32_t n_prompt = std::min<int32_t>(s.num_prompt_tokens(), hist.size());
-    const sampling::PenaltyState history = sampling::PenaltyState::FromTokens(
-        absl::MakeConstSpan(hist.data(), n_prompt),
-        absl::MakeConstSpan(hist.data() + n_prompt, hist.size() - n_prompt));
-    std::vector<sampling::SparseProposal> proposals;
-    proposals.reserve(s.proposals_size());
-    for (const iv1::Proposal& p : s.proposals()) proposals.push_back(FromProto(p));
-    sampling::VerifyInput in;
-    const size_t rows = proposals.size() + 1;
-    in.target_logits = absl::MakeConstSpan(logits_.data() + first_row[i] * size_t(vocab),
-                                           rows * vocab);
-    in.vocab_size = vocab;
-    in.proposals = proposals;
-    in.history = &history;
-    in.position = static_cast<int64_t>(hist.size());
-    in.eos_token_ids = host_->eos_ids();
-    absl::StatusOr<sampling::VerifyResult> v =
-        sampling::VerifyDraft(params, sampling::CounterRng(params.seed), in);
-    if (!v.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("sequences[", i, "]: ", v.status().message()));
-    }
-    iv1::TargetSequenceResult* r = response.mutable_sequences(results[i]);
-    for (size_t j = 0; j < v->tokens.size(); ++j) {
-      iv1::TokenResult* t = r->add_tokens();
-      t->set_token(v->tokens[j]);
-      t->set_logprob(v->logprobs[j]);
-      if (j < v->top_logprobs.size()) {
-        for (const sampling::TokenLogprob& tl : v->top_logprobs[j]) {
-          t->add_top_ids(tl.token);
-          t->add_top_logprobs(tl.logprob);
+    const sampling::VerifyResult& v = outcomes[j].verified;
+    iv1::TargetSequenceResult* r = response.mutable_sequences(results[run[j]]);
+    for (size_t t = 0; t < v.tokens.size(); ++t) {
+      iv1::TokenResult* tr = r->add_tokens();
+      tr->set_token(v.tokens[t]);
+      tr->set_logprob(v.logprobs[t]);
+      if (t < v.top_logprobs.size()) {
+        for (const sampling::TokenLogprob& tl : v.top_logprobs[t]) {
+          tr->add_top_ids(tl.token);
+          tr->add_top_logprobs(tl.logprob);
         }
       }
     }
-    r->set_num_accepted(v->num_accepted);
-    r->set_stopped(v->stopped);
-    for (bool a : v->accepted) r->add_accepted(a);
-    hist.insert(hist.end(), v->tokens.begin(), v->tokens.end());
+    r->set_num_accepted(v.num_accepted);
+    r->set_stopped(v.stopped);
+    for (bool a : v.accepted) r->add_accepted(a);
+    hist.insert(hist.end(), v.tokens.begin(), v.tokens.end());
   }
   *response.mutable_kv() = host_->Usage();
   response.set_forward_ms(

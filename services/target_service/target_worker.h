@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "speculation/adaptive_k.h"
+#include "speculation/verify_step.h"
 #include "services/common/model_host.h"
 #include "specd/internal/v1/target.pb.h"
 
@@ -16,7 +17,9 @@ namespace specd::services {
 
 class TargetWorker {
  public:
-  explicit TargetWorker(std::unique_ptr<ModelHost> host) : host_(std::move(host)) {}
+  explicit TargetWorker(std::unique_ptr<ModelHost> host) : host_(std::move(host)) {
+    verify_options_.eos_token_ids.assign(host_->eos_ids().begin(), host_->eos_ids().end());
+  }
 
   // INVALID_ARGUMENT for a malformed request (a router bug; nothing is changed),
   // RESOURCE_EXHAUSTED when the KV cache cannot hold the step (nothing is written).
@@ -35,7 +38,8 @@ class TargetWorker {
   absl::Status Validate(const specd::internal::v1::TargetStepRequest& request) const;
 
   std::unique_ptr<ModelHost> host_;
-  std::vector<float> logits_;
+  spec::VerifyStepOptions verify_options_;
+  spec::VerifyStepBuffers buffers_;  // THE verification path's batch and logits
   spec::CostCurve cost_;
 };
 

@@ -1,0 +1,146 @@
+#include "services/router/remote_backends.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "services/common/proto_convert.h"
+
+namespace specd::router {
+namespace {
+
+void CountError(services::Metrics* m, const char* hop, const absl::Status& s) {
+  m->router_rpc_errors.Add({{"hop", hop}, {"code", absl::StatusCodeToString(s.code())}})
+      .Increment();
+}
+
+void ObserveLatency(services::Metrics* m, const char* hop, absl::Time t0) {
+  m->router_rpc_latency.Add({{"hop", hop}}, services::LatencyBuckets())
+      .Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+}
+
+}  // namespace
+
+// ---- RemoteDrafter -------------------------------------------------------------------------
+
+int64_t RemoteDrafter::CachedLength(spec::SeqId seq) const {
+  auto it = held_.find(seq);
+  return it == held_.end() ? -1 : it->second;
+}
+
+absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
+                                    absl::Span<spec::DraftOutput> out) {
+  iv1::DraftStepRequest request;
+  for (const spec::DraftInput& d : in) {
+    const int32_t start = static_cast<int32_t>(std::max<int64_t>(CachedLength(d.seq), 0));
+    iv1::DraftSequenceStep* s = request.add_sequences();
+    s->set_seq_id(d.seq);
+    s->set_start_pos(start);
+    s->mutable_tokens()->Assign(d.tokens.begin() + start, d.tokens.end());
+    s->set_num_draft_tokens(d.max_tokens);
+    s->set_num_prompt_tokens(d.num_prompt);
+    services::ToProto(*d.params, s->mutable_sampling());
+    metrics_->router_chosen_k.Observe(d.max_tokens);
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<iv1::DraftStepResponse> response = backend_->Step(request);
+  ObserveLatency(metrics_, "draft", t0);
+  if (!response.ok()) {
+    CountError(metrics_, "draft", response.status());
+    return response.status();
+  }
+  absl::flat_hash_map<int64_t, const iv1::DraftSequenceResult*> result_of;
+  for (const iv1::DraftSequenceResult& r : response->sequences()) result_of[r.seq_id()] = &r;
+  for (size_t j = 0; j < in.size(); ++j) {
+    out[j].proposals.clear();
+    auto it = result_of.find(in[j].seq);
+    if (it == result_of.end() || it->second->needs_prefill()) {
+      held_.erase(in[j].seq);  // lost (a restart): resend everything next time
+      continue;
+    }
+    held_[in[j].seq] = static_cast<int32_t>(in[j].tokens.size());
+    for (const iv1::Proposal& p : it->second->proposals()) {
+      out[j].proposals.push_back(services::FromProto(p));
+    }
+  }
+  metrics_->router_kv_blocks.Add({{"service", "draft"}, {"state", "used"}})
+      .Set(response->kv().used_blocks());
+  return absl::OkStatus();
+}
+
+void RemoteDrafter::ReleaseMany(absl::Span<const spec::SeqId> seqs) {
+  for (spec::SeqId s : seqs) held_.erase(s);
+  if (!available_ || seqs.empty()) return;
+  if (absl::Status s = backend_->Release(std::vector<int64_t>(seqs.begin(), seqs.end()));
+      !s.ok()) {
+    CountError(metrics_, "draft", s);
+  }
+}
+
+// ---- RemoteTarget --------------------------------------------------------------------------
+
+absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
+                               std::vector<spec::TargetOutcome>& out) {
+  iv1::TargetStepRequest request;
+  for (const spec::TargetCall& c : calls) {
+    iv1::TargetSequenceStep* t = request.add_sequences();
+    t->set_seq_id(c.seq);
+    t->set_start_pos(c.start);
+    t->mutable_tokens()->Assign(c.tokens.begin(), c.tokens.end());
+    t->set_emit(c.emit);
+    t->set_num_prompt_tokens(c.num_prompt);
+    services::ToProto(*c.params, t->mutable_sampling());
+    for (const sampling::SparseProposal& q : c.proposals) {
+      services::ToProto(q, t->add_proposals());
+    }
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<iv1::TargetStepResponse> response = backend_->Step(request);
+  ObserveLatency(metrics_, "target", t0);
+  if (!response.ok()) {
+    CountError(metrics_, "target", response.status());
+    return response.status();
+  }
+  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "used"}})
+      .Set(response->kv().used_blocks());
+  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "free"}})
+      .Set(response->kv().free_blocks());
+  absl::flat_hash_map<int64_t, const iv1::TargetSequenceResult*> result_of;
+  for (const iv1::TargetSequenceResult& r : response->sequences()) result_of[r.seq_id()] = &r;
+  out.assign(calls.size(), spec::TargetOutcome{});
+  for (size_t i = 0; i < calls.size(); ++i) {
+    auto it = result_of.find(calls[i].seq);
+    if (it == result_of.end()) {
+      return absl::InternalError(
+          absl::StrCat("the target's answer has no sequence ", calls[i].seq));
+    }
+    const iv1::TargetSequenceResult& r = *it->second;
+    spec::TargetOutcome& o = out[i];
+    o.needs_prefill = r.needs_prefill();
+    sampling::VerifyResult& v = o.verified;
+    v.num_drafted = static_cast<int32_t>(calls[i].proposals.size());
+    v.num_accepted = r.num_accepted();
+    v.stopped = r.stopped();
+    for (bool a : r.accepted()) v.accepted.push_back(a);
+    for (const iv1::TokenResult& t : r.tokens()) {
+      v.tokens.push_back(t.token());
+      v.logprobs.push_back(t.logprob());
+      std::vector<sampling::TokenLogprob> top;
+      for (int j = 0; j < t.top_ids_size() && j < t.top_logprobs_size(); ++j) {
+        top.push_back({t.top_ids(j), t.top_logprobs(j)});
+      }
+      v.top_logprobs.push_back(std::move(top));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void RemoteTarget::Release(absl::Span<const spec::SeqId> seqs) {
+  if (seqs.empty()) return;
+  const absl::Time t0 = absl::Now();
+  if (absl::Status s = backend_->Release(std::vector<int64_t>(seqs.begin(), seqs.end()));
+      !s.ok()) {
+    CountError(metrics_, "target", s);
+  }
+  ObserveLatency(metrics_, "target_release", t0);
+}
+
+}  // namespace specd::router

@@ -1,0 +1,74 @@
+// The draft and target services as the speculation loop (speculation/spec_loop.h) sees them: a
+// spec::Drafter over the draft service's Step/Release and a spec::TargetExecutor over the target
+// service's. Thin proto adapters with the router's RPC metrics; all logic stays in the loop.
+#ifndef SPECD_SERVICES_ROUTER_REMOTE_BACKENDS_H_
+#define SPECD_SERVICES_ROUTER_REMOTE_BACKENDS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "services/common/metrics.h"
+#include "services/router/backends.h"
+#include "speculation/drafter.h"
+#include "speculation/target_step.h"
+
+namespace specd::router {
+
+// The draft service. Remembers per sequence how many committed tokens the service surely holds
+// (it was fed them in its last Step), so a Step sends only what is new; a service that lost a
+// sequence answers needs_prefill and gets the whole history next time. Loop thread only, but
+// `available` may be read anywhere.
+class RemoteDrafter final : public spec::Drafter {
+ public:
+  // Both must outlive this.
+  RemoteDrafter(DraftBackend* backend, services::Metrics* metrics)
+      : backend_(backend), metrics_(metrics) {}
+
+  std::string_view name() const override { return "draft-service"; }
+  // Any failure of the call comes back as is (the router then marks the service down).
+  absl::Status Propose(absl::Span<const spec::DraftInput> in,
+                       absl::Span<spec::DraftOutput> out) override;
+  // The service rolls back itself at its next Step (start_pos says what is committed).
+  absl::Status Commit(spec::SeqId, absl::Span<const int32_t>) override {
+    return absl::OkStatus();
+  }
+  void Release(spec::SeqId seq) override { ReleaseMany({seq}); }
+  void ReleaseMany(absl::Span<const spec::SeqId> seqs) override;
+  bool runs_model() const override { return true; }
+  uint64_t weight_bytes() const override { return weight_bytes_; }
+  int64_t CachedLength(spec::SeqId seq) const override;
+
+  void set_weight_bytes(uint64_t bytes) { weight_bytes_ = bytes; }
+  // While unavailable nothing is sent (Release included: a restarted service holds nothing).
+  void set_available(bool up) { available_ = up; }
+  bool available() const { return available_; }
+
+ private:
+  DraftBackend* backend_;
+  services::Metrics* metrics_;
+  uint64_t weight_bytes_ = 0;
+  std::atomic<bool> available_{false};
+  absl::flat_hash_map<spec::SeqId, int32_t> held_;  // committed tokens the service holds
+};
+
+// The target service: one Step per loop iteration, verification on the service (dense logits
+// never cross the wire).
+class RemoteTarget final : public spec::TargetExecutor {
+ public:
+  // Both must outlive this.
+  RemoteTarget(TargetBackend* backend, services::Metrics* metrics)
+      : backend_(backend), metrics_(metrics) {}
+  absl::Status Run(absl::Span<const spec::TargetCall> calls,
+                   std::vector<spec::TargetOutcome>& out) override;
+  void Release(absl::Span<const spec::SeqId> seqs) override;
+
+ private:
+  TargetBackend* backend_;
+  services::Metrics* metrics_;
+};
+
+}  // namespace specd::router
+
+#endif  // SPECD_SERVICES_ROUTER_REMOTE_BACKENDS_H_

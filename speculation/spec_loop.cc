@@ -1,0 +1,359 @@
+#include "speculation/spec_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/util/check.h"
+
+namespace specd::spec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+template <typename T>
+void Bump(std::vector<T>& counts, size_t i) {
+  if (i < counts.size()) ++counts[i];
+}
+
+}  // namespace
+
+LoopSeq::LoopSeq(SeqId i, std::vector<int32_t> prompt, sampling::SamplingParams p)
+    : id(i),
+      params(std::move(p)),
+      num_prompt(static_cast<int32_t>(prompt.size())),
+      tokens(std::move(prompt)),
+      history(sampling::PenaltyState::FromTokens(tokens, {})) {}
+
+SpecLoop::SpecLoop(LoopOptions options, TargetExecutor* target, std::vector<LoopDrafter> drafters)
+    : options_(std::move(options)), target_(target), drafters_(std::move(drafters)) {}
+
+void SpecLoop::Enqueue(LoopSeqPtr s) {
+  by_id_[s->id] = s.get();
+  waiting_.push_back(std::move(s));
+}
+
+bool SpecLoop::Remove(LoopSeq& s) {
+  auto rit = std::find_if(running_.begin(), running_.end(),
+                          [&](const LoopSeqPtr& r) { return r.get() == &s; });
+  if (rit != running_.end()) running_.erase(rit);
+  auto wit = std::find_if(waiting_.begin(), waiting_.end(),
+                          [&](const LoopSeqPtr& r) { return r.get() == &s; });
+  if (wit != waiting_.end()) waiting_.erase(wit);
+  by_id_.erase(s.id);
+  const bool held = s.on_backends;
+  s.on_backends = false;
+  return held;
+}
+
+void SpecLoop::Preempt(const LoopSeqPtr& s, std::vector<SeqId>& release) {
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  waiting_.push_front(s);
+  if (s->on_backends) release.push_back(s->id);
+  s->on_backends = false;
+  s->target_pos = 0;  // recomputed from its tokens when re-admitted
+  ++stats_.preemptions;
+}
+
+LoopSeq* SpecLoop::Find(SeqId id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+bool SpecLoop::Drafts(const LoopSeq& s) const {
+  return s.drafter >= 0 && static_cast<size_t>(s.drafter) < drafters_.size() &&
+         drafters_[s.drafter].available;
+}
+
+int32_t SpecLoop::KCap(const LoopSeq& s) const {
+  int64_t k = s.max_k;
+  // Verify rows sit at positions n-1 .. n-1+k < context; drafts past the last token are waste.
+  k = std::min<int64_t>(k, int64_t{options_.context_length} - s.n());
+  k = std::min<int64_t>(k, int64_t{s.max_new_tokens} - s.generated() - 1);
+  return static_cast<int32_t>(std::max<int64_t>(k, 0));
+}
+
+// ---- 1. Schedule ---------------------------------------------------------------------------
+
+std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t admissible) {
+  // Who may verify this step: decode rows (with drafts_with_prompt, every running sequence and
+  // the admissible head of the queue: a prompt's last chunk verifies drafts). Each gets a
+  // fixed k or its drafter's policy's choice; the rest of the step (prompt chunks, the other
+  // groups' rows and drafts) is what the policy sees riding along.
+  const size_t total = running_.size() + admissible;
+  std::vector<int32_t> k(total, 0);
+  std::vector<std::vector<KRequest>> group(drafters_.size());
+  std::vector<std::vector<size_t>> index(drafters_.size());
+  int64_t pending = 0, rows = 0, fixed_drafts = 0;
+  for (size_t i = 0; i < total; ++i) {
+    LoopSeq& s = i < running_.size() ? *running_[i] : *waiting_[i - running_.size()];
+    const int64_t uncomputed = s.n() - s.target_pos;
+    if (!options_.drafts_with_prompt && uncomputed != 1) {
+      pending += uncomputed;
+      continue;
+    }
+    pending += uncomputed - 1;
+    ++rows;
+    if (!Drafts(s)) continue;
+    const int32_t cap = KCap(s);
+    if (s.fixed_k) {
+      k[i] = cap;
+      fixed_drafts += cap;
+      continue;
+    }
+    const Drafter& d = *drafters_[s.drafter].drafter;
+    // A sampled sequence's k follows its own history only, never the batch (k_policy.h).
+    const int32_t behind =
+        d.runs_model() ? static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0))
+                       : 0;
+    group[s.drafter].push_back({&s.spec, cap, s.pinned(), behind});
+    index[s.drafter].push_back(i);
+  }
+  const int64_t prefill =
+      std::min<int64_t>(pending, std::max<int64_t>(0, config.max_batch_tokens - rows));
+  int64_t other_drafts = fixed_drafts;
+  for (size_t g = 0; g < drafters_.size(); ++g) {
+    if (group[g].empty()) continue;
+    const int64_t fixed =
+        prefill + rows - static_cast<int64_t>(group[g].size()) + other_drafts;
+    const std::vector<int32_t> chosen = drafters_[g].policy.Choose(
+        group[g], static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX)));
+    for (size_t j = 0; j < chosen.size(); ++j) {
+      k[index[g][j]] = chosen[j];
+      other_drafts += chosen[j];
+    }
+  }
+  return k;
+}
+
+SchedulerState SpecLoop::Snapshot(absl::Span<const int32_t> k, size_t admissible) const {
+  auto view = [&](const LoopSeq& s, int32_t want) {
+    const bool local = Drafts(s) && !drafters_[s.drafter].drafter->runs_model();
+    return SeqView{s.id, s.n(), s.target_pos, want, local, s.pinned(), s.generated() > 0};
+  };
+  SchedulerState state;
+  for (size_t i = 0; i < running_.size(); ++i) state.running.push_back(view(*running_[i], k[i]));
+  // Only the head of the queue can be admitted (FCFS, at most max_running at once): the
+  // scheduler needs no more of it, however long it is.
+  const size_t head = std::min(waiting_.size(), static_cast<size_t>(options_.max_running));
+  for (size_t i = 0; i < head; ++i) {
+    state.waiting.push_back(view(*waiting_[i], i < admissible ? k[running_.size() + i] : 0));
+  }
+  return state;
+}
+
+void SpecLoop::Schedule(const SchedulerConfig& config, LoopStep& step) {
+  const size_t admissible =
+      options_.drafts_with_prompt
+          ? std::min(waiting_.size(),
+                     static_cast<size_t>(std::max<int64_t>(
+                         0, options_.max_running - static_cast<int64_t>(running_.size()))))
+          : 0;
+  const std::vector<int32_t> k = DecideK(config, admissible);
+  step.sched = ScheduleIteration(Snapshot(k, admissible), config);
+  for (int64_t id : step.sched.preempt) {
+    auto it = std::find_if(running_.begin(), running_.end(),
+                           [&](const LoopSeqPtr& s) { return s->id == id; });
+    SPECD_CHECK(it != running_.end(), "scheduler preempted a sequence that does not run");
+    Preempt(LoopSeqPtr(*it), step.release);
+  }
+  for (int64_t id : step.sched.admit) {
+    SPECD_CHECK(!waiting_.empty() && waiting_.front()->id == id, "scheduler admitted out of order");
+    waiting_.front()->target_pos = 0;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  absl::flat_hash_map<SeqId, const LoopSeqPtr*> run;
+  for (const LoopSeqPtr& s : running_) run[s->id] = &s;
+  step.seqs.clear();
+  for (const SeqPlan& p : step.sched.plans) step.seqs.push_back(*run.at(p.id));
+}
+
+// ---- 2. Draft ------------------------------------------------------------------------------
+
+absl::Status SpecLoop::Draft(LoopStep& step) {
+  std::vector<SeqPlan>& plans = step.sched.plans;
+  step.drafts.assign(plans.size(), DraftOutput{});
+  for (size_t d = 0; d < drafters_.size(); ++d) {
+    LoopDrafter& ld = drafters_[d];
+    std::vector<DraftInput> in;
+    std::vector<sampling::CounterRng> rngs;
+    rngs.reserve(plans.size());
+    std::vector<size_t> which;       // in[j] -> plans index
+    std::vector<KRequest> drafting;  // for the policy's cost observation
+    std::vector<int32_t> ks;
+    for (size_t p = 0; p < plans.size(); ++p) {
+      LoopSeq& s = *step.seqs[p];
+      if (!plans[p].emit || plans[p].k <= 0 || s.drafter != static_cast<int32_t>(d)) continue;
+      rngs.emplace_back(s.params.seed);
+      in.push_back(DraftInput{s.id, s.tokens, &s.params, &s.history, &rngs.back(), plans[p].k,
+                              s.num_prompt});
+      which.push_back(p);
+      drafting.push_back({&s.spec, plans[p].k, s.pinned()});
+      ks.push_back(plans[p].k);
+      s.on_backends = true;
+    }
+    if (in.empty() || !ld.available) continue;
+    std::vector<DraftOutput> out(in.size());
+    const auto t0 = Clock::now();
+    const absl::Status st = ld.drafter->Propose(in, absl::MakeSpan(out));
+    const double secs = Since(t0);
+    step.draft_seconds += secs;
+    stats_.draft_seconds += secs;
+    if (st.ok()) {
+      if (ld.drafter->runs_model()) ld.policy.ObserveDraft(drafting, ks, secs);
+      for (size_t j = 0; j < which.size(); ++j) {
+        out[j].proposals.resize(std::min<size_t>(out[j].proposals.size(), plans[which[j]].k));
+        step.drafts[which[j]] = std::move(out[j]);
+      }
+      continue;
+    }
+    ++stats_.draft_failures;  // these sequences decode without drafts this step
+    if (absl::IsResourceExhausted(st)) continue;
+    step.draft_error = st;
+    step.draft_index = static_cast<int32_t>(d);
+    if (options_.draft_errors_fail_step) return st;
+  }
+  // What each emitting sequence really drafts this step (a drafter may propose fewer).
+  stats_.last_k.clear();
+  for (size_t p = 0; p < plans.size(); ++p) {
+    if (!plans[p].emit) continue;
+    LoopSeq& s = *step.seqs[p];
+    plans[p].k = static_cast<int32_t>(step.drafts[p].proposals.size());
+    if (s.drafter >= 0) drafters_[s.drafter].policy.AfterDraft(s.spec, plans[p].k);
+    Bump(stats_.k_chosen, plans[p].k);
+    stats_.last_k.push_back(plans[p].k);
+  }
+  return absl::OkStatus();
+}
+
+// ---- 3. Target -----------------------------------------------------------------------------
+
+absl::Status SpecLoop::Target(LoopStep& step) {
+  const std::vector<SeqPlan>& plans = step.sched.plans;
+  std::vector<TargetCall> calls(plans.size());
+  step.step_tokens = 0;
+  int64_t prefill_tokens = 0;
+  for (size_t p = 0; p < plans.size(); ++p) {
+    const SeqPlan& plan = plans[p];
+    LoopSeq& s = *step.seqs[p];
+    TargetCall& c = calls[p];
+    c.seq = s.id;
+    c.start = plan.start;
+    c.tokens = absl::MakeConstSpan(s.tokens).subspan(plan.start, plan.end - plan.start);
+    c.emit = plan.emit;
+    if (plan.emit) c.proposals = step.drafts[p].proposals;
+    c.params = &s.params;
+    c.history = &s.history;
+    c.num_prompt = s.num_prompt;
+    step.step_tokens += plan.tokens();
+    prefill_tokens += plan.end - plan.start - (plan.emit ? 1 : 0);
+    s.on_backends = true;
+  }
+  const auto t0 = Clock::now();
+  const absl::Status st = target_->Run(calls, step.outcomes);
+  step.target_seconds = Since(t0);
+  if (!st.ok()) return st;
+  SPECD_CHECK(step.outcomes.size() == calls.size(), "target step: %zu outcomes for %zu calls",
+              step.outcomes.size(), calls.size());
+  for (LoopDrafter& d : drafters_) {
+    d.policy.ObserveVerify(static_cast<double>(step.step_tokens), step.target_seconds);
+  }
+  ++stats_.steps;
+  stats_.verify_seconds += step.target_seconds;
+  stats_.target_tokens += step.step_tokens;
+  stats_.prefill_tokens += prefill_tokens;
+  return absl::OkStatus();
+}
+
+// ---- 4. Apply ------------------------------------------------------------------------------
+
+void SpecLoop::Apply(LoopStep& step, LoopClient& client) {
+  const std::vector<SeqPlan>& plans = step.sched.plans;
+  for (size_t p = 0; p < plans.size(); ++p) {
+    LoopSeq& s = *step.seqs[p];
+    if (step.outcomes[p].needs_prefill) {
+      s.target_pos = 0;  // the target restarted or lost it: recompute from the history
+      continue;
+    }
+    if (!plans[p].emit) {
+      s.target_pos = plans[p].end;
+      continue;
+    }
+    Commit(step, p, client);
+  }
+}
+
+// Appends what the owner takes of the emitted tokens, updates the statistics and the policy,
+// then ends the sequence or rolls its drafter back to what was committed (the target rolled
+// back in its step: it keeps x_1..x_n and the accepted drafts).
+void SpecLoop::Commit(LoopStep& step, size_t p, LoopClient& client) {
+  LoopSeq& s = *step.seqs[p];
+  const sampling::VerifyResult& v = step.outcomes[p].verified;
+  const int32_t drafted = step.sched.plans[p].k;
+  if (s.drafter >= 0) drafters_[s.drafter].policy.AfterVerify(s.spec, drafted, v.num_accepted);
+  const Emission e = client.OnVerified(s, v, drafted);
+  const int32_t take = std::clamp<int32_t>(e.take, 0, static_cast<int32_t>(v.tokens.size()));
+  for (int32_t j = 0; j < take; ++j) {
+    s.tokens.push_back(v.tokens[j]);
+    s.history.AddGenerated(v.tokens[j]);
+  }
+  ++s.steps;
+  s.drafted += drafted;
+  s.accepted += v.num_accepted;
+  ++stats_.seq_steps;
+  stats_.emitted += take;
+  stats_.drafted += drafted;
+  stats_.accepted += v.num_accepted;
+  for (int32_t j = 0; j < drafted && j <= v.num_accepted; ++j) {
+    if (j >= static_cast<int32_t>(stats_.drafted_at.size())) break;
+    ++stats_.drafted_at[j];
+    if (j < static_cast<int32_t>(v.accepted.size()) && v.accepted[j]) ++stats_.accepted_at[j];
+  }
+  if (e.finished) {
+    step.finished.push_back(step.seqs[p]);
+    step.finish_status.push_back(absl::OkStatus());
+    return;
+  }
+  s.target_pos = s.n() - 1;
+  if (s.drafter < 0) return;
+  if (absl::Status st = drafters_[s.drafter].drafter->Commit(s.id, s.tokens); !st.ok()) {
+    step.finished.push_back(step.seqs[p]);
+    step.finish_status.push_back(st);
+  }
+}
+
+// ---- 5. Retire, 6. Release -----------------------------------------------------------------
+
+void SpecLoop::Retire(LoopStep& step) {
+  for (const LoopSeqPtr& s : step.finished) {
+    if (Remove(*s)) step.release.push_back(s->id);
+  }
+}
+
+void SpecLoop::Release(absl::Span<const SeqId> seqs) {
+  if (seqs.empty()) return;
+  target_->Release(seqs);
+  for (LoopDrafter& d : drafters_) d.drafter->ReleaseMany(seqs);
+}
+
+absl::Status SpecLoop::RunStep(const SchedulerConfig& config, LoopClient& client,
+                               LoopStep& step) {
+  Schedule(config, step);
+  Release(step.release);
+  step.release.clear();
+  if (step.sched.plans.empty()) return absl::OkStatus();
+  if (absl::Status st = Draft(step); !st.ok()) return st;
+  if (absl::Status st = Target(step); !st.ok()) return st;
+  Apply(step, client);
+  Retire(step);
+  Release(step.release);
+  step.release.clear();
+  return absl::OkStatus();
+}
+
+}  // namespace specd::spec

@@ -1,0 +1,162 @@
+// THE speculative-decoding iteration loop, for the in-process engine (SpecEngine: a drafter and a
+// model in this process) and the cluster's router (RouterEngine: the draft and target services
+// over gRPC, and its own n-gram lookup) alike. One iteration, as named steps:
+//   1. Schedule: k per sequence that may verify (THE policy, k_policy.h, one KPolicy per
+//      drafter), then THE scheduler (scheduler.h) on a snapshot; preempt and admit;
+//   2. Draft:    each drafter proposes d_1..d_k with q for its sequences, all at once;
+//   3. Target:   ONE target step (target_step.h) over prompt chunks and [x_n, d_1..d_k] rows;
+//   4. Apply:    the emitted tokens to the sequences (the owner decides how many it takes and
+//                whether the sequence ends: stop strings are the router's), the policy's
+//                bookkeeping, the drafters' rollback;
+//   5. Retire:   finished sequences out of the queues;
+//   6. Release:  KV of preempted, removed and finished sequences freed on the target and the
+//                drafters.
+// Steps 1, 5 and Enqueue/Remove change the queues; 2, 3, 4 and 6 only the planned sequences, so an
+// owner whose queues other threads read (the router) locks around the former and runs the
+// latter — the remote calls — unlocked. RunStep runs them all in order.
+#ifndef SPECD_SPECULATION_SPEC_LOOP_H_
+#define SPECD_SPECULATION_SPEC_LOOP_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/sampling/penalty_state.h"
+#include "common/sampling/philox.h"
+#include "common/sampling/sampling_params.h"
+#include "speculation/drafter.h"
+#include "speculation/k_policy.h"
+#include "speculation/scheduler.h"
+#include "speculation/spec_stats.h"
+#include "speculation/target_step.h"
+
+namespace specd::spec {
+
+// One request as the loop keeps it. Owners derive their own record from it (the router's
+// request, the engine's result) and get it back in the callbacks.
+struct LoopSeq {
+  LoopSeq(SeqId id, std::vector<int32_t> prompt, sampling::SamplingParams params);
+  virtual ~LoopSeq() = default;
+
+  const SeqId id;
+  const sampling::SamplingParams params;
+  const int32_t num_prompt;
+  int32_t max_new_tokens = 128;
+  int32_t drafter = -1;   // index of its drafter in the loop (-1: no speculation)
+  int32_t max_k = 0;      // most drafts per step
+  bool fixed_k = false;   // always draft max_k (capped), no policy
+
+  std::vector<int32_t> tokens;     // committed x_1..x_n: prompt + generated
+  sampling::PenaltyState history;  // penalty history of `tokens`
+  int32_t target_pos = 0;          // committed tokens whose KV the target holds
+  bool on_backends = false;        // may hold KV on the target or a drafter
+  SpecSeqState spec;               // what the adaptive-k policy knows of it
+  int32_t steps = 0, drafted = 0, accepted = 0;  // verify steps, drafts verified / accepted
+
+  int32_t n() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t generated() const { return n() - num_prompt; }
+  // A sampled sequence's realized tokens depend on its k schedule (scheduler.h "Pinned k").
+  bool pinned() const { return !sampling::IsGreedy(params); }
+};
+using LoopSeqPtr = std::shared_ptr<LoopSeq>;
+
+// What the owner takes of a verification's emitted tokens.
+struct Emission {
+  int32_t take = 0;       // the first `take` emitted tokens are committed
+  bool finished = false;  // the sequence ends with them
+};
+
+// The owner's side of Apply, called from the loop's thread.
+class LoopClient {
+ public:
+  virtual ~LoopClient() = default;
+  // Sequence `s` (tokens not yet appended) verified `drafted` drafts and emitted v.tokens.
+  virtual Emission OnVerified(LoopSeq& s, const sampling::VerifyResult& v, int32_t drafted) = 0;
+};
+
+struct LoopDrafter {
+  Drafter* drafter = nullptr;  // must outlive the loop
+  KPolicy policy;
+  bool available = true;       // false: its sequences decode without drafts
+};
+
+struct LoopOptions {
+  // A prompt's last chunk verifies drafts too (scheduler.h): the in-process engine.
+  bool drafts_with_prompt = false;
+  int32_t context_length = 0;  // k never reaches past it
+  int32_t max_running = 16;    // for the queue head the scheduler sees
+  // Drafter failures other than RESOURCE_EXHAUSTED end the step (true) or only drop its drafts
+  // (false: the router marks the draft service down and carries on).
+  bool draft_errors_fail_step = true;
+};
+
+// What one iteration's steps hand each other.
+struct LoopStep {
+  Schedule sched;
+  std::vector<LoopSeqPtr> seqs;       // [plans]: the planned sequences
+  std::vector<DraftOutput> drafts;    // [plans]
+  std::vector<TargetOutcome> outcomes;  // [plans]
+  std::vector<SeqId> release;         // KV to free on the backends (step 6)
+  std::vector<LoopSeqPtr> finished;   // ended in Apply; out of the queues after Retire
+  std::vector<absl::Status> finish_status;  // [finished]: OK, or why it failed
+  absl::Status draft_error;           // a drafter's failure this step (not RESOURCE_EXHAUSTED)
+  int32_t draft_index = -1;           // whose
+  int64_t step_tokens = 0;            // tokens through the target
+  double draft_seconds = 0, target_seconds = 0;
+};
+
+class SpecLoop {
+ public:
+  // `target` and the drafters must outlive the loop.
+  SpecLoop(LoopOptions options, TargetExecutor* target, std::vector<LoopDrafter> drafters);
+
+  // Queues: a new request at the tail; removal from anywhere (returns whether it may hold KV
+  // on the backends: then free it with Release).
+  void Enqueue(LoopSeqPtr s);
+  bool Remove(LoopSeq& s);
+  // Back to the head of the queue, its KV to be freed (step.release); recomputed when re-admitted.
+  void Preempt(const LoopSeqPtr& s, std::vector<SeqId>& release);
+  const std::vector<LoopSeqPtr>& running() const { return running_; }
+  const std::deque<LoopSeqPtr>& waiting() const { return waiting_; }
+  LoopSeq* Find(SeqId id) const;
+
+  // The steps, in order (see the top of this file).
+  void Schedule(const SchedulerConfig& config, LoopStep& step);
+  absl::Status Draft(LoopStep& step);
+  absl::Status Target(LoopStep& step);
+  void Apply(LoopStep& step, LoopClient& client);
+  void Retire(LoopStep& step);
+  void Release(absl::Span<const SeqId> seqs);
+  // All six for a single-threaded owner; an error of Draft or Target ends the step there.
+  absl::Status RunStep(const SchedulerConfig& config, LoopClient& client, LoopStep& step);
+
+  // The most drafts `s` may get this step: its max_k, never past its last token or the context.
+  int32_t KCap(const LoopSeq& s) const;
+  std::vector<LoopDrafter>& drafters() { return drafters_; }
+  const SpecStats& stats() const { return stats_; }
+  SpecStats& mutable_stats() { return stats_; }
+
+ private:
+  // Step 1's parts: k per sequence that may verify this step (running, then the admissible
+  // head of the queue), from the fixed k's and each drafter's policy.
+  std::vector<int32_t> DecideK(const SchedulerConfig& config, size_t admissible);
+  SchedulerState Snapshot(absl::Span<const int32_t> k, size_t admissible) const;
+  bool Drafts(const LoopSeq& s) const;  // its drafter exists and is available
+  void Commit(LoopStep& step, size_t p, LoopClient& client);
+
+  LoopOptions options_;
+  TargetExecutor* target_;
+  std::vector<LoopDrafter> drafters_;
+  std::deque<LoopSeqPtr> waiting_;
+  std::vector<LoopSeqPtr> running_;
+  absl::flat_hash_map<SeqId, LoopSeq*> by_id_;
+  SpecStats stats_;
+};
+
+}  // namespace specd::spec
+
+#endif  // SPECD_SPECULATION_SPEC_LOOP_H_

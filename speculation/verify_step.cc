@@ -1,0 +1,91 @@
+#include "speculation/verify_step.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/sampling/philox.h"
+
+namespace specd::spec {
+namespace {
+
+// The step's batch: a prompt chunk per non-emitting call, a [tail.., x_n, d_1..d_k] group per
+// emitting one. first_row[i]: call i's first logit row (-1 without emit).
+void BuildBatch(absl::Span<const TargetCall> calls, engine::ForwardBatch& batch,
+                std::vector<int32_t>& first_row) {
+  batch.Clear();
+  first_row.assign(calls.size(), -1);
+  std::vector<int32_t> drafts;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const TargetCall& c = calls[i];
+    if (!c.emit) {
+      batch.AddPrompt(c.seq, c.start, c.tokens.data(), static_cast<int32_t>(c.tokens.size()));
+      continue;
+    }
+    drafts.clear();
+    for (const sampling::SparseProposal& q : c.proposals) drafts.push_back(q.token);
+    first_row[i] = batch.AddVerify(c.seq, c.start, c.tokens, drafts);
+  }
+}
+
+// VerifyDraft on call `c`'s k + 1 logit rows starting at `first_row`.
+absl::StatusOr<sampling::VerifyResult> Verify(const TargetCall& c, const float* logits,
+                                              int32_t vocab, const VerifyStepOptions& options) {
+  sampling::VerifyInput in;
+  const size_t rows = c.proposals.size() + 1;
+  in.target_logits = absl::MakeConstSpan(logits, rows * vocab);
+  in.vocab_size = vocab;
+  in.proposals = c.proposals;
+  in.history = c.history;
+  in.position = int64_t{c.start} + static_cast<int64_t>(c.tokens.size());
+  in.eos_token_ids = options.eos_token_ids;
+  const sampling::CounterRng rng(c.params->seed);
+  return options.verifier ? options.verifier(*c.params, rng, in)
+                          : sampling::VerifyDraft(*c.params, rng, in);
+}
+
+}  // namespace
+
+absl::Status RunVerifyStep(engine::ModelRunner& runner, absl::Span<const TargetCall> calls,
+                           const VerifyStepOptions& options, VerifyStepBuffers& buffers,
+                           std::vector<TargetOutcome>& out) {
+  out.assign(calls.size(), TargetOutcome{});
+  if (calls.empty()) return absl::OkStatus();
+  const int32_t vocab = runner.model().vocab_size();
+  std::vector<int32_t> first_row;
+  BuildBatch(calls, buffers.batch, first_row);
+  buffers.logits.resize(buffers.batch.logit_rows.size() * static_cast<size_t>(vocab));
+  if (absl::Status st = runner.Forward(buffers.batch, buffers.logits.data()); !st.ok()) return st;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const TargetCall& c = calls[i];
+    if (!c.emit) continue;
+    absl::StatusOr<sampling::VerifyResult> v =
+        Verify(c, buffers.logits.data() + static_cast<size_t>(first_row[i]) * vocab, vocab,
+               options);
+    if (!v.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", c.seq, ": ", v.status().message()));
+    }
+    // Rollback: keep x_1..x_n and the accepted drafts; rejected drafts' KV goes now.
+    const int64_t kept = int64_t{c.start} + static_cast<int64_t>(c.tokens.size()) +
+                         v->num_accepted;
+    if (absl::Status st = runner.Truncate(c.seq, kept); !st.ok()) return st;
+    out[i].verified = std::move(*v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalTarget::Run(absl::Span<const TargetCall> calls,
+                              std::vector<TargetOutcome>& out) {
+  for (const TargetCall& c : calls) {
+    if (held_.contains(c.seq)) continue;
+    if (absl::Status st = runner_->AddSequence(c.seq); !st.ok()) return st;
+    held_.insert(c.seq);
+  }
+  return RunVerifyStep(*runner_, calls, options_, buffers_, out);
+}
+
+void LocalTarget::Release(absl::Span<const SeqId> seqs) {
+  for (SeqId s : seqs) {
+    if (held_.erase(s) > 0) runner_->FreeSequence(s);
+  }
+}
+
+}  // namespace specd::spec
