@@ -18,3 +18,7 @@ specd_test(spec_model_test
   DEPS specd_spec
   LABELS model
   TIMEOUT 900)
+specd_test(spec_loop_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_loop_test.cc
+  DEPS specd_spec_policy
+  LABELS core)
