@@ -1,6 +1,6 @@
 # Sourced by loadtest/sweep.sh and loadtest/cluster_bench.sh: start a local cluster on free
 # ports and wait until the router is healthy. Needs ROOT, BUILD, THREADS, PYTHON set.
-# Sets PORT (router) and CLUSTER (launcher pid); the cluster stops when the script exits,
+# Sets PORT (router gRPC), HTTP_PORT (its OpenAI HTTP API) and CLUSTER (launcher pid); the cluster stops when the script exits,
 # or earlier with stop_cluster.
 
 free_port() {
@@ -15,8 +15,9 @@ stop_cluster() {
 
 start_cluster() {  # name for messages
   PORT="$(free_port)"
+  HTTP_PORT="${SPECD_HTTP_PORT-$(free_port)}"  # SPECD_HTTP_PORT= for binaries without HTTP
   "$ROOT/scripts/run_cluster.sh" --build "$BUILD" --threads "$THREADS" --port "$PORT" \
-    --metrics-port "$(free_port)" &
+    --metrics-port "$(free_port)" --http-port "$HTTP_PORT" &
   CLUSTER=$!
   trap stop_cluster EXIT
   for _ in $(seq 1 1200); do

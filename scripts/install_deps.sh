@@ -8,7 +8,7 @@ PACKAGES=(
   python3 python3-pip python3-venv
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev
-  libpcre2-dev libsimde-dev nlohmann-json3-dev
+  libpcre2-dev libsimde-dev nlohmann-json3-dev libboost1.74-dev
   clang-14 libclang-rt-14-dev
 )
 

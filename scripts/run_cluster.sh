@@ -14,6 +14,8 @@
 #   --draft-layers N     layers of a self draft [default 8]
 #   --port P             router TCP port [SPECD_PORT, default 50051]
 #   --metrics-port P     router metrics port; target/draft use P+1/P+2 [default 9090]
+#   --http-port P        the router's OpenAI-compatible HTTP API [SPECD_HTTP_PORT, default 8000;
+#                        0 = off; empty: the flag is not passed, for binaries without it]
 #   --threads N          CPU threads for each model service [default: all cores — the router
 #                        runs the draft step and then the target step, never both at once]
 #   --prompt TEXT        answer this prompt through the cluster (chat template), then stop
@@ -27,6 +29,7 @@ DRAFT_MODEL="${SPECD_DRAFT_MODEL:-self}"
 DRAFT_LAYERS=8
 PORT="${SPECD_PORT:-50051}"
 METRICS_PORT=9090
+HTTP_PORT="${SPECD_HTTP_PORT:-8000}"
 THREADS=$(nproc)
 PROMPT=""
 N=64
@@ -38,10 +41,11 @@ while [ $# -gt 0 ]; do
     --draft-layers) DRAFT_LAYERS="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
     --metrics-port) METRICS_PORT="$2"; shift 2 ;;
+    --http-port) HTTP_PORT="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --prompt) PROMPT="$2"; shift 2 ;;
     -n) N="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "run_cluster: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -99,10 +103,11 @@ if [ "$DRAFT_MODEL" != none ]; then
 fi
 [ "$DRAFT_MODEL" != none ] && wait_healthy "$DRAFT" draft "$DPID"
 "$BUILD/services/specd-router" --listen "0.0.0.0:$PORT" --target "$TARGET" "${DRAFT_FLAG[@]}" \
-  --model "$MODEL" --metrics-port "$METRICS_PORT" >"$RUN/router.log" 2>&1 &
+  --model "$MODEL" --metrics-port "$METRICS_PORT" ${HTTP_PORT:+--http-port "$HTTP_PORT"} \
+  >"$RUN/router.log" 2>&1 &
 PIDS+=($!); RPID=$!
 wait_healthy "localhost:$PORT" router "$RPID"
-echo "run_cluster: router on localhost:$PORT (metrics :$METRICS_PORT), logs in $RUN" >&2
+echo "run_cluster: router on localhost:$PORT (metrics :$METRICS_PORT$([ "$HTTP_PORT" != 0 ] && echo ", OpenAI HTTP API :$HTTP_PORT")), logs in $RUN" >&2
 
 if [ -n "$PROMPT" ]; then
   "$BUILD/tools/specd" client generate --server "localhost:$PORT" --chat -p "$PROMPT" -n "$N" \

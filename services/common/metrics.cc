@@ -81,6 +81,10 @@ Metrics::Metrics()
                            .Name("specd_router_kv_blocks")
                            .Help("KV blocks as last reported by the services")
                            .Register(*reg)),
+      router_http_responses(BuildCounter()
+                                .Name("specd_router_http_responses_total")
+                                .Help("OpenAI HTTP API answers, by HTTP status")
+                                .Register(*reg)),
       service_requests(BuildCounter()
                            .Name("specd_service_requests_total")
                            .Help("Internal RPCs served, by component, method and code")

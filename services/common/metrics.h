@@ -51,6 +51,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& router_rpc_errors;        // {hop, code}
   prometheus::Gauge& router_draft_available;
   prometheus::Family<prometheus::Gauge>& router_kv_blocks;           // {service, state}
+  prometheus::Family<prometheus::Counter>& router_http_responses;    // {status}
 
   // --- draft and target services ({component}) ---
   prometheus::Family<prometheus::Counter>& service_requests;         // {component, method, code}

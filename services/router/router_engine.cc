@@ -261,6 +261,11 @@ void RouterEngine::BeginDrain() {
   draining_ = true;
 }
 
+bool RouterEngine::draining() const {
+  absl::MutexLock l(&mu_);
+  return draining_ || stop_;
+}
+
 bool RouterEngine::WaitIdle(absl::Duration timeout) {
   absl::MutexLock l(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

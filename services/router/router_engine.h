@@ -85,6 +85,7 @@ class RouterEngine {
   void Cancel(int64_t id);
   // New requests get UNAVAILABLE from now on; in-flight ones continue.
   void BeginDrain();
+  bool draining() const;
   // True once nothing is queued or running (false on timeout).
   bool WaitIdle(absl::Duration timeout);
   // Ends the loop; whatever is left fails with UNAVAILABLE.

@@ -1,5 +1,8 @@
 // specd-router: the public Generation API in front of specd-target and (optionally)
-// specd-draft. Configured by flags or SPECD_ROUTER_* variables.
+// specd-draft, and (with --http-port) the OpenAI-compatible HTTP API beside it. Configured by
+// flags or SPECD_ROUTER_* variables.
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,17 +17,31 @@
 #include "services/common/grpc_server.h"
 #include "services/common/metrics.h"
 #include "services/router/grpc_backends.h"
+#include "services/router/http/http_server.h"
+#include "services/router/http/openai_service.h"
 #include "services/router/router_engine.h"
 #include "services/router/router_service.h"
 
 namespace specd::router {
 namespace {
 
+// Up to the hard limit: the default 1024 descriptors would cap concurrent HTTP clients.
+void RaiseFileLimit() {
+  rlimit l{};
+  if (getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur >= l.rlim_max) return;
+  l.rlim_cur = l.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &l) != 0) {
+    std::fprintf(stderr, "specd-router: cannot raise the open-file limit\n");
+  }
+}
+
 int Main(int argc, char** argv) {
   services::BlockTerminationSignals();
   std::string listen = "0.0.0.0:50051", target = "localhost:50052", draft, model;
   RouterOptions o;
-  int32_t metrics_port = 0;
+  int32_t metrics_port = 0, http_port = 0, http_threads = 2;
+  std::string http_address = "0.0.0.0", served_model_name;
+  int32_t http_max_body_bytes = 4 << 20;
   double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30,
          startup_timeout_s = 300;
   services::GrpcSettings gs;
@@ -54,6 +71,15 @@ int Main(int argc, char** argv) {
         "how long to wait for the target at start");
   f.Add("metrics-port", "SPECD_ROUTER_METRICS_PORT", &metrics_port,
         "Prometheus /metrics HTTP port (0 = off)");
+  f.Add("http-port", "SPECD_ROUTER_HTTP_PORT", &http_port,
+        "OpenAI-compatible HTTP API port (0 = off)");
+  f.Add("http-address", "SPECD_ROUTER_HTTP_ADDRESS", &http_address, "address the HTTP API binds");
+  f.Add("http-threads", "SPECD_ROUTER_HTTP_THREADS", &http_threads,
+        "threads serving every HTTP connection (asynchronous: not one per connection)");
+  f.Add("http-max-body-bytes", "SPECD_ROUTER_HTTP_MAX_BODY_BYTES", &http_max_body_bytes,
+        "largest HTTP request body; larger is 413");
+  f.Add("served-model-name", "SPECD_ROUTER_SERVED_MODEL_NAME", &served_model_name,
+        "the model's name in the HTTP API (default: the model file's name without .gguf)");
   gs.AddFlags(f);
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
     if (s.code() == absl::StatusCode::kCancelled) return 0;
@@ -112,6 +138,26 @@ int Main(int argc, char** argv) {
   }
   std::fprintf(stderr, "specd-router: serving on %s (port %d); target %s, draft %s\n",
                listen.c_str(), port, target.c_str(), draft.empty() ? "none" : draft.c_str());
+  if (served_model_name.empty()) served_model_name = std::filesystem::path(model).stem().string();
+  http::OpenAiService openai(&engine, tokenizer->get(), chat.ok() ? &*chat : nullptr,
+                             served_model_name, &metrics);
+  std::unique_ptr<http::HttpServer> http_server;
+  if (http_port > 0) {
+    RaiseFileLimit();  // every HTTP client holds a descriptor
+    http::HttpServerOptions ho;
+    ho.address = http_address;
+    ho.port = http_port;
+    ho.threads = http_threads;
+    ho.max_body_bytes = http_max_body_bytes;
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> hs = http::HttpServer::Start(ho, &openai);
+    if (!hs.ok()) {
+      std::fprintf(stderr, "specd-router: %s\n", hs.status().ToString().c_str());
+      return 1;
+    }
+    http_server = std::move(*hs);
+    std::fprintf(stderr, "specd-router: OpenAI HTTP API on %s:%d (model \"%s\")\n",
+                 http_address.c_str(), http_server->port(), served_model_name.c_str());
+  }
   const int sig = services::WaitForTermination();
   std::fprintf(stderr, "specd-router: signal %d: draining\n", sig);
   (*server)->GetHealthCheckService()->SetServingStatus(false);
@@ -119,6 +165,7 @@ int Main(int argc, char** argv) {
   const bool idle = engine.WaitIdle(absl::Seconds(drain_grace_s));
   std::fprintf(stderr, "specd-router: drained%s\n", idle ? "" : " (grace period over)");
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  http_server.reset();
   engine.Stop();
   return 0;
 }

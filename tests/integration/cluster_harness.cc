@@ -99,6 +99,7 @@ Cluster::Cluster(ClusterOptions o) : options(std::move(o)) {
   draft_addr = "unix:" + dir + "/draft.sock";
   router_port = FreeTcpPort();
   router_metrics_port = FreeTcpPort();
+  router_http_port = FreeTcpPort();
   target_metrics_port = FreeTcpPort();
   draft_metrics_port = FreeTcpPort();
   router_addr = "127.0.0.1:" + std::to_string(router_port);
@@ -144,7 +145,9 @@ void Cluster::StartRouter() {
   std::vector<std::string> argv = {Bin("specd-router"), "--listen", router_addr, "--target",
                                    target_addr, "--model", target_model, "--metrics-port",
                                    std::to_string(router_metrics_port), "--max-batch-tokens",
-                                   "256", "--target-down-timeout-s", "20"};
+                                   "256", "--target-down-timeout-s", "20", "--http-port",
+                                   std::to_string(router_http_port), "--http-address",
+                                   "127.0.0.1"};
   if (options.with_draft) {
     argv.push_back("--draft");
     argv.push_back(draft_addr);

@@ -73,6 +73,7 @@ class Cluster {
 
   std::string dir, target_model, draft_model, target_addr, draft_addr, router_addr;
   int router_port = 0, router_metrics_port = 0, target_metrics_port = 0, draft_metrics_port = 0;
+  int router_http_port = 0;  // the router's OpenAI HTTP API (always on in tests)
   std::unique_ptr<Process> target, draft, router_proc;
   ClusterOptions options;
 

@@ -1,0 +1,52 @@
+// The OpenAI-compatible HTTP face of the router: POST /v1/chat/completions and /v1/completions
+// (unary and Server-Sent Events), GET /v1/models, GET /health. A thin layer over the same
+// request path as gRPC: openai_api.h translates the JSON, THE validator (request_validation.h)
+// checks it, the RouterEngine runs it, and a client that disconnects cancels its request.
+#ifndef SPECD_SERVICES_ROUTER_HTTP_OPENAI_SERVICE_H_
+#define SPECD_SERVICES_ROUTER_HTTP_OPENAI_SERVICE_H_
+
+#include <atomic>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
+#include "services/common/metrics.h"
+#include "services/router/http/http_server.h"
+#include "services/router/http/openai_api.h"
+#include "services/router/router_engine.h"
+
+namespace specd::router::http {
+
+class OpenAiService final : public HttpHandler {
+ public:
+  // `model_id` is the name clients pass as "model". `chat` may be null. All pointers must
+  // outlive the service.
+  OpenAiService(RouterEngine* engine, const tok::Tokenizer* tokenizer,
+                const tok::ChatTemplate* chat, std::string model_id, services::Metrics* metrics)
+      : engine_(engine),
+        tokenizer_(tokenizer),
+        chat_(chat),
+        model_id_(std::move(model_id)),
+        metrics_(metrics) {}
+
+  void Handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) override;
+
+ private:
+  void Generate(const HttpRequest& request, Endpoint endpoint,
+                const std::shared_ptr<HttpExchange>& exchange);
+  void Fail(const std::shared_ptr<HttpExchange>& exchange, const ApiError& error);
+
+  RouterEngine* engine_;
+  const tok::Tokenizer* tokenizer_;
+  const tok::ChatTemplate* chat_;
+  const std::string model_id_;
+  services::Metrics* metrics_;
+  std::atomic<int64_t> next_id_{1};
+  const int64_t started_ = static_cast<int64_t>(std::time(nullptr));  // ids unique across restarts
+};
+
+}  // namespace specd::router::http
+
+#endif  // SPECD_SERVICES_ROUTER_HTTP_OPENAI_SERVICE_H_

@@ -1,0 +1,97 @@
+// Runs tests/integration/openai_client_test.py (the official `openai` Python client) against the
+// router's OpenAI HTTP API on a real cluster. The interpreter is $SPECD_PYTHON (scripts/test.sh
+// points it at a venv with `openai`); when that variable is set the test fails rather than
+// skips if the package is missing, so CI cannot pass without running it.
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_harness.h"
+
+namespace specd::testing {
+namespace {
+
+std::string Python() {
+  const char* env_python = std::getenv("SPECD_PYTHON");
+  return env_python != nullptr ? env_python : "python3";
+}
+
+bool HasOpenAi() {
+  const std::string probe = Python() + " -c 'import openai' >/dev/null 2>&1";
+  return std::system(probe.c_str()) == 0;
+}
+
+std::string Script() {
+  const char* src = std::getenv("SPECD_SOURCE_DIR");
+  return std::string(src != nullptr ? src : "..") + "/tests/integration/openai_client_test.py";
+}
+
+#define SPECD_REQUIRE_OPENAI()                                                              \
+  if (!HasOpenAi()) {                                                                       \
+    if (std::getenv("SPECD_PYTHON") != nullptr) FAIL() << Python() << " lacks openai";      \
+    GTEST_SKIP() << "NOT RUN: python3 has no `openai` (scripts/test.sh sets SPECD_PYTHON)"; \
+  }
+
+TEST(OpenAiClientTest, ChatCompletionsStreamsErrorsAndCancel) {
+  SPECD_REQUIRE_OPENAI();
+  Cluster c;
+  const std::string cmd =
+      Python() + " " + Script() + " main --base http://127.0.0.1:" +
+      std::to_string(c.router_http_port) + "/v1 --target-metrics http://127.0.0.1:" +
+      std::to_string(c.target_metrics_port) + "/metrics --draft-metrics http://127.0.0.1:" +
+      std::to_string(c.draft_metrics_port) + "/metrics";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+TEST(OpenAiClientTest, AFullQueueIsRateLimitError) {
+  SPECD_REQUIRE_OPENAI();
+  ClusterOptions o;
+  o.router_flags = {"--max-queue", "2", "--max-running", "2"};
+  Cluster c(o);
+  const std::string cmd = Python() + " " + Script() + " overload --base http://127.0.0.1:" +
+                          std::to_string(c.router_http_port) + "/v1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// curl, as a newcomer would try it: the answer's shape and the errors' status codes.
+TEST(OpenAiClientTest, CurlSmoke) {
+  if (std::system("command -v curl >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "NOT RUN: no curl on this machine";
+  }
+  Cluster c;
+  const std::string base = "http://127.0.0.1:" + std::to_string(c.router_http_port);
+  auto status = [&](const std::string& args) {
+    const std::string out = c.dir + "/status.txt";
+    const std::string cmd = "curl -s -o /dev/null -w '%{http_code}' " + args + " > " + out;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    FILE* f = std::fopen(out.c_str(), "r");
+    int code = 0;
+    if (f != nullptr) {
+      EXPECT_EQ(std::fscanf(f, "%d", &code), 1);
+      std::fclose(f);
+    }
+    return code;
+  };
+  EXPECT_EQ(status(base + "/health"), 200);
+  EXPECT_EQ(status(base + "/v1/models"), 200);
+  EXPECT_EQ(status(base + "/v1/nothing"), 404);
+  EXPECT_EQ(status("-X GET " + base + "/v1/chat/completions"), 405);
+  EXPECT_EQ(status("-d '{not json' " + base + "/v1/chat/completions"), 400);
+  EXPECT_EQ(status("-d '[1, 2]' " + base + "/v1/completions"), 400);
+  // Not UTF-8 inside a string.
+  const std::string bad = c.dir + "/bad.txt";
+  EXPECT_EQ(std::system(("printf '{\"model\": \"\\377\\376\"}' > " + bad).c_str()), 0);
+  EXPECT_EQ(status("--data-binary @" + bad + " " + base + "/v1/completions"), 400);
+  EXPECT_EQ(status("-d '{\"model\": \"m\", \"prompt\": \"x\", \"max_tokens\": "
+                   "1e400}' " + base + "/v1/completions"),
+            400);
+  // A body over the limit (4 MiB) is refused before it is read.
+  const std::string big = c.dir + "/big.txt";
+  EXPECT_EQ(std::system(("head -c 5000000 /dev/zero | tr '\\0' 'a' > " + big).c_str()), 0);
+  EXPECT_EQ(status("--data-binary @" + big + " " + base + "/v1/completions"), 413);
+  // The router still answers after all of that.
+  EXPECT_EQ(status(base + "/health"), 200);
+}
+
+}  // namespace
+}  // namespace specd::testing
