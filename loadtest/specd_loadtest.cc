@@ -2,6 +2,8 @@
 // or closed loop (--concurrency clients back to back); reports TTFT, inter-token and
 // end-to-end latency percentiles, throughput, speculation acceptance and errors by code, as
 // JSON. --qps-sweep a,b,c runs one open-loop point per rate (the latency-vs-QPS curve).
+// --http host:port sends the same requests to the router's OpenAI HTTP API instead (streamed,
+// one connection per request), for gRPC-vs-HTTP figures from one tool.
 #include <algorithm>
 #include <cctype>
 #include <atomic>
@@ -22,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "absl/synchronization/notification.h"
 #include "common/gguf/gguf_file.h"
+#include "loadtest/http_load.h"
 #include "loadtest/prompt_set.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
@@ -46,6 +49,7 @@ struct Sample {
 struct Config {
   std::string server = "localhost:50051", mode = "closed", spec = "auto", qps_sweep, out;
   std::string prompts = "builtin";  // or "random": prompt_tokens random ids
+  std::string http, http_model;     // the OpenAI HTTP API (host:port) and its model name
   // In-process baseline: the same router engine and workers, no network.
   std::string in_process_model, in_process_draft;
   int32_t in_process_draft_layers = 0, threads = 1, max_batch_tokens = 512;
@@ -196,6 +200,46 @@ Sample One(specd::v1::Generation::Stub& stub, const Config& c, int index) {
   return s;
 }
 
+// The same request as MakeRequest, as an OpenAI API body: chat for the built-in prompts,
+// completions (token ids) for random ones.
+std::string HttpBody(const Config& c, int index, std::string* path) {
+  const specd::v1::GenerateRequest g = MakeRequest(c, index);
+  nlohmann::json j = {{"model", c.http_model},
+                      {"max_tokens", c.max_new_tokens},
+                      {"temperature", c.temperature},
+                      {"ignore_eos", true},
+                      {"seed", index},
+                      {"stream", true},
+                      {"return_token_ids", true},
+                      {"speculation", {{"mode", c.spec}, {"k", c.k}}}};
+  if (g.has_chat()) {
+    *path = "/v1/chat/completions";
+    j["messages"] = {{{"role", "user"}, {"content", g.chat().messages(0).content()}}};
+  } else {
+    *path = "/v1/completions";
+    j["prompt"] = std::vector<int32_t>(g.tokens().ids().begin(), g.tokens().ids().end());
+  }
+  return j.dump();
+}
+
+Sample OneHttp(const Config& c, int index) {
+  std::string path;
+  const std::string body = HttpBody(c, index, &path);
+  specd::loadtest::HttpResult h = specd::loadtest::StreamHttp(c.http, path, body);
+  Sample s;
+  s.ok = h.ok;
+  s.code = h.ok ? 0 : h.status;  // errors_by_code holds HTTP statuses in this mode (0: none)
+  s.ttft_ms = h.ttft_ms;
+  s.e2e_ms = h.e2e_ms;
+  s.itl_ms = std::move(h.itl_ms);
+  s.tokens = h.tokens;
+  s.drafted = h.drafted;
+  s.accepted = h.accepted;
+  s.steps = h.steps;
+  if (!h.ok && !h.error.empty()) std::fprintf(stderr, "http: %d %s\n", h.status, h.error.c_str());
+  return s;
+}
+
 double Pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -244,7 +288,10 @@ nlohmann::json Summarize(const std::vector<Sample>& samples, double wall_s, doub
 
 nlohmann::json RunPoint(specd::v1::Generation::Stub& stub, InProcess* inproc, const Config& c,
                         double qps) {
-  auto one = [&](int i) { return inproc != nullptr ? OneInProcess(*inproc, c, i) : One(stub, c, i); };
+  auto one = [&](int i) {
+    if (inproc != nullptr) return OneInProcess(*inproc, c, i);
+    return c.http.empty() ? One(stub, c, i) : OneHttp(c, i);
+  };
   std::vector<Sample> samples;
   std::mutex mu;
   std::vector<std::thread> threads;
@@ -301,6 +348,9 @@ int main(int argc, char** argv) {
         "speculation: off, auto, draft, ngram or self");
   f.Add("k", "SPECD_LOADTEST_K", &c.k, "draft tokens per step (0 = adaptive)");
   f.Add("out", "SPECD_LOADTEST_OUT", &c.out, "JSON output file (default stdout)");
+  f.Add("http", "SPECD_LOADTEST_HTTP", &c.http,
+        "host:port of the router's OpenAI HTTP API: send the requests there (streamed) instead "
+        "of gRPC");
   f.Add("in-process-model", "SPECD_LOADTEST_IN_PROCESS_MODEL", &c.in_process_model,
         "baseline: run the router engine + workers in this process on this GGUF (no network)");
   f.Add("in-process-draft", "SPECD_LOADTEST_IN_PROCESS_DRAFT", &c.in_process_draft,
@@ -367,13 +417,24 @@ int main(int argc, char** argv) {
     }
     c.vocab_size = std::min(c.vocab_size, info.vocab_size());
   }
+  if (!c.http.empty()) {
+    absl::StatusOr<std::string> models = specd::loadtest::GetHttp(c.http, "/v1/models");
+    const nlohmann::json m =
+        models.ok() ? nlohmann::json::parse(*models, nullptr, false) : nlohmann::json();
+    if (!models.ok() || m.is_discarded() || !m.contains("data") || m["data"].empty()) {
+      std::fprintf(stderr, "specd-loadtest: %s: no model list (%s)\n", c.http.c_str(),
+                   models.ok() ? "bad JSON" : std::string(models.status().message()).c_str());
+      return 1;
+    }
+    c.http_model = m["data"][0].value("id", "");
+  }
   if (!c.qps_sweep.empty()) c.mode = "open";
   nlohmann::json out;
   out["config"] = {{"server", c.server}, {"mode", c.mode}, {"spec", c.spec}, {"k", c.k},
                    {"prompts", c.prompts}, {"prompt_tokens", c.prompt_tokens},
                    {"max_new_tokens", c.max_new_tokens},
                    {"temperature", c.temperature}, {"concurrency", c.concurrency},
-                   {"in_process", !c.in_process_model.empty()}};
+                   {"in_process", !c.in_process_model.empty()}, {"http", c.http}};
   if (!c.qps_sweep.empty()) {
     for (absl::string_view q : absl::StrSplit(c.qps_sweep, ',')) {
       const double qps = std::strtod(std::string(q).c_str(), nullptr);

@@ -32,3 +32,20 @@ if(SPECD_FUZZ)
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(gguf_reader_fuzz_bounded PROPERTIES LABELS "fuzz" TIMEOUT 300)
 endif()
+
+# The OpenAI HTTP API's JSON request parser (services/router/http/openai_api.cc), compiled into
+# its fuzzer the same way; seeds are request bodies in tests/data/fuzz/openai/.
+if(SPECD_FUZZ)
+    add_executable(openai_request_fuzz ${PROJECT_SOURCE_DIR}/tests/fuzz/openai_request_fuzz.cc
+                 ${PROJECT_SOURCE_DIR}/services/router/http/openai_api.cc)
+  target_include_directories(openai_request_fuzz PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(openai_request_fuzz PRIVATE ${SPECD_WARNINGS} ${_fuzz_flags})
+  target_link_options(openai_request_fuzz PRIVATE ${_fuzz_flags})
+  target_link_libraries(openai_request_fuzz PRIVATE specd_proto nlohmann_json::nlohmann_json
+                        absl::status absl::strings)
+  set(_orun ${CMAKE_CURRENT_BINARY_DIR}/openai_fuzz_run)
+  add_test(NAME openai_request_fuzz_bounded
+    COMMAND sh -c "rm -rf '${_orun}' && mkdir -p '${_orun}/corpus' '${_orun}/artifacts' && cp '${PROJECT_SOURCE_DIR}/tests/data/fuzz/openai/'* '${_orun}/corpus/' && exec '$<TARGET_FILE:openai_request_fuzz>' -max_total_time=60 -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 '-artifact_prefix=${_orun}/artifacts/' '${_orun}/corpus'"
+    WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(openai_request_fuzz_bounded PROPERTIES LABELS "fuzz" TIMEOUT 300)
+endif()

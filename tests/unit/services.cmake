@@ -19,3 +19,8 @@ if(NOT SPECD_CORE_ONLY)
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/router_validation_test.cc
     DEPS specd_router_core specd_testing LABELS services)
 endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(openai_api_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/openai_api_test.cc
+    DEPS specd_openai_api nlohmann_json::nlohmann_json LABELS services)
+endif()

@@ -236,6 +236,7 @@ std::variant<OpenAiRequest, ApiError> ParseRequest(std::string_view body, Endpoi
   }
   if (auto b = f.Bool("ignore_eos")) s.set_ignore_eos(*b);
   if (auto st = f.Bool("stream")) r.stream = *st;
+  if (auto ids = f.Bool("return_token_ids")) r.return_token_ids = *ids;
   (void)f.String("user");  // accepted and unused: a value of the wrong type is still a 400
   if (f.error) return *f.error;
   // logprobs: chat takes a bool and top_logprobs; completions an integer (the top-n).
@@ -441,7 +442,7 @@ std::string CompletionJson(const OpenAiRequest& request, const ResponseMeta& met
 
 std::string ChunkJson(const OpenAiRequest& request, const ResponseMeta& meta,
                       const std::string& text, const std::vector<TokenPiece>& pieces,
-                      bool first) {
+                      bool first, const std::vector<int32_t>& token_ids) {
   json r = Envelope(request, meta, true);
   json choice = {{"index", 0}, {"finish_reason", nullptr}};
   const bool chat = request.endpoint == Endpoint::kChat;
@@ -455,6 +456,7 @@ std::string ChunkJson(const OpenAiRequest& request, const ResponseMeta& meta,
   choice["logprobs"] = !request.logprobs ? json(nullptr)
                        : chat            ? ChatLogprobs(pieces)
                                          : CompletionLogprobs(pieces);
+  if (request.return_token_ids) choice["token_ids"] = token_ids;
   r["choices"] = json::array({choice});
   if (request.include_usage) r["usage"] = nullptr;
   return Dump(r);

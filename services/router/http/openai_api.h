@@ -37,6 +37,7 @@ struct OpenAiRequest {
   bool logprobs = false;       // logprobs were asked for (chat: logprobs: true)
   int32_t top_logprobs = 0;    // alternatives per token (chat: top_logprobs; completions: logprobs)
   bool max_completion_tokens = false;  // the length came as max_completion_tokens
+  bool return_token_ids = false;  // extension: stream chunks carry "token_ids" (load tools)
 };
 
 // Parses a request body (UTF-8 JSON object). Every invalid field is a 400 naming its param.
@@ -70,10 +71,11 @@ const char* FinishReasonName(specd::v1::FinishReason reason);
 std::string CompletionJson(const OpenAiRequest& request, const ResponseMeta& meta,
                            const std::string& text, const std::vector<TokenPiece>& pieces,
                            const specd::v1::Completion& completion);
-// One streamed chunk of new text (first: the chat chunk also carries the role).
+// One streamed chunk of new text (first: the chat chunk also carries the role); `token_ids`
+// go out only with return_token_ids.
 std::string ChunkJson(const OpenAiRequest& request, const ResponseMeta& meta,
                       const std::string& text, const std::vector<TokenPiece>& pieces,
-                      bool first);
+                      bool first, const std::vector<int32_t>& token_ids = {});
 // The closing chunk with finish_reason (and, with include_usage, the usage chunk after it).
 std::vector<std::string> FinalChunksJson(const OpenAiRequest& request, const ResponseMeta& meta,
                                          const specd::v1::Completion& completion);

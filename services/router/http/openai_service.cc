@@ -69,8 +69,10 @@ class HttpSink final : public RequestSink {
       for (TokenPiece& p : pieces) pieces_.push_back(std::move(p));
       return;
     }
-    if (chunk.text().empty() && pieces.empty()) return;
-    Event(Sse(ChunkJson(request_, meta_, chunk.text(), pieces, first_)));
+    const bool ids_only = request_.return_token_ids && !chunk.token_ids().empty();
+    if (chunk.text().empty() && pieces.empty() && !ids_only) return;
+    const std::vector<int32_t> ids(chunk.token_ids().begin(), chunk.token_ids().end());
+    Event(Sse(ChunkJson(request_, meta_, chunk.text(), pieces, first_, ids)));
     first_ = false;
   }
 
