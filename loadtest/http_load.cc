@@ -99,7 +99,8 @@ HttpResult StreamHttp(const std::string& server, const std::string& path,
   while (more && !parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
-    bhttp::read(stream, buffer, parser, ec);
+    // read_some: what has arrived (read would wait for the whole buffer: events in bursts).
+    bhttp::read_some(stream, buffer, parser, ec);
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec) {
       r.ok = false;

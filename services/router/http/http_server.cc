@@ -261,6 +261,10 @@ struct HttpServer::Impl {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
       if (ec == net::error::operation_aborted) return;
       if (!ec) {
+        // Stream events are small writes: without this, Nagle holds each one back until the
+        // client acknowledges the last (up to its delayed-ACK time).
+        beast::error_code ignored;  // a socket that refuses the option still works, slower
+        s.set_option(tcp::no_delay(true), ignored);
         std::make_shared<Session>(std::move(s), options, handler)->Start();
         Accept();
         return;
