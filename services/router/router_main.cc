@@ -165,6 +165,9 @@ int Main(int argc, char** argv) {
   const bool idle = engine.WaitIdle(absl::Seconds(drain_grace_s));
   std::fprintf(stderr, "specd-router: drained%s\n", idle ? "" : " (grace period over)");
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (http_server != nullptr && !http_server->Drain(5)) {
+    std::fprintf(stderr, "specd-router: HTTP answers still unwritten after 5 s\n");
+  }
   http_server.reset();
   engine.Stop();
   return 0;

@@ -2,7 +2,12 @@
 // router's OpenAI HTTP API on a real cluster. The interpreter is $SPECD_PYTHON (scripts/test.sh
 // points it at a venv with `openai`); when that variable is set the test fails rather than
 // skips if the package is missing, so CI cannot pass without running it.
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -91,6 +96,68 @@ TEST(OpenAiClientTest, CurlSmoke) {
   EXPECT_EQ(status("--data-binary @" + big + " " + base + "/v1/completions"), 413);
   // The router still answers after all of that.
   EXPECT_EQ(status(base + "/health"), 200);
+}
+
+// SIGTERM: /health turns 503 and new requests are refused with 503, while a stream already
+// running finishes with [DONE].
+TEST(OpenAiClientTest, DrainingIs503AndFinishesInFlightStreams) {
+  if (std::system("command -v curl >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "NOT RUN: no curl on this machine";
+  }
+  ClusterOptions o;
+  o.router_flags = {"--drain-grace-s", "60", "--max-running", "1"};
+  Cluster c(o);
+  const std::string base = "http://127.0.0.1:" + std::to_string(c.router_http_port);
+  const std::string body =
+      R"({"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 400,)"
+      R"( "ignore_eos": true, "temperature": 0, "stream": true})";
+  // Four long streams, one running at a time (--max-running 1): the drain has work for a while.
+  constexpr int kStreams = 4;
+  for (int i = 0; i < kStreams; ++i) {
+    const std::string bg = "curl -s -N -d '" + body + "' " + base + "/v1/chat/completions > " +
+                           c.dir + "/stream" + std::to_string(i) + ".txt & echo $! >> " + c.dir +
+                           "/curl.pids";
+    ASSERT_EQ(std::system(bg.c_str()), 0);
+  }
+  // Wait until the router holds all of them (running + waiting, from its metrics).
+  const std::string held =
+      "curl -s http://127.0.0.1:" + std::to_string(c.router_metrics_port) +
+      "/metrics | awk '/^specd_router_(running_sequences|waiting_requests) / {n += $2} END "
+      "{exit !(n == " + std::to_string(kStreams) + ")}'";
+  bool all_held = false;
+  for (int i = 0; i < 200 && !all_held; ++i) {
+    all_held = std::system(held.c_str()) == 0;
+    if (!all_held) usleep(20 * 1000);
+  }
+  ASSERT_TRUE(all_held) << "the router never held the " << kStreams << " streams";
+  c.router_proc->Signal(SIGTERM);
+  usleep(100 * 1000);
+  auto status = [&](const std::string& args) {
+    const std::string out = c.dir + "/status.txt";
+    const std::string cmd = "curl -s -o /dev/null -w '%{http_code}' " + args + " > " + out;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    FILE* f = std::fopen(out.c_str(), "r");
+    int code = 0;
+    if (f != nullptr) {
+      EXPECT_EQ(std::fscanf(f, "%d", &code), 1);
+      std::fclose(f);
+    }
+    return code;
+  };
+  EXPECT_EQ(status(base + "/health"), 503);
+  EXPECT_EQ(status("-d '" + body + "' " + base + "/v1/chat/completions"), 503);
+  // The streams that were in flight finish whole.
+  EXPECT_EQ(std::system(("for p in $(cat " + c.dir + "/curl.pids); do while kill -0 $p "
+                         "2>/dev/null; do sleep 0.1; done; done").c_str()),
+            0);
+  for (int i = 0; i < kStreams; ++i) {
+    std::ifstream in(c.dir + "/stream" + std::to_string(i) + ".txt");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string tail = text.substr(text.size() > 600 ? text.size() - 600 : 0);
+    EXPECT_NE(text.find("data: [DONE]"), std::string::npos)
+        << "in-flight stream " << i << " must end with [DONE]; it ends: " << tail;
+    EXPECT_NE(text.find("\"finish_reason\":\"length\""), std::string::npos) << tail;
+  }
 }
 
 }  // namespace

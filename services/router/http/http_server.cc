@@ -1,5 +1,7 @@
 #include "services/router/http/http_server.h"
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <sstream>
@@ -25,8 +27,12 @@ constexpr auto kIdleTimeout = std::chrono::seconds(60);
 // arrive for the parser.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const HttpServerOptions& options, HttpHandler* handler)
-      : stream_(std::move(socket)), options_(options), handler_(handler) {}
+  // `busy` counts requests whose answer is not yet written (the server's graceful stop waits
+  // for it to reach 0).
+  Session(tcp::socket socket, const HttpServerOptions& options, HttpHandler* handler,
+          std::atomic<int>* busy)
+      : stream_(std::move(socket)), options_(options), handler_(handler), busy_(busy) {}
+  ~Session() { SetAnswering(false); }
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
@@ -127,6 +133,7 @@ class Session : public std::enable_shared_from_this<Session> {
     r.path = std::string(target.substr(0, target.find('?')));
     r.content_type = std::string(req[bhttp::field::content_type]);
     r.body = std::move(req.body());
+    SetAnswering(true);
     Watch();
     handler_->Handle(r, MakeExchange());
   }
@@ -176,6 +183,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The whole answer is out: the next request, or the end of the connection.
   void Finished() {
     on_close_ = nullptr;
+    SetAnswering(false);
     if (!keep_alive_) return Close();
     stream_.expires_after(kIdleTimeout);
     if (read_after_write_) {
@@ -202,6 +210,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close() {
     if (closed_) return;
     closed_ = true;
+    SetAnswering(false);
     if (!done_ && on_close_) {
       std::function<void()> cb = std::move(on_close_);
       on_close_ = nullptr;
@@ -213,10 +222,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   std::shared_ptr<HttpExchange> MakeExchange();
+  void SetAnswering(bool on) {
+    if (on == answering_) return;
+    answering_ = on;
+    busy_->fetch_add(on ? 1 : -1);
+  }
 
   beast::tcp_stream stream_;
   const HttpServerOptions& options_;
   HttpHandler* handler_;
+  std::atomic<int>* busy_;
+  bool answering_ = false;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::deque<std::string> out_;
@@ -265,7 +281,7 @@ struct HttpServer::Impl {
         // client acknowledges the last (up to its delayed-ACK time).
         beast::error_code ignored;  // a socket that refuses the option still works, slower
         s.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Session>(std::move(s), options, handler)->Start();
+        std::make_shared<Session>(std::move(s), options, handler, &busy)->Start();
         Accept();
         return;
       }
@@ -279,6 +295,7 @@ struct HttpServer::Impl {
   HttpHandler* handler;
   net::io_context ioc;
   tcp::acceptor acceptor;
+  std::atomic<int> busy{0};  // requests being answered
 };
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
@@ -307,6 +324,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
     server->threads_.emplace_back([&impl] { impl.ioc.run(); });
   }
   return server;
+}
+
+bool HttpServer::Drain(double timeout_s) {
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(timeout_s));
+  while (impl_->busy.load() > 0) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 HttpServer::~HttpServer() {

@@ -59,6 +59,9 @@ class HttpServer {
   // Listens and starts serving; `handler` must outlive the server.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
                                                            HttpHandler* handler);
+  // Waits until every request received has been answered in full (the engine has finished
+  // them; their last bytes are written), at most `timeout_s`. False on timeout.
+  bool Drain(double timeout_s);
   ~HttpServer();  // stops: open connections are closed
   int port() const { return port_; }
 
