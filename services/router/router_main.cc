@@ -3,11 +3,13 @@
 // flags or SPECD_ROUTER_* variables.
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "common/gguf/gguf_file.h"
@@ -16,6 +18,7 @@
 #include "services/common/flags.h"
 #include "services/common/grpc_server.h"
 #include "services/common/metrics.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "services/router/grpc_backends.h"
 #include "services/router/http/http_server.h"
 #include "services/router/http/openai_service.h"
@@ -34,6 +37,45 @@ void RaiseFileLimit() {
     std::fprintf(stderr, "specd-router: cannot raise the open-file limit\n");
   }
 }
+
+// The router is SERVING only while its target is: it probes the target's health every 500 ms
+// and sets its own (every service name) to match, logging each change. Stops at drain: from
+// then on the router is NOT_SERVING whatever the target says.
+class TargetWatch {
+ public:
+  TargetWatch(std::shared_ptr<grpc::Channel> target, grpc::HealthCheckServiceInterface* health)
+      : stub_(grpc::health::v1::Health::NewStub(std::move(target))), health_(health) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~TargetWatch() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  bool target_up() const { return up_; }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+      grpc::health::v1::HealthCheckResponse resp;
+      const bool up = stub_->Check(&ctx, {}, &resp).ok() &&
+                      resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+      if (up != up_ && !stop_) {
+        up_ = up;
+        health_->SetServingStatus(up);
+        std::fprintf(stderr, "specd-router: event=target_%s serving=%s\n", up ? "up" : "down",
+                     up ? "true" : "false");
+      }
+      for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub_;
+  grpc::HealthCheckServiceInterface* health_;
+  std::atomic<bool> up_{true}, stop_{false};
+  std::thread thread_;
+};
 
 int Main(int argc, char** argv) {
   services::BlockTerminationSignals();
@@ -138,9 +180,11 @@ int Main(int argc, char** argv) {
   }
   std::fprintf(stderr, "specd-router: serving on %s (port %d); target %s, draft %s\n",
                listen.c_str(), port, target.c_str(), draft.empty() ? "none" : draft.c_str());
+  TargetWatch watch(services::MakeChannel(target, gs), (*server)->GetHealthCheckService());
   if (served_model_name.empty()) served_model_name = std::filesystem::path(model).stem().string();
   http::OpenAiService openai(&engine, tokenizer->get(), chat.ok() ? &*chat : nullptr,
                              served_model_name, &metrics);
+  openai.set_ready([&watch] { return watch.target_up(); });
   std::unique_ptr<http::HttpServer> http_server;
   if (http_port > 0) {
     RaiseFileLimit();  // every HTTP client holds a descriptor
@@ -160,6 +204,7 @@ int Main(int argc, char** argv) {
   }
   const int sig = services::WaitForTermination();
   std::fprintf(stderr, "specd-router: signal %d: draining\n", sig);
+  watch.Stop();
   (*server)->GetHealthCheckService()->SetServingStatus(false);
   engine.BeginDrain();
   const bool idle = engine.WaitIdle(absl::Seconds(drain_grace_s));

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -332,6 +333,38 @@ TEST_F(ClusterTest, TargetRestartRePrefillsWithSeededOutputUnchanged) {
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(s.ids, std::vector<int32_t>(baseline.token_ids().begin(), baseline.token_ids().end()));
   EXPECT_EQ(s.text, baseline.text());
+}
+
+// Health tells the truth: the router is NOT_SERVING while its target is down, SERVING again
+// once it is back (issue 16's first item; the router probes the target every 500 ms).
+TEST_F(ClusterTest, RouterHealthFollowsTheTarget) {
+  Cluster& c = *cluster_;
+  ASSERT_EQ(c.Health(c.router_addr), grpc::health::v1::HealthCheckResponse::SERVING);
+  c.target->Signal(SIGKILL);
+  c.target->Wait(5);
+  const auto killed = std::chrono::steady_clock::now();
+  int status = -1;
+  while (std::chrono::steady_clock::now() - killed < std::chrono::seconds(2)) {
+    status = c.Health(c.router_addr);
+    if (status == grpc::health::v1::HealthCheckResponse::NOT_SERVING) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, grpc::health::v1::HealthCheckResponse::NOT_SERVING)
+      << "the router must stop serving within 2 s of its target dying";
+  // The HTTP face says the same.
+  const std::string code_file = c.dir + "/http_health.txt";
+  const std::string curl = "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:" +
+                           std::to_string(c.router_http_port) + "/health > " + code_file;
+  if (std::system("command -v curl >/dev/null 2>&1") == 0) {
+    ASSERT_EQ(std::system(curl.c_str()), 0);
+    std::ifstream in(code_file);
+    std::string code;
+    in >> code;
+    EXPECT_EQ(code, "503") << "HTTP /health while the target is down";
+  }
+  c.StartTarget();
+  ASSERT_TRUE(c.WaitHealthy(c.target_addr, 30));
+  EXPECT_TRUE(c.WaitHealthy(c.router_addr, 10)) << "SERVING again once the target is back";
 }
 
 TEST_F(ClusterTest, SigtermDrainsInFlightAndRefusesNew) {

@@ -159,9 +159,13 @@ void OpenAiService::Handle(const HttpRequest& request, std::shared_ptr<HttpExcha
   }
   if (path == "/health" && get) {
     const bool draining = engine_->draining();
-    metrics_->router_http_responses.Add({{"status", draining ? "503" : "200"}}).Increment();
-    return exchange->Reply(draining ? 503 : 200, kJson,
-                           draining ? R"({"status": "draining"})" : R"({"status": "ok"})");
+    const bool target_down = !draining && ready_ && !ready_();
+    const int code = draining || target_down ? 503 : 200;
+    metrics_->router_http_responses.Add({{"status", std::to_string(code)}}).Increment();
+    return exchange->Reply(code, kJson,
+                           draining      ? R"({"status": "draining"})"
+                           : target_down ? R"({"status": "target unavailable"})"
+                                         : R"({"status": "ok"})");
   }
   ApiError e{404, absl::StrCat("no route ", request.method, " ", path), "not_found_error", "", ""};
   Fail(exchange, e);

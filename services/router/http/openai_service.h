@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,8 @@ class OpenAiService final : public HttpHandler {
         metrics_(metrics) {}
 
   void Handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) override;
+  // /health answers 503 while `ready` is false (the router cannot reach its target).
+  void set_ready(std::function<bool()> ready) { ready_ = std::move(ready); }
 
  private:
   void Generate(const HttpRequest& request, Endpoint endpoint,
@@ -44,6 +47,7 @@ class OpenAiService final : public HttpHandler {
   const std::string model_id_;
   services::Metrics* metrics_;
   std::atomic<int64_t> next_id_{1};
+  std::function<bool()> ready_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));  // ids unique across restarts
 };
 
