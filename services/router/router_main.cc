@@ -82,7 +82,7 @@ int Main(int argc, char** argv) {
   std::string listen = "0.0.0.0:50051", target = "localhost:50052", draft, model;
   RouterOptions o;
   int32_t metrics_port = 0, http_port = 0, http_threads = 2;
-  std::string http_address = "0.0.0.0", served_model_name;
+  std::string http_address = "0.0.0.0", served_model_name, api_keys_file;
   int32_t http_max_body_bytes = 4 << 20;
   double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30,
          startup_timeout_s = 300;
@@ -122,6 +122,9 @@ int Main(int argc, char** argv) {
         "largest HTTP request body; larger is 413");
   f.Add("served-model-name", "SPECD_ROUTER_SERVED_MODEL_NAME", &served_model_name,
         "the model's name in the HTTP API (default: the model file's name without .gguf)");
+  f.Add("api-keys-file", "SPECD_ROUTER_API_KEYS_FILE", &api_keys_file,
+        "file of API keys, one a line: the public API (gRPC and HTTP) then needs "
+        "'authorization: Bearer <key>' (empty: no keys)");
   gs.AddFlags(f);
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
     if (s.code() == absl::StatusCode::kCancelled) return 0;
@@ -134,6 +137,15 @@ int Main(int argc, char** argv) {
     return 2;
   }
   o.target_down_timeout = absl::Seconds(target_down_timeout_s);
+  ApiKeys keys;
+  if (!api_keys_file.empty()) {
+    absl::StatusOr<ApiKeys> k = ApiKeys::FromFile(api_keys_file);
+    if (!k.ok()) {
+      std::fprintf(stderr, "specd-router: %s\n", k.status().ToString().c_str());
+      return 2;
+    }
+    keys = std::move(*k);
+  }
   auto file = gguf::GgufFile::Open(model);
   if (!file.ok()) {
     std::fprintf(stderr, "specd-router: %s\n", file.status().ToString().c_str());
@@ -172,6 +184,7 @@ int Main(int argc, char** argv) {
   }
   GenerationService service(&engine, tokenizer->get(), chat.ok() ? &*chat : nullptr,
                             std::filesystem::path(model).filename().string(), draft, &metrics);
+  service.set_api_keys(&keys);
   int port = 0;
   auto server = services::StartServer(listen, {&service}, gs, &port);
   if (!server.ok()) {
@@ -185,6 +198,7 @@ int Main(int argc, char** argv) {
   http::OpenAiService openai(&engine, tokenizer->get(), chat.ok() ? &*chat : nullptr,
                              served_model_name, &metrics);
   openai.set_ready([&watch] { return watch.target_up(); });
+  openai.set_api_keys(&keys);
   std::unique_ptr<http::HttpServer> http_server;
   if (http_port > 0) {
     RaiseFileLimit();  // every HTTP client holds a descriptor

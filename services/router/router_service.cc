@@ -203,10 +203,24 @@ absl::Status GenerationService::Refused(absl::Status s) {
   return s;
 }
 
+absl::Status GenerationService::Authorize(grpc::CallbackServerContext* ctx) {
+  if (keys_ == nullptr || !keys_->enabled()) return absl::OkStatus();
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  const std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+  absl::Status s = keys_->Check(value);
+  if (!s.ok()) return Refused(std::move(s));
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* ctx,
                                                       const specd::v1::GenerateRequest* req,
                                                       specd::v1::GenerateResponse* resp) {
   auto* call = new UnaryCall(engine_);
+  if (absl::Status a = Authorize(ctx); !a.ok()) {
+    call->Finish(ToGrpc(a));
+    return call;
+  }
   absl::StatusOr<ValidatedRequest> v = ValidateRequest(*req, *tokenizer_, chat_, engine_->limits());
   if (!v.ok()) {
     call->Finish(ToGrpc(Refused(v.status())));
@@ -235,6 +249,7 @@ grpc::ServerWriteReactor<specd::v1::GenerateStreamResponse>* GenerationService::
     StreamCall::Pump(st);
     return call;
   };
+  if (absl::Status a = Authorize(ctx); !a.ok()) return fail(a);
   absl::StatusOr<ValidatedRequest> v = ValidateRequest(*req, *tokenizer_, chat_, engine_->limits());
   if (!v.ok()) return fail(Refused(v.status()));
   absl::StatusOr<int64_t> id = engine_->Submit(
@@ -248,6 +263,10 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const specd::v1::TokenizeRequest* req,
                                                       specd::v1::TokenizeResponse* resp) {
   grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  if (absl::Status a = Authorize(ctx); !a.ok()) {
+    r->Finish(ToGrpc(a));
+    return r;
+  }
   absl::StatusOr<std::vector<int32_t>> ids;
   const ModelLimits limits = engine_->limits();
   if (req->input_case() == specd::v1::TokenizeRequest::kPrompt) {
@@ -272,6 +291,11 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
                                                           const specd::v1::GetModelInfoRequest*,
                                                           specd::v1::ModelInfo* resp) {
+  if (absl::Status a = Authorize(ctx); !a.ok()) {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(ToGrpc(a));
+    return r;
+  }
   const ModelLimits l = engine_->limits();
   resp->set_target_model(target_model_);
   resp->set_draft_model(draft_model_);

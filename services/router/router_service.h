@@ -8,6 +8,7 @@
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/metrics.h"
+#include "services/router/api_keys.h"
 #include "services/router/router_engine.h"
 #include "specd/v1/generation.grpc.pb.h"
 
@@ -25,6 +26,10 @@ class GenerationService final : public specd::v1::Generation::CallbackService {
         target_model_(std::move(target_model)),
         draft_model_(std::move(draft_model)),
         metrics_(metrics) {}
+
+  // With keys, every call needs `authorization: Bearer <key>` (UNAUTHENTICATED otherwise).
+  // `keys` must outlive the service.
+  void set_api_keys(const ApiKeys* keys) { keys_ = keys; }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
                                      const specd::v1::GenerateRequest* req,
@@ -44,6 +49,9 @@ class GenerationService final : public specd::v1::Generation::CallbackService {
   const tok::ChatTemplate* chat_;
   // Counts a request refused before it reached the engine (the engine counts the rest).
   absl::Status Refused(absl::Status s);
+  // OK, or UNAUTHENTICATED (counted like any refusal).
+  absl::Status Authorize(grpc::CallbackServerContext* ctx);
+  const ApiKeys* keys_ = nullptr;
 
   std::string target_model_, draft_model_;
   services::Metrics* metrics_;

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <iterator>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -407,6 +409,55 @@ TEST_F(ClusterTest, SigtermDrainsInFlightAndRefusesNew) {
   }
   const int st = c.router_proc->Wait(30);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+}
+
+
+// API keys: without or with a wrong key the public API answers UNAUTHENTICATED (gRPC) / 401
+// (HTTP); the right key works; the key never reaches the router's log.
+TEST(ClusterApiKeysTest, KeysGuardBothFacesAndStayOutOfLogs) {
+  const std::string key_file = std::filesystem::temp_directory_path() /
+                               ("specd_keys_" + std::to_string(getpid()) + ".txt");
+  {
+    std::ofstream out(key_file);
+    out << "# test key\nsk-test-7f3a9c\n";
+  }
+  ClusterOptions o;
+  o.router_flags = {"--api-keys-file", key_file};
+  Cluster c(o);
+  auto generate = [&](const std::string& auth) {
+    grpc::ClientContext ctx;
+    if (!auth.empty()) ctx.AddMetadata("authorization", auth);
+    GenerateRequest r;
+    r.set_prompt("hello");
+    r.mutable_sampling()->set_max_new_tokens(4);
+    GenerateResponse resp;
+    return c.router().Generate(&ctx, r, &resp).error_code();
+  };
+  EXPECT_EQ(generate(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(generate("Bearer sk-wrong"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(generate("Bearer sk-test-7f3a9c"), grpc::StatusCode::OK);
+  EXPECT_EQ(c.Health(c.router_addr), grpc::health::v1::HealthCheckResponse::SERVING)
+      << "health stays open";
+  if (std::system("command -v curl >/dev/null 2>&1") == 0) {
+    const std::string base = "http://127.0.0.1:" + std::to_string(c.router_http_port);
+    auto http = [&](const std::string& header) {
+      const std::string out = c.dir + "/code.txt";
+      const std::string cmd = "curl -s -o /dev/null -w '%{http_code}' " + header + " " + base +
+                              "/v1/models > " + out;
+      EXPECT_EQ(std::system(cmd.c_str()), 0);
+      std::ifstream in(out);
+      std::string code;
+      in >> code;
+      return code;
+    };
+    EXPECT_EQ(http(""), "401");
+    EXPECT_EQ(http("-H 'Authorization: Bearer nope'"), "401");
+    EXPECT_EQ(http("-H 'Authorization: Bearer sk-test-7f3a9c'"), "200");
+  }
+  std::ifstream log(c.dir + "/router.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("sk-test-7f3a9c"), std::string::npos) << "the key leaked into the log";
+  std::filesystem::remove(key_file);
 }
 
 }  // namespace

@@ -24,3 +24,8 @@ if(NOT SPECD_CORE_ONLY)
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/openai_api_test.cc
     DEPS specd_openai_api nlohmann_json::nlohmann_json LABELS services)
 endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(api_keys_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/api_keys_test.cc
+    DEPS specd_router_core LABELS services)
+endif()

@@ -132,6 +132,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const std::string target(req.target());
     r.path = std::string(target.substr(0, target.find('?')));
     r.content_type = std::string(req[bhttp::field::content_type]);
+    r.authorization = std::string(req[bhttp::field::authorization]);
     r.body = std::move(req.body());
     SetAnswering(true);
     Watch();

@@ -23,6 +23,7 @@ struct HttpRequest {
   std::string path;    // the target without its query
   std::string body;
   std::string content_type;
+  std::string authorization;  // the Authorization header ("" when absent)
 };
 
 // One request's answer; thread-safe (the engine answers from its own thread). Exactly one of

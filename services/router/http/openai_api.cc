@@ -304,6 +304,10 @@ ApiError ErrorFromStatus(const absl::Status& status, const OpenAiRequest* reques
       }
       break;
     }
+    case absl::StatusCode::kUnauthenticated:
+      e.status = 401;
+      e.code = "invalid_api_key";
+      break;
     case absl::StatusCode::kResourceExhausted:
       e.status = 429;
       e.type = "rate_limit_error";

@@ -147,6 +147,11 @@ void OpenAiService::Fail(const std::shared_ptr<HttpExchange>& exchange, const Ap
 void OpenAiService::Handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) {
   const std::string& path = request.path;
   const bool post = request.method == "POST", get = request.method == "GET";
+  if (path.rfind("/v1/", 0) == 0 && keys_ != nullptr) {
+    if (absl::Status a = keys_->Check(request.authorization); !a.ok()) {
+      return Fail(exchange, ErrorFromStatus(a, nullptr));
+    }
+  }
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
     if (!post) return Fail(exchange, ApiError{405, path + " takes POST", "invalid_request_error", "", ""});
     return Generate(request, path == "/v1/chat/completions" ? Endpoint::kChat

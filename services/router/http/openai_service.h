@@ -14,6 +14,7 @@
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/metrics.h"
+#include "services/router/api_keys.h"
 #include "services/router/http/http_server.h"
 #include "services/router/http/openai_api.h"
 #include "services/router/router_engine.h"
@@ -35,6 +36,8 @@ class OpenAiService final : public HttpHandler {
   void Handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) override;
   // /health answers 503 while `ready` is false (the router cannot reach its target).
   void set_ready(std::function<bool()> ready) { ready_ = std::move(ready); }
+  // With keys, /v1/* needs `Authorization: Bearer <key>` (401 otherwise; /health stays open).
+  void set_api_keys(const ApiKeys* keys) { keys_ = keys; }
 
  private:
   void Generate(const HttpRequest& request, Endpoint endpoint,
@@ -48,6 +51,7 @@ class OpenAiService final : public HttpHandler {
   services::Metrics* metrics_;
   std::atomic<int64_t> next_id_{1};
   std::function<bool()> ready_;
+  const ApiKeys* keys_ = nullptr;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));  // ids unique across restarts
 };
 
