@@ -26,7 +26,7 @@ export SPECD_ROUTER_MAX_QUEUE="${SPECD_ROUTER_MAX_QUEUE:-$((CONNS + 64))}"
 # shellcheck source=loadtest/cluster_lib.sh
 . "$ROOT/loadtest/cluster_lib.sh"
 start_cluster http_vs_grpc
-ROUTER_PID="$(pgrep -n -f "specd-router --listen 0.0.0.0:$PORT")"
+ROUTER_PID="$(pgrep -n -f "specd-router --listen [^ ]*:$PORT")"
 
 B1=(--mode closed --concurrency 1 --requests "${REQUESTS:-16}" --prompts builtin
     --max-new-tokens "${NEW_TOKENS:-64}" --temperature 0 --spec off)

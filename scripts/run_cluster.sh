@@ -16,6 +16,9 @@
 #   --metrics-port P     router metrics port; target/draft use P+1/P+2 [default 9090]
 #   --http-port P        the router's OpenAI-compatible HTTP API [SPECD_HTTP_PORT, default 8000;
 #                        0 = off; empty: the flag is not passed, for binaries without it]
+#   --bind ADDR          address the router's gRPC and HTTP ports and every /metrics bind
+#                        [SPECD_BIND, default 127.0.0.1: this machine only; 0.0.0.0 exposes
+#                        them; empty: the binaries' own defaults]
 #   --threads N          CPU threads for each model service [default: all cores — the router
 #                        runs the draft step and then the target step, never both at once]
 #   --prompt TEXT        answer this prompt through the cluster (chat template), then stop
@@ -30,6 +33,7 @@ DRAFT_LAYERS=8
 PORT="${SPECD_PORT:-50051}"
 METRICS_PORT=9090
 HTTP_PORT="${SPECD_HTTP_PORT:-8000}"
+BIND="${SPECD_BIND-127.0.0.1}"
 THREADS=$(nproc)
 PROMPT=""
 N=64
@@ -42,10 +46,11 @@ while [ $# -gt 0 ]; do
     --port) PORT="$2"; shift 2 ;;
     --metrics-port) METRICS_PORT="$2"; shift 2 ;;
     --http-port) HTTP_PORT="$2"; shift 2 ;;
+    --bind) BIND="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --prompt) PROMPT="$2"; shift 2 ;;
     -n) N="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "run_cluster: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -83,7 +88,8 @@ wait_healthy() {  # address, name, pid
 
 TARGET="unix:$RUN/target.sock"
 "$BUILD/services/specd-target" --listen "$TARGET" --model "$MODEL" --threads "$THREADS" \
-  --metrics-port $((METRICS_PORT + 1)) >"$RUN/target.log" 2>&1 &
+  --metrics-port $((METRICS_PORT + 1)) ${BIND:+--metrics-address "$BIND"} \
+  >"$RUN/target.log" 2>&1 &
 PIDS+=($!); TPID=$!
 # The target times its forwards at start-up (the adaptive-k calibration): let it have the
 # cores alone, then start the draft, which calibrates in turn.
@@ -97,14 +103,16 @@ if [ "$DRAFT_MODEL" != none ]; then
     DARGS=(--model "$DRAFT_MODEL")
   fi
   "$BUILD/services/specd-draft" --listen "$DRAFT" "${DARGS[@]}" --threads "$THREADS" \
-    --metrics-port $((METRICS_PORT + 2)) >"$RUN/draft.log" 2>&1 &
+    --metrics-port $((METRICS_PORT + 2)) ${BIND:+--metrics-address "$BIND"} \
+    >"$RUN/draft.log" 2>&1 &
   PIDS+=($!); DPID=$!
   DRAFT_FLAG=(--draft "$DRAFT")
 fi
 [ "$DRAFT_MODEL" != none ] && wait_healthy "$DRAFT" draft "$DPID"
-"$BUILD/services/specd-router" --listen "0.0.0.0:$PORT" --target "$TARGET" "${DRAFT_FLAG[@]}" \
-  --model "$MODEL" --metrics-port "$METRICS_PORT" ${HTTP_PORT:+--http-port "$HTTP_PORT"} \
-  >"$RUN/router.log" 2>&1 &
+"$BUILD/services/specd-router" --listen "${BIND:-0.0.0.0}:$PORT" --target "$TARGET" \
+  "${DRAFT_FLAG[@]}" --model "$MODEL" --metrics-port "$METRICS_PORT" \
+  ${BIND:+--metrics-address "$BIND"} ${HTTP_PORT:+--http-port "$HTTP_PORT"} \
+  ${BIND:+${HTTP_PORT:+--http-address "$BIND"}} >"$RUN/router.log" 2>&1 &
 PIDS+=($!); RPID=$!
 wait_healthy "localhost:$PORT" router "$RPID"
 echo "run_cluster: router on localhost:$PORT (metrics :$METRICS_PORT$([ "$HTTP_PORT" != 0 ] && echo ", OpenAI HTTP API :$HTTP_PORT")), logs in $RUN" >&2

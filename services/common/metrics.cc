@@ -106,12 +106,13 @@ Metrics::Metrics()
 #undef SPECD_COUNTER
 #undef SPECD_GAUGE
 
-absl::Status Metrics::Serve(int port) {
+absl::Status Metrics::Serve(int port, const std::string& address) {
   if (port <= 0) return absl::OkStatus();
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat("0.0.0.0:", port));
+    exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(address, ":", port));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("metrics port ", port, ": ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("metrics on ", address, ":", port, ": ", e.what()));
   }
   exposer_->RegisterCollectable(registry_);
   return absl::OkStatus();

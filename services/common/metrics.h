@@ -24,8 +24,8 @@ class Metrics {
 
  public:
   Metrics();
-  // Serves /metrics on 0.0.0.0:port (port 0: not served).
-  absl::Status Serve(int port);
+  // Serves /metrics on address:port (port 0: not served).
+  absl::Status Serve(int port, const std::string& address = "0.0.0.0");
   prometheus::Registry& registry() { return *registry_; }
   // The text exposition of everything registered (what /metrics returns).
   std::string Text() const;

@@ -23,6 +23,7 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   std::string listen = component == "target" ? "0.0.0.0:50052" : "0.0.0.0:50053";
   ModelHostOptions mo;
   int32_t metrics_port = 0;
+  std::string metrics_address = "0.0.0.0";
   double grace_s = 10;
   bool calibrate = true;
   GrpcSettings grpc_settings;
@@ -40,6 +41,8 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
             "tensor-parallel ranks (threads of this process; --threads are split among them)");
   flags.Add("metrics-port", env + "_METRICS_PORT", &metrics_port,
             "Prometheus /metrics HTTP port (0 = off)");
+  flags.Add("metrics-address", env + "_METRICS_ADDRESS", &metrics_address,
+            "address /metrics binds (127.0.0.1: this machine only)");
   flags.Add("drain-grace-s", env + "_DRAIN_GRACE_S", &grace_s,
             "seconds in-flight calls get after SIGTERM");
   flags.Add("calibrate", env + "_CALIBRATE", &calibrate,
@@ -68,7 +71,7 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   Metrics metrics;
-  if (absl::Status s = metrics.Serve(metrics_port); !s.ok()) {
+  if (absl::Status s = metrics.Serve(metrics_port, metrics_address); !s.ok()) {
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), s.ToString().c_str());
     return 1;
   }

@@ -82,7 +82,8 @@ int Main(int argc, char** argv) {
   std::string listen = "0.0.0.0:50051", target = "localhost:50052", draft, model;
   RouterOptions o;
   int32_t metrics_port = 0, http_port = 0, http_threads = 2;
-  std::string http_address = "0.0.0.0", served_model_name, api_keys_file;
+  std::string http_address = "0.0.0.0", served_model_name, api_keys_file,
+              metrics_address = "0.0.0.0";
   int32_t http_max_body_bytes = 4 << 20;
   double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30,
          startup_timeout_s = 300;
@@ -113,6 +114,8 @@ int Main(int argc, char** argv) {
         "how long to wait for the target at start");
   f.Add("metrics-port", "SPECD_ROUTER_METRICS_PORT", &metrics_port,
         "Prometheus /metrics HTTP port (0 = off)");
+  f.Add("metrics-address", "SPECD_ROUTER_METRICS_ADDRESS", &metrics_address,
+        "address /metrics binds (127.0.0.1: this machine only)");
   f.Add("http-port", "SPECD_ROUTER_HTTP_PORT", &http_port,
         "OpenAI-compatible HTTP API port (0 = off)");
   f.Add("http-address", "SPECD_ROUTER_HTTP_ADDRESS", &http_address, "address the HTTP API binds");
@@ -158,7 +161,7 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<tok::ChatTemplate> chat = tok::ChatTemplate::FromGguf(**file);
   services::Metrics metrics;
-  if (absl::Status s = metrics.Serve(metrics_port); !s.ok()) {
+  if (absl::Status s = metrics.Serve(metrics_port, metrics_address); !s.ok()) {
     std::fprintf(stderr, "specd-router: %s\n", s.ToString().c_str());
     return 1;
   }
