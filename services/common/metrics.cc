@@ -56,7 +56,7 @@ Metrics::Metrics()
           SPECD_COUNTER("specd_router_preemptions_total", "Sequences preempted (recompute)")),
       router_draft_proposed(BuildCounter()
                                 .Name("specd_router_draft_proposed_tokens_total")
-                                .Help("Draft tokens proposed, by draft position")
+                                .Help("Draft tokens proposed, by draft position and drafter (mode: draft, ngram)")
                                 .Register(*reg)),
       router_draft_accepted(BuildCounter()
                                 .Name("specd_router_draft_accepted_tokens_total")

@@ -43,8 +43,8 @@ class Metrics {
   prometheus::Counter& router_prompt_tokens;
   prometheus::Counter& router_generated_tokens;
   prometheus::Counter& router_preemptions;
-  prometheus::Family<prometheus::Counter>& router_draft_proposed;    // {position}
-  prometheus::Family<prometheus::Counter>& router_draft_accepted;    // {position}
+  prometheus::Family<prometheus::Counter>& router_draft_proposed;    // {position, mode}
+  prometheus::Family<prometheus::Counter>& router_draft_accepted;    // {position, mode}
   prometheus::Histogram& router_accepted_length;
   prometheus::Histogram& router_chosen_k;
   prometheus::Family<prometheus::Histogram>& router_rpc_latency;     // {hop}

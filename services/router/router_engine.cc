@@ -22,6 +22,9 @@ struct RouterEngine::Request : spec::LoopSeq {
   absl::Time deadline, t_submit, t_scheduled = absl::InfiniteFuture(),
                        t_first = absl::InfiniteFuture(), t_last;
   bool cancelled = false;  // guarded by mu_
+  // Its deadline passed (loop thread). Wins over `cancelled`: a gRPC client's deadline also
+  // cancels the call, and the request must count as DEADLINE_EXCEEDED, not CANCELLED.
+  bool expired = false;
   std::unique_ptr<TextStream> text;
   specd::v1::FinishReason reason = specd::v1::FINISH_REASON_UNSPECIFIED;
   bool done = false;
@@ -380,8 +383,8 @@ void RouterEngine::Iterate() {
   loop_->Release(it.step.release);
   it.step.release.clear();
   for (const RequestPtr& r : it.ended) {
-    Finish(r, r->cancelled ? absl::CancelledError("cancelled by the client")
-                           : absl::DeadlineExceededError("the request's deadline passed"));
+    Finish(r, r->expired ? absl::DeadlineExceededError("the request's deadline passed")
+                         : absl::CancelledError("cancelled by the client"));
   }
   if (it.step.sched.plans.empty()) {
     absl::SleepFor(options_.retry_backoff);
@@ -405,7 +408,8 @@ void RouterEngine::ExpireLocked(Iteration& it) {
     all.push_back(std::static_pointer_cast<Request>(s));
   }
   for (const RequestPtr& r : all) {
-    if (r->cancelled || it.now > r->deadline) {
+    r->expired = it.now > r->deadline;
+    if (r->cancelled || r->expired) {
       if (Remove(r)) it.step.release.push_back(r->id);
       it.ended.push_back(r);
     }
@@ -546,9 +550,11 @@ spec::Emission RouterEngine::EmitTokens(Request& r, const sampling::VerifyResult
   if (drafted > 0) {
     for (int i = 0; i < drafted; ++i) {
       const std::string pos = std::to_string(i + 1);
-      metrics_->router_draft_proposed.Add({{"position", pos}}).Increment();
+      // Model drafts and n-gram drafts are different drafters: their acceptance apart.
+      const char* mode = r.drafter == ngram_slot_ ? "ngram" : "draft";
+      metrics_->router_draft_proposed.Add({{"position", pos}, {"mode", mode}}).Increment();
       if (i < static_cast<int>(v.accepted.size()) && v.accepted[i]) {
-        metrics_->router_draft_accepted.Add({{"position", pos}}).Increment();
+        metrics_->router_draft_accepted.Add({{"position", pos}, {"mode", mode}}).Increment();
       }
     }
     metrics_->router_accepted_length.Observe(static_cast<double>(v.tokens.size()));

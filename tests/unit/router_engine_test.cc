@@ -297,6 +297,9 @@ TEST_F(RouterEngineTest, DeadlineExceeded) {
                               absl::Now() + absl::Milliseconds(30)).ok());
   sink->Wait();
   EXPECT_EQ(sink->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(metrics_.Text().find("specd_router_requests_total{code=\"DEADLINE_EXCEEDED\"} 1"),
+            std::string::npos)
+      << "counted as a deadline, not a cancellation";
   target_->set_down(false);
   EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(5)));
   EXPECT_EQ(target_->Info().kv_used_blocks(), 0);
@@ -486,6 +489,36 @@ TEST_F(RouterEngineTest, DrainRefusesNewAndFinishesInFlight) {
   EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(60)));
   EXPECT_TRUE(sink->status().ok());
   EXPECT_EQ(sink->tokens().size(), 30u);
+}
+
+// A deadline that passes while the client also cancels (a gRPC deadline does both) counts as
+// DEADLINE_EXCEEDED.
+TEST_F(RouterEngineTest, DeadlineWinsOverTheCancelItCauses) {
+  Make();
+  target_->set_down(true);
+  auto sink = std::make_shared<Collect>();
+  absl::StatusOr<int64_t> id = engine_->Submit(Req(Prompt(30, 5), 400, SpecMode::kOff), sink,
+                                               absl::Now() + absl::Milliseconds(20));
+  ASSERT_TRUE(id.ok());
+  absl::SleepFor(absl::Milliseconds(40));
+  engine_->Cancel(*id);
+  sink->Wait();
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kDeadlineExceeded);
+  target_->set_down(false);
+}
+
+// Model drafts and n-gram drafts are counted apart (the mode label).
+TEST_F(RouterEngineTest, AcceptanceIsCountedPerDrafter) {
+  Make();
+  for (SpecMode mode : {SpecMode::kDraft, SpecMode::kNgram}) {
+    auto sink = std::make_shared<Collect>();
+    ASSERT_TRUE(engine_->Submit(Req(Prompt(40, 3), 40, mode, 3), sink).ok());
+    sink->Wait();
+    ASSERT_TRUE(sink->status().ok());
+  }
+  const std::string text = metrics_.Text();
+  EXPECT_NE(text.find("mode=\"draft\",position=\"1\""), std::string::npos) << text;
+  EXPECT_NE(text.find("mode=\"ngram\",position=\"1\""), std::string::npos) << text;
 }
 
 }  // namespace
