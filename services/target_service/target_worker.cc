@@ -87,13 +87,11 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
   response.set_instance_id(host_->instance_id());
 
   // Which sequences run; the rest need a re-prefill.
-  std::vector<int> run;
-  std::vector<int> results(request.sequences_size(), -1);
+  std::vector<int> run;  // response.sequences(i) answers request.sequences(i)
   for (int i = 0; i < request.sequences_size(); ++i) {
     const iv1::TargetSequenceStep& s = request.sequences(i);
     const std::vector<int32_t>* hist = host_->History(s.seq_id());
     const int64_t held = hist == nullptr ? 0 : static_cast<int64_t>(hist->size());
-    results[i] = response.sequences_size();
     iv1::TargetSequenceResult* r = response.add_sequences();
     r->set_seq_id(s.seq_id());
     if (s.start_pos() > held) {
@@ -151,7 +149,7 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
     hist = std::move(committed[j]);
     if (!s.emit()) continue;
     const sampling::VerifyResult& v = outcomes[j].verified;
-    iv1::TargetSequenceResult* r = response.mutable_sequences(results[run[j]]);
+    iv1::TargetSequenceResult* r = response.mutable_sequences(run[j]);
     for (size_t t = 0; t < v.tokens.size(); ++t) {
       iv1::TokenResult* tr = r->add_tokens();
       tr->set_token(v.tokens[t]);

@@ -31,6 +31,20 @@ std::string Script() {
   return std::string(src != nullptr ? src : "..") + "/tests/integration/openai_client_test.py";
 }
 
+// The HTTP status curl gets for `args` (its scratch file goes in `dir`).
+int CurlStatus(const std::string& dir, const std::string& args) {
+  const std::string out = dir + "/status.txt";
+  const std::string cmd = "curl -s -o /dev/null -w '%{http_code}' " + args + " > " + out;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  FILE* f = std::fopen(out.c_str(), "r");
+  int code = 0;
+  if (f != nullptr) {
+    EXPECT_EQ(std::fscanf(f, "%d", &code), 1);
+    std::fclose(f);
+  }
+  return code;
+}
+
 #define SPECD_REQUIRE_OPENAI()                                                              \
   if (!HasOpenAi()) {                                                                       \
     if (std::getenv("SPECD_PYTHON") != nullptr) FAIL() << Python() << " lacks openai";      \
@@ -65,18 +79,7 @@ TEST(OpenAiClientTest, CurlSmoke) {
   }
   Cluster c;
   const std::string base = "http://127.0.0.1:" + std::to_string(c.router_http_port);
-  auto status = [&](const std::string& args) {
-    const std::string out = c.dir + "/status.txt";
-    const std::string cmd = "curl -s -o /dev/null -w '%{http_code}' " + args + " > " + out;
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    FILE* f = std::fopen(out.c_str(), "r");
-    int code = 0;
-    if (f != nullptr) {
-      EXPECT_EQ(std::fscanf(f, "%d", &code), 1);
-      std::fclose(f);
-    }
-    return code;
-  };
+  auto status = [&](const std::string& args) { return CurlStatus(c.dir, args); };
   EXPECT_EQ(status(base + "/health"), 200);
   EXPECT_EQ(status(base + "/v1/models"), 200);
   EXPECT_EQ(status(base + "/v1/nothing"), 404);
@@ -132,18 +135,7 @@ TEST(OpenAiClientTest, DrainingIs503AndFinishesInFlightStreams) {
   ASSERT_TRUE(all_held) << "the router never held the " << kStreams << " streams";
   c.router_proc->Signal(SIGTERM);
   usleep(100 * 1000);
-  auto status = [&](const std::string& args) {
-    const std::string out = c.dir + "/status.txt";
-    const std::string cmd = "curl -s -o /dev/null -w '%{http_code}' " + args + " > " + out;
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    FILE* f = std::fopen(out.c_str(), "r");
-    int code = 0;
-    if (f != nullptr) {
-      EXPECT_EQ(std::fscanf(f, "%d", &code), 1);
-      std::fclose(f);
-    }
-    return code;
-  };
+  auto status = [&](const std::string& args) { return CurlStatus(c.dir, args); };
   EXPECT_EQ(status(base + "/health"), 503);
   EXPECT_EQ(status("-d '" + body + "' " + base + "/v1/chat/completions"), 503);
   // The streams that were in flight finish whole.

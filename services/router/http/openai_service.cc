@@ -195,10 +195,13 @@ void OpenAiService::Generate(const HttpRequest& http, Endpoint endpoint,
                          next_id_.fetch_add(1));
   meta.created = Now();
   meta.model = model_id_;
-  const OpenAiRequest copy = r;  // for the error of a refused Submit
+  // What ParamOf needs to name a refused Submit's field (not the whole request again).
+  OpenAiRequest names;
+  names.endpoint = r.endpoint;
+  names.max_completion_tokens = r.max_completion_tokens;
   auto sink = std::make_shared<HttpSink>(std::move(r), meta, exchange, tokenizer_, metrics_);
   absl::StatusOr<int64_t> id = engine_->Submit(std::move(*v), sink);
-  if (!id.ok()) return Fail(exchange, ErrorFromStatus(id.status(), &copy));
+  if (!id.ok()) return Fail(exchange, ErrorFromStatus(id.status(), &names));
   sink->Begin();
   // A client that leaves mid-answer cancels its request: its KV is freed next iteration.
   RouterEngine* engine = engine_;
