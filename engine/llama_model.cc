@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -135,10 +136,34 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const gguf::GgufFil
   m->up_.resize(T * m->local_ffn_);
   m->act_.resize(T * m->local_ffn_);
   m->head_in_.resize(static_cast<int64_t>(options.max_logit_rows) * D);
+  if (m->weights_.head_token_ids != nullptr) {
+    m->head_out_.resize(static_cast<int64_t>(options.max_logit_rows) * m->weights_.output.rows);
+  }
   m->positions_.resize(T);
   m->slots_.resize(T);
   m->block_tables_.resize(T);
   return m;
+}
+
+absl::Status LlamaModel::LoadHeadTokenIds(const gguf::GgufFile& f) {
+  const gguf::TensorInfo* t = f.FindTensor("output_token_ids");
+  if (t == nullptr) return absl::OkStatus();
+  if (t->type != gguf::GgmlType::kI32 || t->dims.size() != 1 || t->num_elements < 1 ||
+      t->num_elements > config_.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor output_token_ids must be I32 with 1..%d elements (is %s with %d)",
+        config_.vocab_size, gguf::GgmlTypeName(t->type), t->num_elements));
+  }
+  const int32_t* ids = reinterpret_cast<const int32_t*>(t->data);
+  for (int64_t i = 0; i < t->num_elements; ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size || (i > 0 && ids[i] <= ids[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor output_token_ids[%d] = %d: ids must be strictly increasing and in [0, %d)", i,
+          ids[i], config_.vocab_size));
+    }
+  }
+  weights_.head_token_ids = ids;
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::LoadWeights(const gguf::GgufFile& f, int rank, int world) {
@@ -160,7 +185,22 @@ absl::Status LlamaModel::LoadWeights(const gguf::GgufFile& f, int rank, int worl
   const int64_t q0 = rank * local_heads_ * d, kv0 = rank * local_kv_heads_ * d;
   const int64_t f0 = static_cast<int64_t>(rank) * local_ffn_;
 
-  absl::StatusOr<WeightMatrix> m = Matrix(f, "token_embd.weight", c.vocab_size, D);
+  absl::StatusOr<WeightMatrix> m = absl::NotFoundError("");
+  if (f.FindTensor("token_embd.weight") == nullptr && options_.borrow_from != nullptr) {
+    m = Matrix(*options_.borrow_from, "token_embd.weight", c.vocab_size, D);
+    if (!m.ok()) {
+      return absl::Status(m.status().code(),
+                          absl::StrCat("borrowing token_embd.weight from the target model: ",
+                                       m.status().message()));
+    }
+  } else {
+    m = Matrix(f, "token_embd.weight", c.vocab_size, D);
+    if (!m.ok() && f.FindTensor("token_embd.weight") == nullptr) {
+      return absl::NotFoundError(
+          "missing tensor token_embd.weight (a distilled draft borrows it from its target: load "
+          "it as the target's draft model)");
+    }
+  }
   if (!m.ok()) return m.status();
   weights_.token_embd = *m;
   absl::StatusOr<const float*> vec = Vector(f, "output_norm.weight", D);
@@ -169,7 +209,12 @@ absl::Status LlamaModel::LoadWeights(const gguf::GgufFile& f, int rank, int worl
   if (c.tied_output) {
     weights_.output = weights_.token_embd;
   } else {
-    m = Matrix(f, "output.weight", c.vocab_size, D);
+    absl::Status st = LoadHeadTokenIds(f);
+    if (!st.ok()) return st;
+    const int64_t head_rows = weights_.head_token_ids != nullptr
+                                  ? f.FindTensor("output_token_ids")->num_elements
+                                  : c.vocab_size;
+    m = Matrix(f, "output.weight", head_rows, D);
     if (!m.ok()) return m.status();
     weights_.output = *m;
   }
@@ -407,7 +452,18 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
     std::copy_n(x_.data() + batch.logit_rows[r] * D, D, head_in_.data() + r * D);
   }
   be.RmsNorm(head_in_.data(), weights_.output_norm, R, D, eps, h_.data());
-  MatMul(weights_.output, h_.data(), R, logits);  // logits: [R, vocab]
+  if (weights_.head_token_ids == nullptr) {
+    MatMul(weights_.output, h_.data(), R, logits);  // logits: [R, vocab]
+    return absl::OkStatus();
+  }
+  // Truncated head: head_out: [R, N], scattered into logits: [R, vocab] (-inf elsewhere).
+  const int64_t N = weights_.output.rows, V = config_.vocab_size;
+  MatMul(weights_.output, h_.data(), R, head_out_.data());
+  for (int64_t r = 0; r < R; ++r) {
+    float* row = logits + r * V;
+    std::fill_n(row, V, -std::numeric_limits<float>::infinity());
+    for (int64_t i = 0; i < N; ++i) row[weights_.head_token_ids[i]] = head_out_[r * N + i];
+  }
   return absl::OkStatus();
 }
 

@@ -37,7 +37,11 @@ struct LayerWeights {
 struct ModelWeights {
   kernels::WeightMatrix token_embd;  // [vocab, D]
   const float* output_norm = nullptr;
-  kernels::WeightMatrix output;      // [vocab, D]; token_embd when tied
+  kernels::WeightMatrix output;      // [vocab, D]; token_embd when tied; [N, D] with head ids
+  // A truncated output head (distilled drafts): output row i scores token head_token_ids[i]
+  // (tensor `output_token_ids`, I32 [N], strictly increasing); every other token gets logit
+  // -inf, so the row is still a distribution over the whole vocabulary. nullptr = full head.
+  const int32_t* head_token_ids = nullptr;
   std::vector<LayerWeights> layers;
 };
 
@@ -53,6 +57,10 @@ struct ModelOptions {
   // Re-encode every 2-D weight to this type at load (dequantize + quantize into owned memory),
   // e.g. kF16 to get a full-precision target from a quantized file. Unset = use the file's.
   std::optional<gguf::GgmlType> reencode_weights;
+  // Where tensors this file does not have come from: a distilled draft carries no
+  // token_embd.weight and shares its target's (same vocabulary and width). Must outlive the
+  // model. nullptr = every tensor must be in the file.
+  const gguf::GgufFile* borrow_from = nullptr;
 };
 
 class LlamaModel {
@@ -89,6 +97,7 @@ class LlamaModel {
   LlamaModel() = default;
   absl::Status LoadWeights(const gguf::GgufFile& file, int rank, int world);
   absl::Status ReencodeWeights(gguf::GgmlType type);  // options_.reencode_weights
+  absl::Status LoadHeadTokenIds(const gguf::GgufFile& file);  // output_token_ids, if present
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) {
     if (options_.exact_activations) {
       backend_->MatMulExact(w, x, T, y);
@@ -117,6 +126,7 @@ class LlamaModel {
 
   // Workspace, sized once for max_batch_tokens: no allocation on the hot path.
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_, act_, head_in_;
+  std::vector<float> head_out_;  // [max_logit_rows, N]: a truncated head's rows before scatter
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;
   std::vector<const int32_t*> block_tables_;

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Creates .venv (git-ignored) with the Python packages the tests and tools need (grpcio +
 # grpcio-tools + grpcio-reflection for the Python gRPC client test, the official `openai` client
-# for the HTTP API test, matplotlib for loadtest/plot.py) and prints its interpreter path. Idempotent: pip runs only when an import
+# for the HTTP API test, matplotlib for loadtest/plot.py and the distillation report, jax + optax +
+# gguf + numpy for specd-distill: CPU-only, ~100 MB, unlike torch's CUDA wheels) and prints its interpreter path. Idempotent: pip runs only when an import
 # fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv >&2
 fi
-if ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_reflection, matplotlib, openai' 2>/dev/null; then
+if ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_reflection, matplotlib, openai, jax, optax, gguf, numpy' 2>/dev/null; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-    grpcio grpcio-tools grpcio-reflection matplotlib openai >&2
+    grpcio grpcio-tools grpcio-reflection matplotlib openai jax optax gguf numpy >&2
 fi
 echo "$PWD/.venv/bin/python"

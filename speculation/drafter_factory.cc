@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const DrafterChoice& c,
     case DrafterChoice::Kind::kModel: {
       absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tk = tok::Tokenizer::FromGguf(target_file);
       if (!tk.ok()) return tk.status();
-      const TargetIdentity target{target_path, (*tk)->Fingerprint(), (*tk)->vocab_size()};
+      const TargetIdentity target{target_path, (*tk)->Fingerprint(), (*tk)->vocab_size(),
+                                  &target_file};
       auto d = ModelDrafter::CreateFromFile(c.draft_path, target, backend, c.model);
       if (!d.ok()) return d.status();
       return std::unique_ptr<Drafter>(std::move(*d));

@@ -43,8 +43,14 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateFromFile(
         target.vocab_fingerprint));
   }
   const gguf::GgufFile& ref = **file;
-  return Build(std::move(*file), ref, /*layers=*/0, backend, options,
-               absl::StrCat("draft-model(", draft_path, ")"));
+  absl::StatusOr<std::unique_ptr<ModelDrafter>> d =
+      Build(std::move(*file), ref, /*layers=*/0, backend, options,
+            absl::StrCat("draft-model(", draft_path, ")"), target.file);
+  if (!d.ok()) {
+    return absl::Status(d.status().code(), absl::StrCat("draft model ", draft_path, " (target ",
+                                                        target.name, "): ", d.status().message()));
+  }
+  return d;
 }
 
 absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateSelf(
@@ -63,7 +69,8 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateSelf(
 
 absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Build(
     std::unique_ptr<gguf::GgufFile> owned, const gguf::GgufFile& file, int32_t layers,
-    engine::Backend* backend, const ModelDrafterOptions& options, std::string name) {
+    engine::Backend* backend, const ModelDrafterOptions& options, std::string name,
+    const gguf::GgufFile* borrow_from) {
   if (options.kv_blocks < 1 || options.block_size < 1 || options.max_batch_tokens < 1 ||
       options.max_sequences < 1 || options.proposal_top_n < 1) {
     return absl::InvalidArgumentError(
@@ -78,6 +85,7 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Build(
   mo.max_batch_tokens = std::max(options.max_batch_tokens, options.max_sequences);
   mo.max_logit_rows = options.max_sequences;
   mo.num_layers = layers;
+  mo.borrow_from = borrow_from;
   absl::StatusOr<std::unique_ptr<engine::LlamaModel>> m =
       engine::LlamaModel::Load(file, backend, &d->comm_, mo);
   if (!m.ok()) return m.status();

@@ -40,6 +40,9 @@ struct TargetIdentity {
   std::string name;  // the target model's file, for error messages
   uint64_t vocab_fingerprint = 0;
   int32_t vocab_size = 0;
+  // The target's file, which must outlive the drafter: tensors a distilled draft does not carry
+  // (its token embeddings) come from here. nullptr = the draft must be self-contained.
+  const gguf::GgufFile* file = nullptr;
 };
 
 class ModelDrafter final : public Drafter {
@@ -79,7 +82,8 @@ class ModelDrafter final : public Drafter {
   ModelDrafter() = default;
   static absl::StatusOr<std::unique_ptr<ModelDrafter>> Build(
       std::unique_ptr<gguf::GgufFile> owned, const gguf::GgufFile& file, int32_t layers,
-      engine::Backend* backend, const ModelDrafterOptions& options, std::string name);
+      engine::Backend* backend, const ModelDrafterOptions& options, std::string name,
+      const gguf::GgufFile* borrow_from = nullptr);
   // Runs `batch_` into logits_; on failure rolls `fed` back to what the KV now holds.
   absl::Status RunForward();
 

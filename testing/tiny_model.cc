@@ -1,6 +1,7 @@
 #include "testing/tiny_model.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -170,9 +171,12 @@ absl::Status WriteTinyModel(const TinyModelSpec& s, const std::string& path) {
   const int64_t q_rows = static_cast<int64_t>(s.num_heads) * head_dim;
   const int64_t kv_rows = static_cast<int64_t>(s.num_kv_heads) * head_dim;
   // Embeddings larger than the other weights so logits are peaked enough to be interesting.
-  absl::Status st = w.AddTensorF32("token_embd.weight", s.embedding_type, {D, vocab},
-                                   random(D * vocab, 12.0f));
-  if (!st.ok()) return st;
+  const std::vector<float> embd = random(D * vocab, 12.0f);
+  absl::Status st;
+  if (!s.omit_token_embd) {
+    st = w.AddTensorF32("token_embd.weight", s.embedding_type, {D, vocab}, embd);
+    if (!st.ok()) return st;
+  }
   if (!(st = w.AddTensorF32("output_norm.weight", GgmlType::kF32, {D}, ones_ish(D))).ok()) {
     return st;
   }
@@ -183,8 +187,28 @@ absl::Status WriteTinyModel(const TinyModelSpec& s, const std::string& path) {
     if (!st.ok()) return st;
   }
   if (!s.tied_output) {
-    st = w.AddTensorF32("output.weight", s.weight_type, {D, vocab}, random(D * vocab, 4.0f));
+    const std::vector<float> head = random(D * vocab, 4.0f);
+    if (s.head_token_ids.empty()) {
+      st = w.AddTensorF32("output.weight", s.weight_type, {D, vocab}, head);
+    } else {
+      const int64_t N = static_cast<int64_t>(s.head_token_ids.size());
+      std::vector<float> rows;
+      for (int32_t id : s.head_token_ids) {
+        if (id < 0 || id >= vocab) {
+          return absl::InvalidArgumentError(absl::StrCat("head_token_ids: ", id, " out of range"));
+        }
+        rows.insert(rows.end(), head.begin() + id * D, head.begin() + (id + 1) * D);
+      }
+      st = w.AddTensorF32("output.weight", s.weight_type, {D, N}, rows);
+      if (st.ok()) {
+        std::vector<uint8_t> bytes(N * sizeof(int32_t));
+        std::memcpy(bytes.data(), s.head_token_ids.data(), bytes.size());
+        st = w.AddTensor("output_token_ids", GgmlType::kI32, {N}, std::move(bytes));
+      }
+    }
     if (!st.ok()) return st;
+  } else if (!s.head_token_ids.empty()) {
+    return absl::InvalidArgumentError("head_token_ids needs an untied output head");
   }
   const float attn_scale = 1.0f, ffn_scale = 1.0f;
   for (int32_t l = 0; l < s.num_layers; ++l) {

@@ -30,6 +30,12 @@ struct TinyModelSpec {
   gguf::GgmlType weight_type = gguf::GgmlType::kQ8_0;  // 2-D weights; norms stay F32
   gguf::GgmlType embedding_type = gguf::GgmlType::kQ8_0;
   bool tied_output = true;
+  // Untied only, non-empty: a truncated output head (distilled drafts). output.weight keeps only
+  // these rows of the full random head (the same draws), and the ids go in output_token_ids.
+  std::vector<int32_t> head_token_ids;
+  // Leave token_embd.weight out of the file (drawn all the same, so the other weights do not
+  // change): a draft that borrows its target's embeddings.
+  bool omit_token_embd = false;
   uint64_t seed = 1;
   float weight_scale = 0.08f;   // std-dev-like spread of the random weights
   // Copy tokenizer.* metadata from this GGUF (its vocabulary size wins); empty = synthetic.

@@ -1,6 +1,7 @@
 // specd-make-tiny-model: writes a small random-weight Llama-architecture GGUF for tests and
 // experiments (see testing/tiny_model.h).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -12,7 +13,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: specd-make-tiny-model -o OUT.gguf [--arch llama|qwen2] [--layers N] [--dim N]\n"
     "       [--ffn N] [--heads N] [--kv-heads N] [--ctx N] [--vocab N] [--type TYPE]\n"
-    "       [--seed N] [--untied] [--tokenizer-from FILE.gguf]\n"
+    "       [--seed N] [--untied] [--tokenizer-from FILE.gguf] [--weight-scale S]\n"
     "  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 (2-D weights; norms stay F32)\n";
 
 bool ParseType(const std::string& s, specd::gguf::GgmlType* t) {
@@ -69,6 +70,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       spec.embedding_type = spec.weight_type;
+    } else if (a == "--weight-scale" && has_value) {
+      spec.weight_scale = std::strtof(argv[++i], nullptr);
+      if (!(spec.weight_scale > 0)) {
+        std::fprintf(stderr, "specd-make-tiny-model: --weight-scale must be > 0\n%s", kUsage);
+        return 2;
+      }
     } else if (a == "--untied") {
       spec.tied_output = false;
     } else if (a == "--tokenizer-from" && has_value) {

@@ -26,6 +26,7 @@
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
+#include "tools/distill_data.h"
 #include "tools/spec_generate.h"
 
 namespace specd {
@@ -34,6 +35,10 @@ namespace {
 constexpr char kUsage[] =
     "usage: specd generate -m FILE.gguf -p TEXT [options]\n"
     "       specd client generate|tokenize|health|info --server ADDR ... (a running cluster)\n"
+    "       specd distill-data -m TARGET.gguf --prompts P.jsonl -o DATA.bin [--temperatures 0,0.8]\n"
+    "            [-n 128] [--max-prompt-tokens 384] [--top 32] [--batch 16] [--seed S] [--limit N]\n"
+    "            (the target's responses and sparse next-token distributions, for specd-distill)\n"
+    "       specd logits -m FILE.gguf [--borrow-from TARGET.gguf] --tokens 1,2,3 [--exact] -o OUT\n"
     "  -m, --model FILE        GGUF model file\n"
     "  -p, --prompt TEXT       prompt text\n"
     "  --chat                  wrap the prompt as a user message in the model's chat template\n"
@@ -287,6 +292,29 @@ int main(int argc, char** argv) {
     absl::Status st = specd::Generate(*args);
     if (!st.ok()) {
       std::fprintf(stderr, "specd generate: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (cmd == "logits") {
+    absl::Status st = specd::RunLogits(argc - 2, argv + 2);
+    if (!st.ok()) {
+      std::fprintf(stderr, "specd logits: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (cmd == "distill-data") {
+    specd::DistillDataOptions o;
+    absl::Status st = specd::ParseDistillDataArgs(argc - 2, argv + 2, &o);
+    if (!st.ok()) {
+      std::fprintf(stderr, "specd distill-data: %s\n%s", std::string(st.message()).c_str(),
+                   specd::kUsage);
+      return 2;
+    }
+    st = specd::RunDistillData(o);
+    if (!st.ok()) {
+      std::fprintf(stderr, "specd distill-data: %s\n", st.ToString().c_str());
       return 1;
     }
     return 0;

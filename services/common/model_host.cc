@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace specd::services {
 
@@ -65,14 +66,16 @@ absl::Status CheckForward(const engine::LlamaModel& model, const engine::Forward
   return model.Validate(batch, kv);
 }
 
-absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const ModelHostOptions& options,
-                                engine::Communicator* comm, int32_t threads) {
+absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const gguf::GgufFile* borrow,
+                                const ModelHostOptions& options, engine::Communicator* comm,
+                                int32_t threads) {
   Shard s;
   s.backend = engine::MakeCpuBackend(threads);
   engine::ModelOptions mo;
   mo.max_batch_tokens = options.max_batch_tokens;
   mo.max_logit_rows = options.max_batch_tokens;
   mo.num_layers = options.num_layers;
+  mo.borrow_from = borrow;
   absl::StatusOr<std::unique_ptr<engine::LlamaModel>> model =
       engine::LlamaModel::Load(file, s.backend.get(), comm, mo);
   if (!model.ok()) return model.status();
@@ -85,6 +88,28 @@ absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const ModelHostOptio
 }
 
 }  // namespace
+
+absl::Status ModelHost::OpenBorrowFile() {
+  const std::string& path = options_.borrow_path;
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("--borrow-from ", path, ": ", file.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tk = tok::Tokenizer::FromGguf(**file);
+  if (!tk.ok()) {
+    return absl::Status(tk.status().code(),
+                        absl::StrCat("--borrow-from ", path, ": ", tk.status().message()));
+  }
+  if ((*tk)->Fingerprint() != tokenizer_->Fingerprint()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model %s and --borrow-from %s have different vocabularies (fingerprints %016x and "
+        "%016x): a draft borrows tensors only from its own target",
+        options_.model_path, path, tokenizer_->Fingerprint(), (*tk)->Fingerprint()));
+  }
+  borrow_file_ = std::move(*file);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOptions& options) {
   if (options.model_path.empty()) return absl::InvalidArgumentError("model path is required");
@@ -107,6 +132,10 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
   absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tk = tok::Tokenizer::FromGguf(*h->file_);
   if (!tk.ok()) return tk.status();
   h->tokenizer_ = std::move(*tk);
+  if (!options.borrow_path.empty()) {
+    absl::Status st = h->OpenBorrowFile();
+    if (!st.ok()) return st;
+  }
   const int32_t N = options.world_size;
   const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   const int32_t threads = std::max(1, (options.threads > 0 ? options.threads : cores) / N);
@@ -117,7 +146,8 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
     comm0 = h->comm_.get();
   }
   // Loading is local to each rank (it only slices the mmap'd weights): no collectives yet.
-  absl::StatusOr<Shard> shard = LoadShard(*h->file_, options, comm0, threads);
+  absl::StatusOr<Shard> shard =
+      LoadShard(*h->file_, h->borrow_file_.get(), options, comm0, threads);
   if (!shard.ok()) return shard.status();
   h->backend_ = std::move(shard->backend);
   h->model_ = std::move(shard->model);
@@ -125,7 +155,8 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
   for (int32_t r = 1; r < N; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->comm = h->group_->Rank(r);
-    absl::StatusOr<Shard> s = LoadShard(*h->file_, options, rank->comm.get(), threads);
+    absl::StatusOr<Shard> s =
+        LoadShard(*h->file_, h->borrow_file_.get(), options, rank->comm.get(), threads);
     if (!s.ok()) return s.status();  // threads start only once every rank has loaded
     rank->backend = std::move(s->backend);
     rank->model = std::move(s->model);

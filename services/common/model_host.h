@@ -35,6 +35,9 @@ namespace specd::services {
 
 struct ModelHostOptions {
   std::string model_path;
+  // Tensors the model file lacks come from this file (a distilled draft borrows its target's
+  // token embeddings); its vocabulary must match the model's. Empty = none.
+  std::string borrow_path;
   int32_t threads = 0;            // 0 = all cores
   int32_t kv_blocks = 1024;
   int32_t kv_block_size = 16;
@@ -78,6 +81,7 @@ class ModelHost final : public engine::ModelRunner {
 
  private:
   ModelHost() = default;
+  absl::Status OpenBorrowFile();  // options_.borrow_path: same vocabulary, kept mapped
   struct Rank;           // a rank > 0: its shard, cache and thread
   struct Command;        // what rank 0 broadcasts before each state change
   // Rank 0 side: hands `c` (and for a forward, the batch) to the other ranks.
@@ -90,6 +94,7 @@ class ModelHost final : public engine::ModelRunner {
   std::unique_ptr<engine::Communicator> comm_;  // rank 0's, with world_size > 1
   std::vector<std::unique_ptr<Rank>> ranks_;    // ranks 1 .. N-1
   std::unique_ptr<gguf::GgufFile> file_;
+  std::unique_ptr<gguf::GgufFile> borrow_file_;  // options_.borrow_path, if set
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::unique_ptr<engine::Backend> backend_;
   std::unique_ptr<engine::LlamaModel> model_;

@@ -35,6 +35,9 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   flags.Add("kv-block-size", env + "_KV_BLOCK_SIZE", &mo.kv_block_size, "tokens per KV block");
   flags.Add("max-batch-tokens", env + "_MAX_BATCH_TOKENS", &mo.max_batch_tokens,
             "most tokens one forward pass carries");
+  flags.Add("borrow-from", env + "_BORROW_FROM", &mo.borrow_path,
+            "a GGUF (the target) that supplies tensors the model file lacks: a distilled draft "
+            "shares its target's token embeddings; the vocabularies must match");
   flags.Add("layers", env + "_LAYERS", &mo.num_layers,
             "run only the first N layers (self-speculation drafts); 0 = all");
   flags.Add("world-size", env + "_WORLD_SIZE", &mo.world_size,

@@ -378,6 +378,99 @@ TEST(LlamaModelTest, TensorParallelRanksMatchOneRank) {
   EXPECT_NE(st.message().find("4 ranks"), std::string::npos) << st;
 }
 
+// A distilled draft's truncated head: row i of output.weight scores token output_token_ids[i];
+// the logits row is still over the whole vocabulary, -inf outside the head, and the head's
+// entries equal the full model's logits for those tokens bitwise (same rows, same products).
+TEST(LlamaModelTest, TruncatedHeadScoresOnlyItsTokens) {
+  testing::TinyModelSpec full;
+  full.tied_output = false;
+  full.seed = 21;
+  const std::string full_path = ::testing::TempDir() + "/head_full.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(full, full_path).ok());
+  testing::TinyModelSpec cut = full;
+  for (int32_t id = 0; id < 300; id += 3) cut.head_token_ids.push_back(id);
+  const std::string cut_path = ::testing::TempDir() + "/head_cut.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(cut, cut_path).ok());
+  for (bool reference : {true, false}) {
+    auto a = Load(full_path, reference);
+    auto b = Load(cut_path, reference);
+    ASSERT_TRUE(a && b);
+    for (auto* l : {a.get(), b.get()}) ASSERT_TRUE(l->kv->AddSequence(0).ok());
+    const std::vector<int32_t> toks = {1, 40, 41, 42, 43, 7};
+    ForwardBatch fb;
+    fb.Add(0, 0, toks.data(), static_cast<int32_t>(toks.size()), /*all_logits=*/true);
+    const std::vector<float> la = a->Run(fb), lb = b->Run(fb);
+    const int64_t V = a->model->vocab_size();
+    ASSERT_EQ(V, b->model->vocab_size());
+    EXPECT_LT(b->model->weight_bytes(), a->model->weight_bytes());  // a third of the head
+    int64_t scored = 0;
+    for (size_t r = 0; r < toks.size(); ++r) {
+      for (int64_t t = 0; t < V; ++t) {
+        const float x = lb[r * V + t];
+        if (t % 3 == 0 && t < 300) {
+          ASSERT_EQ(x, la[r * V + t]) << "row " << r << " token " << t;
+          ++scored;
+        } else {
+          ASSERT_TRUE(std::isinf(x) && x < 0) << "row " << r << " token " << t << " = " << x;
+        }
+      }
+    }
+    EXPECT_EQ(scored, static_cast<int64_t>(toks.size()) * 100);
+  }
+  // Ids must be strictly increasing: the error names the tensor.
+  testing::TinyModelSpec bad = full;
+  bad.head_token_ids = {5, 9, 9};
+  const std::string bad_path = ::testing::TempDir() + "/head_bad.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(bad, bad_path).ok());
+  auto f = gguf::GgufFile::Open(bad_path);
+  ASSERT_TRUE(f.ok());
+  LocalCommunicator comm;
+  auto be = MakeReferenceBackend();
+  auto m = LlamaModel::Load(**f, be.get(), &comm, {});
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("output_token_ids[2]"), std::string::npos) << m.status();
+}
+
+// A draft that carries no token_embd.weight borrows the target's: without the target it is a
+// clear NOT_FOUND; with it the model equals the self-contained one bitwise.
+TEST(LlamaModelTest, BorrowedEmbeddingsComeFromTheTarget) {
+  testing::TinyModelSpec own;
+  own.seed = 23;
+  const std::string own_path = ::testing::TempDir() + "/borrow_own.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(own, own_path).ok());
+  testing::TinyModelSpec lean = own;
+  lean.omit_token_embd = true;
+  const std::string lean_path = ::testing::TempDir() + "/borrow_lean.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(lean, lean_path).ok());
+  auto own_file = gguf::GgufFile::Open(own_path);
+  auto lean_file = gguf::GgufFile::Open(lean_path);
+  ASSERT_TRUE(own_file.ok() && lean_file.ok());
+  EXPECT_EQ((*lean_file)->FindTensor("token_embd.weight"), nullptr);
+  LocalCommunicator comm;
+  auto be = MakeCpuBackend(1);
+  auto alone = LlamaModel::Load(**lean_file, be.get(), &comm, {});
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(alone.status().message().find("token_embd.weight"), std::string::npos)
+      << alone.status();
+  ModelOptions with;
+  with.borrow_from = own_file->get();
+  auto borrowed = LlamaModel::Load(**lean_file, be.get(), &comm, with);
+  ASSERT_TRUE(borrowed.ok()) << borrowed.status();
+  auto self = LlamaModel::Load(**own_file, be.get(), &comm, {});
+  ASSERT_TRUE(self.ok());
+  std::vector<std::vector<float>> out;
+  for (LlamaModel* m : {borrowed->get(), self->get()}) {
+    auto kv = PagedKvCache::Create(m->MakeKvCacheConfig(8, 16, kernels::KvDtype::kF16));
+    ASSERT_TRUE(kv.ok() && (*kv)->AddSequence(0).ok());
+    const std::vector<int32_t> toks = {1, 70, 71, 72};
+    ForwardBatch fb;
+    fb.Add(0, 0, toks.data(), 4, /*all_logits=*/true);
+    out.emplace_back(4 * m->vocab_size());
+    ASSERT_TRUE(m->Forward(fb, **kv, out.back().data()).ok());
+  }
+  EXPECT_EQ(out[0], out[1]);
+}
+
 TEST(LlamaModelTest, MissingTensorAndUnknownArchitectureAreClearErrors) {
   // Unknown architecture.
   {

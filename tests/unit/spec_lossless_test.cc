@@ -106,6 +106,12 @@ class SpecLosslessTest : public ::testing::Test {
     d.weight_scale = 0.26f;
     draft_path_ = new std::string(::testing::TempDir() + "/lossless_draft.gguf");
     ASSERT_TRUE(testing::WriteTinyModel(d, *draft_path_).ok());
+    // The same draft with a distilled draft's truncated head: q is zero outside the even ids
+    // (half the vocabulary), so the verifier's residual has to supply the rest of p.
+    testing::TinyModelSpec cut = d;
+    for (int32_t id = 0; id < 300; id += 2) cut.head_token_ids.push_back(id);
+    cut_draft_path_ = new std::string(::testing::TempDir() + "/lossless_cut_draft.gguf");
+    ASSERT_TRUE(testing::WriteTinyModel(cut, *cut_draft_path_).ok());
     target_ = test::LoadModel(*target_path_, backend_, 1024, 1024).release();
     ASSERT_NE(target_, nullptr);
     // Describe p_1 at temperature 1 (the shape the test works with).
@@ -131,7 +137,9 @@ class SpecLosslessTest : public ::testing::Test {
   // Token triples of kSamples requests (seeds seed0 + i), speculative or plain.
   std::vector<std::vector<int32_t>> Run(const sampling::SamplingParams& base, bool speculative,
                                         uint64_t seed0, bool wrong_verifier = false,
-                                        int samples = kSamples) {
+                                        int samples = kSamples,
+                                        const std::string* draft_path = nullptr) {
+    if (draft_path == nullptr) draft_path = draft_path_;
     auto tk = tok::Tokenizer::FromGguf(*target_->file);
     EXPECT_TRUE(tk.ok());
     std::unique_ptr<Drafter> drafter;
@@ -141,7 +149,7 @@ class SpecLosslessTest : public ::testing::Test {
       o.max_sequences = 256;
       o.max_batch_tokens = 1024;
       auto d = ModelDrafter::CreateFromFile(
-          *draft_path_, {*target_path_, (*tk)->Fingerprint(), (*tk)->vocab_size()}, backend_, o);
+          *draft_path, {*target_path_, (*tk)->Fingerprint(), (*tk)->vocab_size()}, backend_, o);
       EXPECT_TRUE(d.ok()) << d.status();
       drafter = std::move(*d);
     }
@@ -228,12 +236,14 @@ class SpecLosslessTest : public ::testing::Test {
   static engine::Backend* backend_;
   static std::string* target_path_;
   static std::string* draft_path_;
+  static std::string* cut_draft_path_;
   static test::LoadedModel* target_;
 };
 
 engine::Backend* SpecLosslessTest::backend_ = nullptr;
 std::string* SpecLosslessTest::target_path_ = nullptr;
 std::string* SpecLosslessTest::draft_path_ = nullptr;
+std::string* SpecLosslessTest::cut_draft_path_ = nullptr;
 test::LoadedModel* SpecLosslessTest::target_ = nullptr;
 
 struct Config {
@@ -276,6 +286,20 @@ TEST_F(SpecLosslessTest, WrongVerifierIsDetected) {
   const auto wrong = Run(c.params, true, 1, /*wrong_verifier=*/true, n);
   const auto plain = Run(c.params, false, 10'000'000, false, n);
   EXPECT_GT(Compare(wrong, plain, "WRONG verifier"), kZFail);
+}
+
+// A draft whose head covers half the vocabulary (q = 0 elsewhere) stays lossless: temperature 1
+// and top-p, the full sample count; and the wrong verifier still fails with that draft.
+TEST_F(SpecLosslessTest, TruncatedHeadDraftIsLossless) {
+  for (const Config& c : {Configs()[0], Configs()[2]}) {
+    const auto spec = Run(c.params, true, 1, false, kSamples, cut_draft_path_);
+    const auto plain = Run(c.params, false, 10'000'000);
+    EXPECT_LT(Compare(spec, plain, std::string("truncated head, ") + c.name), kZFail) << c.name;
+  }
+  const int n = std::min(kSamples, 30000);
+  const auto wrong = Run(Configs()[0].params, true, 1, true, n, cut_draft_path_);
+  const auto plain = Run(Configs()[0].params, false, 10'000'000, false, n);
+  EXPECT_GT(Compare(wrong, plain, "WRONG verifier, truncated head"), kZFail);
 }
 
 }  // namespace

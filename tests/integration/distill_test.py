@@ -1,0 +1,160 @@
+"""specd-distill end to end on a tiny generated model, in seconds: data generation by the serving
+engine, training with falling loss, export, load in our engine, and our engine's logits for the
+exported draft equal the training framework's (JAX) forward of the exported weights within
+1e-3 (float activations; observed ~1e-6). Also: the draft speculates losslessly (greedy output
+== plain greedy), and bad input to the tool is a clear error.
+
+Usage: distill_test.py SPECD SPECD_MAKE_TINY_MODEL  (run by ctest as distill_test)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DISTILL = os.path.join(ROOT, "tools", "distill", "specd_distill.py")
+SPECD = MAKE_TINY = None
+TOKENS = "1,50,60,70,13,2,100,200,5,33,44,55,66,77"
+LOGIT_TOLERANCE = 1e-3
+
+
+def run(cmd, ok=True):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if ok and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return p
+
+
+def distill(*args, ok=True):
+    return run([sys.executable, DISTILL, *args], ok=ok)
+
+
+class DistillTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="specd-distill-test-")
+        cls.target = os.path.join(cls.tmp, "target.gguf")
+        # Untied head, small weights: a varied next-token distribution (a tied random model
+        # repeats its last token with probability ~1).
+        run([MAKE_TINY, "-o", cls.target, "--layers", "4", "--dim", "64", "--ffn", "128",
+             "--heads", "4", "--kv-heads", "2", "--type", "Q8_0", "--seed", "3", "--untied",
+             "--weight-scale", "0.05"])
+        cls.work = os.path.join(cls.tmp, "work")
+        cls.proc = distill("run", "--target", cls.target, "--out-dir", cls.work, "--specd", SPECD,
+                           "--num-train", "40", "--num-eval", "8", "--max-new-tokens", "24",
+                           "--layers", "1", "--head-vocab", "128", "--steps", "40",
+                           "--batch", "8", "--seq-len", "96", "--lr", "3e-3", "--log-every", "5",
+                           "--layer-type", "q8_0", "--head-type", "q8_0")
+        with open(os.path.join(cls.work, "report.json")) as f:
+            cls.report = json.load(f)
+        cls.draft = cls.report["output"]
+
+    def test_progress_and_report(self):
+        err = self.proc.stderr
+        self.assertIn("distill-data:", err)          # generation progress
+        self.assertRegex(err, r"step 40/40 loss [0-9.]+ \d+ target tok/s, \d+ s, ETA \d+ s")
+        self.assertTrue(os.path.getsize(os.path.join(self.work, "loss.png")) > 1000)
+        for key in ("greedy_acceptance", "sampled_acceptance"):
+            self.assertGreaterEqual(self.report["exported"][key], 0.0)
+            self.assertLessEqual(self.report["exported"][key], 1.0)
+
+    def test_loss_falls_and_acceptance_rises(self):
+        curve = self.report["loss_curve"]
+        first, last = curve[0][1], np.mean([l for _, l in curve[-3:]])
+        self.assertLess(last, 0.7 * first, curve)
+        self.assertGreater(self.report["after"]["greedy_acceptance"],
+                           self.report["before"]["greedy_acceptance"])
+
+    def test_engine_logits_equal_the_training_forward(self):
+        eng = os.path.join(self.tmp, "engine.bin")
+        jax_out = os.path.join(self.tmp, "jax.bin")
+        run([SPECD, "logits", "-m", self.draft, "--borrow-from", self.target, "--tokens", TOKENS,
+             "--exact", "-o", eng])
+        distill("forward", "--target", self.target, "--draft", self.draft, "--tokens", TOKENS,
+                "--out", jax_out)
+        n = len(TOKENS.split(","))
+        a = np.fromfile(eng, np.float32).reshape(n, -1)
+        b = np.fromfile(jax_out, np.float32).reshape(n, -1)
+        self.assertEqual(a.shape, b.shape)
+        fa, fb = np.isfinite(a), np.isfinite(b)
+        self.assertTrue((fa == fb).all(), "the head's tokens differ")
+        self.assertEqual(int(fa[0].sum()), 128)
+        diff = float(np.abs(a[fa] - b[fb]).max())
+        print(f"engine vs JAX forward: max |logit diff| {diff:.2e} "
+              f"(max |logit| {np.abs(a[fa]).max():.2f})")
+        self.assertLess(diff, LOGIT_TOLERANCE)
+
+    def test_draft_loads_in_specd_generate_and_is_lossless(self):
+        base = [SPECD, "generate", "-m", self.target, "-p", "hello there", "-n", "24", "-t", "1",
+                "--ignore-eos"]
+        plain = run(base).stdout
+        spec = run(base + ["--draft", self.draft, "--k", "4"])
+        self.assertEqual(spec.stdout, plain)
+        self.assertIn("accepted", spec.stderr)
+
+    def test_a_draft_without_its_target_is_a_clear_error(self):
+        p = run([SPECD, "logits", "-m", self.draft, "--tokens", "1,2", "-o",
+                 os.path.join(self.tmp, "x.bin")], ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("token_embd.weight", p.stderr)
+
+    def test_corrupt_or_mismatched_draft_is_a_clear_error_naming_both_models(self):
+        corrupt = os.path.join(self.tmp, "corrupt.gguf")
+        with open(self.draft, "rb") as f:
+            data = f.read()
+        with open(corrupt, "wb") as f:
+            f.write(data[: len(data) // 3])
+        p = run([SPECD, "generate", "-m", self.target, "-p", "hi", "-n", "4", "--draft", corrupt],
+                ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(corrupt, p.stderr)
+        # A draft of another vocabulary: a tiny model with a padded (larger) vocabulary.
+        other = os.path.join(self.tmp, "other_vocab.gguf")
+        run([MAKE_TINY, "-o", other, "--layers", "1", "--vocab", "512"])
+        p = run([SPECD, "generate", "-m", self.target, "-p", "hi", "-n", "4", "--draft", other],
+                ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(other, p.stderr)
+        self.assertIn(self.target, p.stderr)
+        self.assertIn("different vocabularies", p.stderr)
+
+    def test_bad_input_is_a_clear_error(self):
+        w = os.path.join(self.tmp, "bad")
+        cases = [
+            (["train", "--target", os.path.join(self.tmp, "missing.gguf"), "--out-dir", w],
+             "--target"),
+            (["train", "--target", self.target, "--out-dir", "/proc/no/such/dir"],
+             "--out-dir"),
+            (["prompts", "--target", self.target, "--out-dir", w, "--num-train", "0"],
+             "empty prompt set"),
+            (["train", "--target", self.target, "--out-dir", self.work, "--layers", "0"],
+             "--layers"),
+            (["train", "--target", self.target, "--out-dir", self.work, "--layers", "9"],
+             "fewer layers"),
+            (["train", "--target", self.target, "--out-dir", self.work, "--head-vocab", "1"],
+             "--head-vocab"),
+            (["train", "--target", self.target, "--out-dir", self.work, "--lr", "-1"], "--lr"),
+        ]
+        for args, needle in cases:
+            p = distill(*args, ok=False)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(needle, p.stderr, args)
+            self.assertNotIn("Traceback", p.stderr, args)
+        empty = os.path.join(self.tmp, "empty.jsonl")
+        open(empty, "w").close()
+        p = run([SPECD, "distill-data", "-m", self.target, "--prompts", empty, "-o",
+                 os.path.join(self.tmp, "e.bin")], ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("no usable prompt", p.stderr)
+        p = run([SPECD, "distill-data", "-m", self.target, "--prompts", empty, "-o", "x",
+                 "--top", "0"], ok=False)
+        self.assertIn("--top", p.stderr)
+
+
+if __name__ == "__main__":
+    SPECD, MAKE_TINY = sys.argv[1], sys.argv[2]
+    unittest.main(argv=[sys.argv[0], "-v"])

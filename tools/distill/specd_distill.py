@@ -1,0 +1,558 @@
+"""specd-distill: train a small draft model that imitates the target's next-token distribution.
+
+Pipeline (`specd-distill run`, each step also a subcommand):
+  1. prompts   the project's prompt sets (tools/distill/prompts.py): train + held-out eval
+  2. data      `specd distill-data`: the serving engine generates responses (greedy and sampled)
+               and records the target's top-N log-probs at every response position
+  3. train     a Llama-architecture draft in JAX + optax: the target's first L layers as the
+               start, its token embeddings shared (frozen, borrowed at load, not in the file), an
+               output head over the N most frequent target tokens; loss = forward KL from the
+               target's sparse distribution (top-N + the rest as one bucket)
+  4. export    GGUF: layers + head quantized (gguf-py), `output_token_ids` (I32), the target's
+               tokenizer metadata (the vocabulary fingerprint matches)
+  5. report    loss curve PNG, held-out acceptance (greedy: argmax agreement; sampled:
+               1 - total variation, over the stored top-N), report.json
+
+Why JAX: PyPI's jax + optax install CPU-only in ~100 MB; torch for Linux pulls several GB of
+CUDA libraries, and the trainer has to run on the 2-core development machine and in CI.
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import prompts as prompt_sets  # noqa: E402
+
+LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def die(msg):
+    print(f"specd-distill: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The target (and any GGUF) as float32 numpy arrays.
+
+class Gguf:
+    def __init__(self, path):
+        import gguf
+        if not os.path.isfile(path):
+            die(f"--target {path}: no such file")
+        try:
+            self.r = gguf.GGUFReader(path)
+        except Exception as e:  # the reader raises plain exceptions on corrupt files
+            die(f"--target {path}: not a readable GGUF file ({e})")
+        self.path = path
+        self.t = {t.name: t for t in self.r.tensors}
+        a = self.arch = self.field("general.architecture")
+        if a != "llama":
+            die(f"--target {path}: architecture {a!r}; specd-distill drafts llama targets")
+        self.D = int(self.field(a + ".embedding_length"))
+        self.L = int(self.field(a + ".block_count"))
+        self.H = int(self.field(a + ".attention.head_count"))
+        self.Hkv = int(self.field(a + ".attention.head_count_kv"))
+        self.F = int(self.field(a + ".feed_forward_length"))
+        self.eps = float(self.field(a + ".attention.layer_norm_rms_epsilon"))
+        self.base = float(self.field(a + ".rope.freq_base", 10000.0))
+        self.vocab = len(self.field("tokenizer.ggml.tokens"))
+        self.ctx = int(self.field(a + ".context_length", 2048))
+
+    def field(self, key, default=None):
+        f = self.r.fields.get(key)
+        if f is None:
+            if default is None:
+                die(f"{self.path}: missing metadata {key}")
+            return default
+        return f.contents()
+
+    def w(self, name):
+        from gguf import quants
+        t = self.t[name]
+        return np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data written by `specd distill-data` (format in tools/distill_data.h).
+
+def read_data(path):
+    with open(path, "rb") as f:
+        buf = f.read()
+    if buf[:8] != b"SPDDATA1":
+        die(f"{path}: not a specd distill-data file")
+    version, top_n, vocab, n = struct.unpack_from("<IIII", buf, 8)
+    (fingerprint,) = struct.unpack_from("<Q", buf, 24)
+    off = 32
+    recs = []
+    for _ in range(n):
+        if off >= len(buf):
+            break
+        npr, nre, temp, pidx = struct.unpack_from("<IIfI", buf, off)
+        off += 16
+        toks = np.frombuffer(buf, np.int32, npr + nre, off); off += 4 * (npr + nre)
+        ids = np.frombuffer(buf, np.int32, nre * top_n, off).reshape(nre, top_n); off += 4 * nre * top_n
+        lps = np.frombuffer(buf, np.float32, nre * top_n, off).reshape(nre, top_n); off += 4 * nre * top_n
+        recs.append(dict(num_prompt=npr, tokens=toks, top_ids=ids, top_lp=lps, temperature=temp,
+                         prompt_index=pidx))
+    return dict(top_n=top_n, vocab=vocab, fingerprint=fingerprint, records=recs)
+
+
+def choose_head_vocab(data, n, vocab, always=()):
+    """The n tokens with the most target probability mass over the data (plus `always`)."""
+    mass = np.zeros(vocab, np.float64)
+    for r in data["records"]:
+        np.add.at(mass, r["top_ids"].ravel(), np.exp(r["top_lp"].ravel().astype(np.float64)))
+        np.add.at(mass, r["tokens"], 1e-3)  # every token seen in prompts or responses
+    for t in always:
+        mass[t] += 1e9
+    n = min(n, vocab)
+    ids = np.sort(np.argsort(-mass, kind="stable")[:n]).astype(np.int32)
+    return ids
+
+
+def make_batches(data, head_ids, seq_len, vocab):
+    """Fixed-length training rows: tokens, and per position the sparse target over head slots.
+
+    For position t (predicting token t+1) of a response: tgt_slot [top_n] (head index or -1),
+    tgt_p [top_n]; rows with no target have weight 0.
+    """
+    slot_of = np.full(vocab, -1, np.int32)
+    slot_of[head_ids] = np.arange(len(head_ids), dtype=np.int32)
+    top_n = data["top_n"]
+    rows = []
+    for r in data["records"]:
+        toks = r["tokens"]
+        npr = r["num_prompt"]
+        nre = len(toks) - npr
+        L = min(len(toks), seq_len)
+        x = np.zeros(seq_len, np.int32); x[:L] = toks[:L]
+        slots = np.full((seq_len, top_n), -1, np.int32)
+        probs = np.zeros((seq_len, top_n), np.float32)
+        weight = np.zeros(seq_len, np.float32)
+        for j in range(nre):
+            t = npr - 1 + j  # position whose output predicts response token j
+            if t >= L:
+                break
+            slots[t] = slot_of[r["top_ids"][j]]
+            probs[t] = np.exp(r["top_lp"][j])
+            weight[t] = 1.0
+        rows.append((x, slots, probs, weight))
+    X = np.stack([a[0] for a in rows]); S = np.stack([a[1] for a in rows])
+    P = np.stack([a[2] for a in rows]); W = np.stack([a[3] for a in rows])
+    return X, S, P, W
+
+
+# ---------------------------------------------------------------------------------------------
+# The model: the engine's Llama forward (scripts/gen_model_goldens.py is its numpy twin).
+
+def init_params(target, layers, head_ids):
+    params = {"layers": [], "output_norm": target.w("output_norm.weight")}
+    for l in layers:
+        p = f"blk.{l}."
+        params["layers"].append({k: target.w(p + k + ".weight") for k in LAYER_TENSORS})
+    emb = target.w("token_embd.weight")
+    out = target.w("output.weight") if "output.weight" in target.t else emb
+    params["output"] = out[head_ids].copy()
+    return params, emb
+
+
+def forward(params, emb, tokens, cfg):
+    """tokens: [B, S] -> head logits [B, S, N]."""
+    import jax.numpy as jnp
+    B, S = tokens.shape
+    D, H, Hkv = cfg["D"], cfg["H"], cfg["Hkv"]
+    d = D // H
+    eps = cfg["eps"]
+    x = emb[tokens]  # [B, S, D]
+    inv_freq = 1.0 / (cfg["base"] ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    ang = jnp.arange(S, dtype=jnp.float32)[:, None] * inv_freq[None, :]  # [S, d/2]
+    cos, sin = jnp.cos(ang)[None, :, None, :], jnp.sin(ang)[None, :, None, :]
+
+    def rms(v, w):
+        return v * jnp.reciprocal(jnp.sqrt(jnp.mean(v * v, axis=-1, keepdims=True) + eps)) * w
+
+    def rope(v):  # v: [B, S, h, d], pairs (2i, 2i+1) (the GGUF llama layout)
+        v0, v1 = v[..., 0::2], v[..., 1::2]
+        r0 = v0 * cos - v1 * sin
+        r1 = v0 * sin + v1 * cos
+        return jnp.stack([r0, r1], axis=-1).reshape(v.shape)
+
+    mask = jnp.tril(jnp.ones((S, S), bool))
+    group = H // Hkv
+    for W in params["layers"]:
+        h = rms(x, W["attn_norm"])
+        q = (h @ W["attn_q"].T).reshape(B, S, H, d)
+        k = (h @ W["attn_k"].T).reshape(B, S, Hkv, d)
+        v = (h @ W["attn_v"].T).reshape(B, S, Hkv, d)
+        q, k = rope(q), rope(k)
+        k = jnp.repeat(k, group, axis=2)
+        v = jnp.repeat(v, group, axis=2)
+        sc = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)
+        sc = jnp.where(mask[None, None], sc, -1e30)
+        a = jnp.einsum("bhqk,bkhd->bqhd", jax_softmax(sc), v).reshape(B, S, H * d)
+        x = x + a @ W["attn_output"].T
+        h = rms(x, W["ffn_norm"])
+        g = h @ W["ffn_gate"].T
+        u = h @ W["ffn_up"].T
+        x = x + (g * jax_sigmoid(g) * u) @ W["ffn_down"].T
+    return rms(x, params["output_norm"]) @ params["output"].T
+
+
+def jax_softmax(x):
+    import jax
+    return jax.nn.softmax(x, axis=-1)
+
+
+def jax_sigmoid(x):
+    import jax
+    return jax.nn.sigmoid(x)
+
+
+def kl_loss(logits, slots, probs, weight):
+    """Forward KL(p || q) over the target's top-N (slots into the head; -1 = not in the head)
+    plus one bucket for the rest of the mass on both sides. Returns mean over weighted rows."""
+    import jax
+    import jax.numpy as jnp
+    logq = jax.nn.log_softmax(logits, axis=-1)  # [B, S, N]
+    valid = slots >= 0
+    lq_top = jnp.take_along_axis(logq, jnp.maximum(slots, 0), axis=-1)  # [B, S, top]
+    p_in = jnp.where(valid, probs, 0.0)
+    q_in = jnp.where(valid, jnp.exp(lq_top), 0.0)
+    p_rest = jnp.clip(1.0 - p_in.sum(-1), 1e-6, 1.0)
+    q_rest = jnp.clip(1.0 - q_in.sum(-1), 1e-6, 1.0)
+    kl = (jnp.where(valid, p_in * (jnp.log(jnp.maximum(p_in, 1e-12)) - lq_top), 0.0).sum(-1)
+          + p_rest * (jnp.log(p_rest) - jnp.log(q_rest)))
+    return (kl * weight).sum() / jnp.maximum(weight.sum(), 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Held-out acceptance: what speculation would see with this draft.
+
+def evaluate(params, emb, cfg, X, S, P, W, temps, batch):
+    """Per-token acceptance on held-out rows: greedy rows = argmax agreement with the target;
+    sampled rows = sum_x min(p, q) over the stored top-N (a lower bound of 1 - TV)."""
+    import jax
+    import jax.numpy as jnp
+    fwd = jax.jit(lambda p, t: forward(p, emb, t, cfg))
+    g_hit = g_n = s_acc = s_n = 0.0
+    for i in range(0, len(X), batch):
+        lg = np.asarray(fwd(params, jnp.asarray(X[i:i + batch])))
+        q = np.exp(lg - lg.max(-1, keepdims=True)); q /= q.sum(-1, keepdims=True)
+        for b in range(lg.shape[0]):
+            w = W[i + b] > 0
+            if not w.any():
+                continue
+            slots, probs = S[i + b][w], P[i + b][w]
+            qb = q[b][w]
+            if temps[i + b] == 0:
+                top = slots[:, 0]  # the target's argmax (the greedy token)
+                g_hit += float(((top >= 0) & (qb.argmax(-1) == top)).sum()); g_n += len(top)
+            else:
+                qs = np.where(slots >= 0, np.take_along_axis(qb, np.maximum(slots, 0), -1), 0)
+                s_acc += float(np.minimum(probs, qs).sum()); s_n += len(slots)
+    return dict(greedy_acceptance=g_hit / max(g_n, 1), greedy_positions=int(g_n),
+                sampled_acceptance=s_acc / max(s_n, 1), sampled_positions=int(s_n))
+
+
+# ---------------------------------------------------------------------------------------------
+# Export.
+
+def export_gguf(target, params, head_ids, layers_src, path, layer_type, head_type, seed, extra):
+    import gguf
+    from gguf import GGMLQuantizationType as Q, quants
+    a = "llama"
+    w = gguf.GGUFWriter(path, a)
+    L = len(params["layers"])
+    w.add_name(f"specd distilled draft of {target.field('general.name', 'target')}")
+    w.add_context_length(target.ctx)
+    w.add_embedding_length(target.D)
+    w.add_block_count(L)
+    w.add_feed_forward_length(target.F)
+    w.add_head_count(target.H)
+    w.add_head_count_kv(target.Hkv)
+    w.add_rope_freq_base(target.base)
+    w.add_layer_norm_rms_eps(target.eps)
+    w.add_vocab_size(target.vocab)
+    w.add_rope_dimension_count(target.D // target.H)
+    for key, field in target.r.fields.items():  # the tokenizer, so the fingerprint matches
+        if key.startswith("tokenizer."):
+            val = field.contents()
+            vtype = field.types[0]
+            if vtype == gguf.GGUFValueType.ARRAY:
+                w.add_key_value(key, val, vtype, sub_type=field.types[-1])
+            else:
+                w.add_key_value(key, val, vtype)
+    w.add_string("specd.draft.target", os.path.basename(target.path))
+    w.add_string("specd.draft.borrows", "token_embd.weight")
+    w.add_string("specd.draft.recipe", json.dumps(extra, sort_keys=True))
+
+    def q(name, arr, ty):
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if ty == Q.F32:
+            w.add_tensor(name, arr)
+        else:
+            w.add_tensor(name, quants.quantize(arr, ty), raw_dtype=ty)
+
+    for i, W in enumerate(params["layers"]):
+        for k in LAYER_TENSORS:
+            arr = np.asarray(W[k])
+            q(f"blk.{i}.{k}.weight", arr, Q.F32 if arr.ndim == 1 else layer_type)
+    q("output_norm.weight", np.asarray(params["output_norm"]), Q.F32)
+    q("output.weight", np.asarray(params["output"]), head_type)
+    w.add_tensor("output_token_ids", np.asarray(head_ids, np.int32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def load_exported(path, target):
+    """The exported draft's weights, dequantized: what the engine will run."""
+    d = Gguf(path)
+    params = {"layers": [{k: d.w(f"blk.{i}.{k}.weight") for k in LAYER_TENSORS}
+                         for i in range(d.L)],
+              "output_norm": d.w("output_norm.weight"), "output": d.w("output.weight")}
+    ids = np.asarray(d.t["output_token_ids"].data, np.int32)
+    return params, ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands.
+
+def cmd_prompts(args):
+    os.makedirs(args.out_dir, exist_ok=True)
+    tr, ev = prompt_sets.build_sets(args.num_train, args.num_eval, seed=args.seed)
+    prompt_sets.write_jsonl(os.path.join(args.out_dir, "train.jsonl"), tr)
+    prompt_sets.write_jsonl(os.path.join(args.out_dir, "eval.jsonl"), ev)
+    print(f"specd-distill: {len(tr)} training and {len(ev)} held-out prompts in {args.out_dir}",
+          file=sys.stderr)
+
+
+def run_data(args, prompts_file, out, seed):
+    cmd = [args.specd, "distill-data", "-m", args.target, "--prompts", prompts_file, "-o", out,
+           "-n", str(args.max_new_tokens), "--temperatures", args.temperatures,
+           "--seed", str(seed), "--batch", str(args.gen_batch)]
+    if args.threads:
+        cmd += ["-t", str(args.threads)]
+    print("specd-distill: " + " ".join(cmd), file=sys.stderr)
+    rc = subprocess.call(cmd)
+    if rc != 0:
+        die(f"specd distill-data failed (exit {rc})")
+
+
+def cmd_data(args):
+    check_target(args)
+    d = args.out_dir
+    os.makedirs(d, exist_ok=True)
+    run_data(args, os.path.join(d, "eval.jsonl"), os.path.join(d, "eval.bin"), args.seed + 1)
+    run_data(args, os.path.join(d, "train.jsonl"), os.path.join(d, "train.bin"), args.seed)
+
+
+def check_target(args):
+    if not args.target or not os.path.isfile(args.target):
+        die(f"--target {args.target!r}: no such file")
+
+
+def cmd_train(args):
+    import jax
+    import jax.numpy as jnp
+    import optax
+    check_target(args)
+    if args.layers < 1 or args.head_vocab < 2 or args.steps < 1 or args.batch < 1 \
+            or args.seq_len < 8 or not (args.lr > 0):
+        die("--layers, --head-vocab, --steps, --batch, --seq-len and --lr must be positive "
+            f"(got layers={args.layers} head_vocab={args.head_vocab} steps={args.steps} "
+            f"batch={args.batch} seq_len={args.seq_len} lr={args.lr})")
+    target = Gguf(args.target)
+    if args.layers >= target.L:
+        die(f"--layers {args.layers}: the draft must have fewer layers than the target's {target.L}")
+    d = args.out_dir
+    train = read_data(os.path.join(d, "train.bin"))
+    evald = read_data(os.path.join(d, "eval.bin"))
+    if not train["records"]:
+        die(f"{d}/train.bin holds no records")
+    eos = [int(target.field("tokenizer.ggml.eos_token_id", 2))]
+    head_ids = choose_head_vocab(train, args.head_vocab, target.vocab, always=eos)
+    cfg = dict(D=target.D, H=target.H, Hkv=target.Hkv, eps=target.eps, base=target.base)
+    src_layers = [int(x) for x in args.init_layers.split(",")] if args.init_layers else \
+        list(range(args.layers))
+    if len(src_layers) != args.layers or any(l < 0 or l >= target.L for l in src_layers):
+        die(f"--init-layers {args.init_layers!r}: need {args.layers} layer indices in [0, {target.L})")
+    params, emb = init_params(target, src_layers, head_ids)
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    emb = jnp.asarray(emb)
+    X, S, P, W = make_batches(train, head_ids, args.seq_len, target.vocab)
+    EX, ES, EP, EW = make_batches(evald, head_ids, args.seq_len, target.vocab)
+    etemps = [r["temperature"] for r in evald["records"]]
+    coverage = float((EP * (ES >= 0)).sum() / max((EP).sum(), 1e-9))
+    print(f"specd-distill: {len(X)} training rows ({int(W.sum())} target positions), "
+          f"{len(EX)} held-out rows; head of {len(head_ids)} tokens covers "
+          f"{coverage:.3f} of the held-out top-{train['top_n']} target mass", file=sys.stderr)
+
+    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, min(50, args.steps // 10 + 1),
+                                               args.steps, args.lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+    state = opt.init(params)
+
+    def loss_fn(p, x, s, pr, w):
+        return kl_loss(forward(p, emb, x, cfg), s, pr, w)
+
+    @jax.jit
+    def step(p, st, x, s, pr, w):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, s, pr, w)
+        upd, st = opt.update(g, st, p)
+        return optax.apply_updates(p, upd), st, loss
+
+    rng = np.random.default_rng(args.seed)
+    before = evaluate(params, emb, cfg, EX, ES, EP, EW, etemps, args.batch)
+    print(f"specd-distill: before training: held-out greedy acceptance "
+          f"{before['greedy_acceptance']:.3f}, sampled {before['sampled_acceptance']:.3f}",
+          file=sys.stderr)
+    curve = []
+    t0 = time.time()
+    tokens_done = 0
+    order = rng.permutation(len(X))
+    pos = 0
+    for it in range(1, args.steps + 1):
+        if pos + args.batch > len(order):
+            order = rng.permutation(len(X)); pos = 0
+        idx = order[pos:pos + args.batch]; pos += args.batch
+        params, state, loss = step(params, state, X[idx], S[idx], P[idx], W[idx])
+        tokens_done += int(W[idx].sum())
+        if it % args.log_every == 0 or it == 1 or it == args.steps:
+            loss = float(loss)
+            curve.append((it, loss))
+            el = time.time() - t0
+            print(f"specd-distill: step {it}/{args.steps} loss {loss:.4f} "
+                  f"{tokens_done / el:.0f} target tok/s, {el:.0f} s, "
+                  f"ETA {el / it * (args.steps - it):.0f} s", file=sys.stderr, flush=True)
+    train_secs = time.time() - t0
+    after = evaluate(params, emb, cfg, EX, ES, EP, EW, etemps, args.batch)
+    print(f"specd-distill: after training: held-out greedy acceptance "
+          f"{after['greedy_acceptance']:.3f}, sampled {after['sampled_acceptance']:.3f}",
+          file=sys.stderr)
+
+    from gguf import GGMLQuantizationType as Q
+    types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
+    recipe = dict(layers=args.layers, init_layers=src_layers, head_vocab=len(head_ids),
+                  steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
+                  seed=args.seed, layer_type=args.layer_type, head_type=args.head_type)
+    out = args.output or os.path.join(d, "draft.gguf")
+    try:
+        export_gguf(target, params, head_ids, src_layers, out, types[args.layer_type],
+                    types[args.head_type], args.seed, recipe)
+    except OSError as e:
+        die(f"--output {out}: cannot write ({e})")
+    # The exported (quantized) weights, held out once more: what the engine will run.
+    xp, _ = load_exported(out, target)
+    exported = evaluate(jax.tree_util.tree_map(jnp.asarray, xp), emb, cfg, EX, ES, EP, EW,
+                        etemps, args.batch)
+    report = dict(recipe=recipe, before=before, after=after, exported=exported,
+                  loss_curve=curve, train_seconds=train_secs, head_coverage=coverage,
+                  output=out, target=args.target,
+                  train_rows=len(X), train_positions=int(W.sum()))
+    with open(os.path.join(d, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    plot_curve(curve, os.path.join(d, "loss.png"), report)
+    print(f"specd-distill: wrote {out} (exported held-out greedy acceptance "
+          f"{exported['greedy_acceptance']:.3f}, sampled {exported['sampled_acceptance']:.3f}); "
+          f"report in {d}/report.json and {d}/loss.png", file=sys.stderr)
+
+
+def plot_curve(curve, path, report):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    xs, ys = zip(*curve)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(xs, ys)
+    ax.set_xlabel("step"); ax.set_ylabel("KL(target || draft), nats")
+    ax.set_title("specd-distill: held-out greedy acceptance %.2f -> %.2f" % (
+        report["before"]["greedy_acceptance"], report["exported"]["greedy_acceptance"]))
+    ax.grid(alpha=0.3)
+    fig.tight_layout(); fig.savefig(path, dpi=100); plt.close(fig)
+
+
+def cmd_forward(args):
+    """Prints JSON logits of the exported draft for --tokens (full vocabulary, -inf outside the
+    head): the training framework's forward, compared with `specd logits` by the tests."""
+    import jax.numpy as jnp
+    target = Gguf(args.target)
+    params, ids = load_exported(args.draft, target)
+    emb = jnp.asarray(target.w("token_embd.weight"))
+    cfg = dict(D=target.D, H=target.H, Hkv=target.Hkv, eps=target.eps, base=target.base)
+    toks = np.asarray([[int(t) for t in args.tokens.split(",")]], np.int32)
+    lg = np.asarray(forward(params, emb, jnp.asarray(toks), cfg))[0]
+    full = np.full((lg.shape[0], target.vocab), -np.inf, np.float32)
+    full[:, ids] = lg
+    full.astype(np.float32).tofile(args.out)
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="specd-distill", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p):
+        p.add_argument("--target", required=True, help="target GGUF")
+        p.add_argument("--out-dir", required=True, help="work directory")
+        p.add_argument("--seed", type=int, default=0)
+
+    def data_flags(p):
+        p.add_argument("--specd", default=os.path.join(HERE, "..", "..", "build", "tools", "specd"))
+        p.add_argument("--max-new-tokens", type=int, default=128)
+        p.add_argument("--temperatures", default="0,0.8")
+        p.add_argument("--gen-batch", type=int, default=16)
+        p.add_argument("--threads", type=int, default=0)
+        p.add_argument("--num-train", type=int, default=1200)
+        p.add_argument("--num-eval", type=int, default=64)
+
+    def train_flags(p):
+        p.add_argument("--layers", type=int, default=2)
+        p.add_argument("--init-layers", default="", help="target layers to start from, e.g. 0,1")
+        p.add_argument("--head-vocab", type=int, default=8192)
+        p.add_argument("--steps", type=int, default=300)
+        p.add_argument("--batch", type=int, default=16)
+        p.add_argument("--seq-len", type=int, default=256)
+        p.add_argument("--lr", type=float, default=5e-4)
+        p.add_argument("--log-every", type=int, default=10)
+        p.add_argument("--layer-type", choices=["q4_1", "q8_0", "f16", "f32"], default="q8_0")
+        p.add_argument("--head-type", choices=["q4_1", "q8_0", "f16", "f32"], default="q8_0")
+        p.add_argument("--output", default="", help="draft GGUF (default OUT_DIR/draft.gguf)")
+
+    p = sub.add_parser("prompts"); common(p); data_flags(p); p.set_defaults(fn=cmd_prompts)
+    p = sub.add_parser("data"); common(p); data_flags(p); p.set_defaults(fn=cmd_data)
+    p = sub.add_parser("train"); common(p); train_flags(p); p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("run", help="prompts + data + train + export + report")
+    common(p); data_flags(p); train_flags(p)
+    p.set_defaults(fn=lambda a: (cmd_prompts(a), cmd_data(a), cmd_train(a)))
+    p = sub.add_parser("forward")
+    p.add_argument("--target", required=True); p.add_argument("--draft", required=True)
+    p.add_argument("--tokens", required=True); p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_forward)
+    args = ap.parse_args()
+    if getattr(args, "out_dir", None):
+        try:
+            os.makedirs(args.out_dir, exist_ok=True)
+            probe = os.path.join(args.out_dir, ".write-test")
+            open(probe, "w").close(); os.remove(probe)
+        except OSError as e:
+            die(f"--out-dir {args.out_dir}: not writable ({e.strerror})")
+    if getattr(args, "num_train", 1) < 1 or getattr(args, "num_eval", 1) < 1:
+        die("--num-train and --num-eval must be >= 1 (an empty prompt set trains nothing)")
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()
