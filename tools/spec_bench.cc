@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,8 @@
 #include "speculation/spec_engine.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "speculation/drafter_factory.h"
 
 namespace specd {
 namespace {
@@ -67,7 +71,7 @@ struct Bench {
 
   // Generates o.new_tokens greedy tokens for every prompt, `batch` at a time.
   absl::StatusOr<Row> Run(const std::string& name, spec::Drafter* drafter, int k, bool adaptive,
-                          int batch) {
+                          int batch, float temperature = 0) {
     spec::SpecEngineOptions eo;
     eo.max_batch_tokens = 256;
     eo.max_running = batch;
@@ -96,7 +100,8 @@ struct Bench {
         for (size_t p = p0; p < std::min(prompts.size(), p0 + batch); ++p) {
           spec::SpecRequest r;
           r.prompt = prompts[p];
-          r.params.temperature = 0;
+          r.params.temperature = temperature;
+          r.params.seed = 1000 + p;  // seeded: the same text with and without speculation
           r.params.ignore_eos = true;
           r.max_new_tokens = o.new_tokens;
           auto id = (*e)->Admit(std::move(r));
@@ -133,9 +138,13 @@ struct Bench {
       const spec::CostCurve& v = (*e)->verify_cost();
       const spec::CostCurve& d = (*e)->draft_cost();
       best.costs = absl::StrFormat(
-          "cost model: verify T=1 %.1f, T=5 %.1f, T=40 %.1f ms; draft step B=1 %.1f, B=8 %.1f ms",
+          "cost model: verify T=1 %.1f, T=5 %.1f, T=40 %.1f ms; draft step B=1 %.1f, B=8 %.1f ms"
+          " (draft/target %.3f); verify(k+1)/verify(1), k=1..8:",
           1e3 * v.Predict(1), 1e3 * v.Predict(5), 1e3 * v.Predict(40), 1e3 * d.Predict(1),
-          1e3 * d.Predict(8));
+          1e3 * d.Predict(8), d.Predict(1) / v.Predict(1));
+      for (int kk = 1; kk <= 8; ++kk) {
+        absl::StrAppendFormat(&best.costs, " %.2f", v.Predict(kk + 1) / v.Predict(1));
+      }
     }
     return best;
   }
@@ -165,6 +174,62 @@ void Print(const Row& r, const Row* plain) {
   std::fflush(stdout);
 }
 
+absl::StatusOr<std::vector<std::string>> ReadPromptsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--prompts: cannot open ", path));
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompts ", path, ": every line must be {\"prompt\": \"...\"}"));
+    }
+    out.push_back(j["prompt"].get<std::string>());
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--prompts ", path, ": empty"));
+  return out;
+}
+
+// The distilled draft against the model as it is: the real pair the product ships.
+absl::Status RunDistilled(Bench& b, const SpecBenchOptions& o) {
+  spec::DrafterChoice c;
+  c.kind = spec::DrafterChoice::Kind::kModel;
+  c.draft_path = o.draft_path;
+  if (c.draft_path == "default") {
+    std::error_code ec;
+    const std::string exe_dir =
+        std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
+    absl::StatusOr<std::string> shipped = spec::ShippedDraftFor(o.model_path, exe_dir);
+    if (!shipped.ok()) return shipped.status();
+    c.draft_path = *shipped;
+  }
+  c.model.kv_blocks = 512;
+  c.model.max_sequences = 64;
+  auto d = spec::MakeDrafter(c, b.file, o.model_path, b.backend);
+  if (!d.ok()) return d.status();
+  std::printf("distilled draft %s (%.1f MB of weights per step) vs target (%.1f MB):\n",
+              c.draft_path.c_str(), (*d)->weight_bytes() / 1e6, b.target->weight_bytes() / 1e6);
+  for (float temp : {0.0f, 0.8f}) {
+    for (int batch : {1, 8}) {
+      const std::string t = temp == 0 ? "greedy" : "T 0.8";
+      auto plain = b.Run(absl::StrCat("plain, batch ", batch, ", ", t), nullptr, 0, false, batch,
+                         temp);
+      if (!plain.ok()) return plain.status();
+      Print(*plain, nullptr);
+      for (bool adaptive : {false, true}) {
+        auto r = b.Run(absl::StrCat("distilled, batch ", batch, ", ", t,
+                                    adaptive ? ", k auto" : ", k 4"),
+                       d->get(), adaptive ? 8 : 4, adaptive, batch, temp);
+        if (!r.ok()) return r.status();
+        Print(*r, &*plain);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& st) {
   std::fprintf(stderr, "specd-bench --spec: %s\n", st.ToString().c_str());
   return 1;
@@ -187,8 +252,14 @@ int RunSpecBench(const SpecBenchOptions& o) {
 
   Bench b{o, backend.get(), **file, o.model_path, target->get(), {}, {}};
   auto tmpl = tok::ChatTemplate::FromGguf(**file);
+  std::vector<std::string> texts(std::begin(kPrompts), std::end(kPrompts));
+  if (!o.prompts_file.empty()) {
+    auto read = ReadPromptsFile(o.prompts_file);
+    if (!read.ok()) return Fail(read.status());
+    texts = *read;
+  }
   for (int i = 0; i < o.prompts; ++i) {
-    const char* p = kPrompts[i % std::size(kPrompts)];
+    const std::string& p = texts[i % texts.size()];
     std::string text = p;
     if (tmpl.ok()) {
       const tok::ChatMessage msg{"user", p};
@@ -213,8 +284,14 @@ int RunSpecBench(const SpecBenchOptions& o) {
     c->model.kv_blocks = 512;
     c->model.max_sequences = 64;
   }
-  std::printf("speculative decoding: %s, %d chat prompts x %d greedy tokens, threads %d\n",
-              o.model_path.c_str(), o.prompts, o.new_tokens, o.threads);
+  std::printf("speculative decoding: %s, %d chat prompts%s x %d tokens, threads %d\n",
+              o.model_path.c_str(), o.prompts,
+              o.prompts_file.empty() ? "" : absl::StrCat(" from ", o.prompts_file).c_str(),
+              o.new_tokens, o.threads);
+  if (o.distilled || o.distilled_only) {
+    if (auto st = RunDistilled(b, o); !st.ok()) return Fail(st);
+    if (o.distilled_only) return 0;
+  }
   for (int batch : {1, 8}) {
     if (o.pair_only) break;
     std::printf("batch %d (%s):\n", batch,

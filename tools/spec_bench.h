@@ -20,6 +20,14 @@ struct SpecBenchOptions {
   // The pairs' target weights (f16, bf16, f32): F16 is the pair the issue names; F32 has
   // the cost gap (draft step ~0.3 of a target step) that speculation is meant for.
   std::vector<std::string> pair_types = {"f16", "f32"};
+  // The distilled draft (tools/distill) against the model as it is: batch 1 and 8, k 4 and
+  // auto, greedy and temperature 0.8, with the cost figures (draft step / target step,
+  // verify(k+1) / verify(1)). `distilled_only` skips everything else.
+  bool distilled = true;
+  bool distilled_only = false;
+  std::string draft_path = "default";  // `default`: the shipped draft for the model
+  std::string prompts_file;  // JSONL {"prompt": ...}: e.g. tools/distill/eval_prompts.jsonl
+  // (the held-out set); empty = the built-in chat prompts
 };
 
 int RunSpecBench(const SpecBenchOptions& o);

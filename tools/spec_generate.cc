@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -29,7 +30,9 @@ absl::StatusOr<bool> ParseSpecFlag(int argc, char** argv, int* i, SpecGenerateOp
     return std::string(argv[++*i]);
   };
   if (f == "--draft") {
-    absl::StatusOr<std::string> v = value();
+    // `--draft` alone (last, or before another flag) = `--draft default`: the shipped draft.
+    const bool bare = *i + 1 >= argc || argv[*i + 1][0] == '-';
+    absl::StatusOr<std::string> v = bare ? absl::StatusOr<std::string>("default") : value();
     if (!v.ok()) return v.status();
     o->drafter.kind = spec::DrafterChoice::Kind::kModel;
     o->drafter.draft_path = *v;
@@ -107,6 +110,16 @@ absl::Status SpecGenerate(const SpecGenerateOptions& a) {
   const int64_t total = static_cast<int64_t>(prompt->size()) + a.max_new_tokens + a.k + 1;
   const int32_t blocks = a.kv_blocks > 0 ? a.kv_blocks : static_cast<int32_t>(total / 16 + 2);
   spec::DrafterChoice choice = a.drafter;
+  if (choice.kind == spec::DrafterChoice::Kind::kModel && choice.draft_path == "default") {
+    std::error_code ec;  // no /proc: only $SPECD_DRAFTS_DIR and the target's directory
+    const std::string exe_dir =
+        !a.exe_dir.empty()
+            ? a.exe_dir
+            : std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
+    absl::StatusOr<std::string> shipped = spec::ShippedDraftFor(a.model, exe_dir);
+    if (!shipped.ok()) return shipped.status();
+    choice.draft_path = *shipped;
+  }
   choice.model.kv_blocks = blocks;
   choice.model.kv_dtype = a.kv_dtype;
   auto drafter = spec::MakeDrafter(choice, **file, a.model, backend.get());

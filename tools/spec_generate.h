@@ -26,6 +26,7 @@ struct SpecGenerateOptions {
   int k = 4;
   bool adaptive_k = false;
   std::optional<gguf::GgmlType> target_weights;  // re-encode the target at load (e.g. F16)
+  std::string exe_dir;  // where the binary lives: --draft default looks in ../../drafts
 };
 
 // Parses one speculation flag at argv[*i] ("--draft", "--self-draft", "--ngram", "--k",

@@ -265,6 +265,14 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(argv[++i], &spec.self_layers)) return 2;
     } else if (a == "--no-pair") {
       spec.pair = false;
+    } else if (a == "--distilled-only") {
+      spec.distilled_only = true;
+    } else if (a == "--no-distilled") {
+      spec.distilled = false;
+    } else if (a == "--draft" && i + 1 < argc) {
+      spec.draft_path = argv[++i];
+    } else if (a == "--prompts" && i + 1 < argc) {
+      spec.prompts_file = argv[++i];
     } else if (a == "--pair-only") {
       spec.pair_only = true;
     } else if (a == "--pair-type" && i + 1 < argc) {
@@ -282,6 +290,8 @@ int Main(int argc, char** argv) {
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
+                   "                    [--no-distilled | --distilled-only] [--draft FILE|default]\n"
+                   "                    [--prompts FILE.jsonl]\n"
                    "  (the pairs' targets default to f16 and f32)\n");
       return 2;
     }

@@ -15,7 +15,7 @@ specd_test(spec_lossless_test
   TIMEOUT 600)
 specd_test(spec_model_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/spec_model_test.cc
-  DEPS specd_spec
+  DEPS specd_spec specd_testing
   LABELS model
   TIMEOUT 900)
 specd_test(spec_loop_test

@@ -94,9 +94,11 @@ def read_data(path):
     off = 32
     recs = []
     for _ in range(n):
-        if off >= len(buf):
-            break
+        if off + 16 > len(buf):
+            break  # a file still being written (or cut short): use the complete records
         npr, nre, temp, pidx = struct.unpack_from("<IIfI", buf, off)
+        if off + 16 + 4 * (npr + nre) + 8 * nre * top_n > len(buf):
+            break
         off += 16
         toks = np.frombuffer(buf, np.int32, npr + nre, off); off += 4 * (npr + nre)
         ids = np.frombuffer(buf, np.int32, nre * top_n, off).reshape(nre, top_n); off += 4 * nre * top_n
@@ -330,7 +332,7 @@ def load_exported(path, target):
 
 def cmd_prompts(args):
     os.makedirs(args.out_dir, exist_ok=True)
-    tr, ev = prompt_sets.build_sets(args.num_train, args.num_eval, seed=args.seed)
+    tr, ev = prompt_sets.build_sets(args.num_train, args.num_eval, seed=args.prompt_seed)
     prompt_sets.write_jsonl(os.path.join(args.out_dir, "train.jsonl"), tr)
     prompt_sets.write_jsonl(os.path.join(args.out_dir, "eval.jsonl"), ev)
     print(f"specd-distill: {len(tr)} training and {len(ev)} held-out prompts in {args.out_dir}",
@@ -398,8 +400,9 @@ def cmd_train(args):
           f"{len(EX)} held-out rows; head of {len(head_ids)} tokens covers "
           f"{coverage:.3f} of the held-out top-{train['top_n']} target mass", file=sys.stderr)
 
-    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, min(50, args.steps // 10 + 1),
-                                               args.steps, args.lr * 0.05)
+    warmup = max(1, min(50, args.steps // 10))
+    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, warmup, max(args.steps, warmup + 1),
+                                               args.lr * 0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
     state = opt.init(params)
 
@@ -517,6 +520,7 @@ def main():
         p.add_argument("--threads", type=int, default=0)
         p.add_argument("--num-train", type=int, default=1200)
         p.add_argument("--num-eval", type=int, default=64)
+        p.add_argument("--prompt-seed", type=int, default=0, help="shuffles the prompt sets")
 
     def train_flags(p):
         p.add_argument("--layers", type=int, default=2)
