@@ -197,8 +197,9 @@ absl::Status LlamaModel::LoadWeights(const gguf::GgufFile& f, int rank, int worl
     m = Matrix(f, "token_embd.weight", c.vocab_size, D);
     if (!m.ok() && f.FindTensor("token_embd.weight") == nullptr) {
       return absl::NotFoundError(
-          "missing tensor token_embd.weight (a distilled draft borrows it from its target: load "
-          "it as the target's draft model)");
+          "missing tensor token_embd.weight (a distilled draft borrows it from its target "
+          "model: specd-draft --borrow-from TARGET.gguf; specd generate --draft passes the "
+          "target)");
     }
   }
   if (!m.ok()) return m.status();

@@ -9,8 +9,10 @@
 # Options (environment variables in brackets):
 #   --build DIR          build directory with services/ and tools/ [SPECD_BUILD, default build]
 #   --model FILE         target GGUF [SPECD_MODEL, default models/SmolLM2-135M-Instruct.Q4_1.gguf]
-#   --draft-model FILE   draft GGUF, or "self" (the target's first --draft-layers layers), or
-#                        "none" [SPECD_DRAFT_MODEL, default self]
+#   --draft-model FILE   draft GGUF, or "default" (the distilled draft shipped for the target:
+#                        drafts/<target file stem>.draft.gguf, made by tools/distill; "self" when
+#                        there is none), "self" (the target's first --draft-layers layers), or
+#                        "none" [SPECD_DRAFT_MODEL, default default]
 #   --draft-layers N     layers of a self draft [default 8]
 #   --port P             router TCP port [SPECD_PORT, default 50051]
 #   --metrics-port P     router metrics port; target/draft use P+1/P+2 [default 9090]
@@ -28,7 +30,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${SPECD_BUILD:-$ROOT/build}"
 MODEL="${SPECD_MODEL:-$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
-DRAFT_MODEL="${SPECD_DRAFT_MODEL:-self}"
+DRAFT_MODEL="${SPECD_DRAFT_MODEL:-default}"
 DRAFT_LAYERS=8
 PORT="${SPECD_PORT:-50051}"
 METRICS_PORT=9090
@@ -97,10 +99,20 @@ wait_healthy "$TARGET" target "$TPID"
 DRAFT_FLAG=()
 if [ "$DRAFT_MODEL" != none ]; then
   DRAFT="unix:$RUN/draft.sock"
+  if [ "$DRAFT_MODEL" = default ]; then
+    shipped="$ROOT/drafts/$(basename "${MODEL%.gguf}").draft.gguf"
+    if [ -f "$shipped" ]; then
+      DRAFT_MODEL="$shipped"
+    else
+      echo "run_cluster: no shipped draft $shipped; drafting with the target's first $DRAFT_LAYERS layers" >&2
+      DRAFT_MODEL=self
+    fi
+  fi
   if [ "$DRAFT_MODEL" = self ]; then
     DARGS=(--model "$MODEL" --layers "$DRAFT_LAYERS")
   else
-    DARGS=(--model "$DRAFT_MODEL")
+    # A distilled draft borrows the target's token embeddings (and must share its vocabulary).
+    DARGS=(--model "$DRAFT_MODEL" --borrow-from "$MODEL")
   fi
   "$BUILD/services/specd-draft" --listen "$DRAFT" "${DARGS[@]}" --threads "$THREADS" \
     --metrics-port $((METRICS_PORT + 2)) ${BIND:+--metrics-address "$BIND"} \

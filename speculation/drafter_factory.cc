@@ -1,5 +1,9 @@
 #include "speculation/drafter_factory.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -17,6 +21,27 @@ std::string DrafterChoice::Describe() const {
       return "n-gram";
   }
   return "?";
+}
+
+absl::StatusOr<std::string> ShippedDraftFor(const std::string& target_path,
+                                            const std::string& exe_dir) {
+  namespace fs = std::filesystem;
+  const std::string name = fs::path(target_path).stem().string() + ".draft.gguf";
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("SPECD_DRAFTS_DIR"); env != nullptr && *env != '\0') {
+    dirs.emplace_back(env);
+  }
+  dirs.push_back(fs::path(target_path).parent_path());
+  if (!exe_dir.empty()) dirs.push_back(fs::path(exe_dir) / ".." / ".." / "drafts");
+  std::string looked;
+  for (const fs::path& d : dirs) {
+    const fs::path p = (d.empty() ? fs::path(".") : d) / name;
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p.lexically_normal().string();
+    absl::StrAppend(&looked, looked.empty() ? "" : ", ", p.lexically_normal().string());
+  }
+  return absl::NotFoundError(absl::StrCat("no shipped draft for target ", target_path,
+                                          " (looked for ", looked, ")"));
 }
 
 absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const DrafterChoice& c,

@@ -27,6 +27,13 @@ struct DrafterChoice {
   std::string Describe() const;
 };
 
+// The draft the project ships for a target: `<target file stem>.draft.gguf` (e.g.
+// SmolLM2-135M-Instruct.Q4_1.draft.gguf, made by tools/distill) in $SPECD_DRAFTS_DIR, else next
+// to the target file, else in `drafts/` of the source tree (`exe_dir`/../../drafts for binaries
+// in build/tools or build/services). NOT_FOUND listing where it looked.
+absl::StatusOr<std::string> ShippedDraftFor(const std::string& target_path,
+                                            const std::string& exe_dir);
+
 // Null for Kind::kNone. `target_file` (opened from `target_path`) and `backend` must outlive
 // the drafter. Errors as the drafters' factories (vocabulary mismatch names both files).
 absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const DrafterChoice& choice,

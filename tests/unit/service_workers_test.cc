@@ -185,6 +185,37 @@ TEST_F(WorkersTest, TensorParallelTargetMatchesOneRank) {
   EXPECT_NE(bad.status().message().find("4 ranks"), std::string::npos) << bad.status();
 }
 
+// A distilled draft (no token_embd.weight, a truncated head) served by a draft service borrows
+// the target's embeddings (--borrow-from): speculation through it stays lossless, on one and on
+// two tensor-parallel ranks; without the target it is a clear start-up error.
+TEST_F(WorkersTest, DistilledDraftServiceBorrowsTheTargetsEmbeddings) {
+  testing::TinyModelSpec lean;
+  lean.seed = 77;
+  lean.omit_token_embd = true;
+  lean.tied_output = false;
+  for (int32_t id = 0; id < 300; id += 2) lean.head_token_ids.push_back(id);
+  const std::string lean_path = ::testing::TempDir() + "/svc_distilled_draft.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(lean, lean_path).ok());
+  ModelHostOptions o;
+  o.model_path = lean_path;
+  o.kv_blocks = 64;
+  o.max_batch_tokens = 64;
+  auto alone = ModelHost::Load(o);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("--borrow-from"), std::string::npos) << alone.status();
+  o.borrow_path = *target_path_;
+  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
+  for (int world : {1, 2}) {
+    o.world_size = world;
+    o.threads = world;
+    auto h = ModelHost::Load(o);
+    ASSERT_TRUE(h.ok()) << h.status();
+    TargetWorker target(Host(*target_path_));
+    DraftWorker draft(std::move(*h));
+    EXPECT_EQ(Decode(target, &draft, 3, 64, 30), want) << "world " << world;
+  }
+}
+
 // A rank > 0 whose forward fails (an injected fault) fails the step on rank 0 with that rank's
 // message, instead of leaving rank 0 waiting in an all-reduce; the ranks stay in step, so the
 // host keeps serving other calls (and a fault on rank 0 is reported the same way).

@@ -416,6 +416,17 @@ def cmd_train(args):
         return optax.apply_updates(p, upd), st, loss
 
     rng = np.random.default_rng(args.seed)
+    # Batches of similar length, cut to their longest row rounded up to 32: most rows are far
+    # shorter than --seq-len, and padding is most of the work otherwise (one compile per shape).
+    lengths = np.asarray([min(len(r["tokens"]), args.seq_len) for r in train["records"]])
+    by_len = np.argsort(lengths, kind="stable")
+    buckets = [by_len[i:i + args.batch] for i in range(0, len(by_len), args.batch)]
+    buckets = [b for b in buckets if len(b) == args.batch] or buckets
+
+    def batch_of(idx):
+        L = min(args.seq_len, int(-(-lengths[idx].max() // 32) * 32))
+        return X[idx, :L], S[idx, :L], P[idx, :L], W[idx, :L]
+
     before = evaluate(params, emb, cfg, EX, ES, EP, EW, etemps, args.batch)
     print(f"specd-distill: before training: held-out greedy acceptance "
           f"{before['greedy_acceptance']:.3f}, sampled {before['sampled_acceptance']:.3f}",
@@ -423,14 +434,15 @@ def cmd_train(args):
     curve = []
     t0 = time.time()
     tokens_done = 0
-    order = rng.permutation(len(X))
+    order = rng.permutation(len(buckets))
     pos = 0
     for it in range(1, args.steps + 1):
-        if pos + args.batch > len(order):
-            order = rng.permutation(len(X)); pos = 0
-        idx = order[pos:pos + args.batch]; pos += args.batch
-        params, state, loss = step(params, state, X[idx], S[idx], P[idx], W[idx])
-        tokens_done += int(W[idx].sum())
+        if pos >= len(order):
+            order = rng.permutation(len(buckets)); pos = 0
+        idx = buckets[order[pos]]; pos += 1
+        bx, bs, bp, bw = batch_of(idx)
+        params, state, loss = step(params, state, bx, bs, bp, bw)
+        tokens_done += int(bw.sum())
         if it % args.log_every == 0 or it == 1 or it == args.steps:
             loss = float(loss)
             curve.append((it, loss))
@@ -459,7 +471,9 @@ def cmd_train(args):
     xp, _ = load_exported(out, target)
     exported = evaluate(jax.tree_util.tree_map(jnp.asarray, xp), emb, cfg, EX, ES, EP, EW,
                         etemps, args.batch)
-    report = dict(recipe=recipe, before=before, after=after, exported=exported,
+    from importlib.metadata import version
+    versions = {p: version(p) for p in ("jax", "jaxlib", "optax", "gguf", "numpy")}
+    report = dict(recipe=recipe, versions=versions, before=before, after=after, exported=exported,
                   loss_curve=curve, train_seconds=train_secs, head_coverage=coverage,
                   output=out, target=args.target,
                   train_rows=len(X), train_positions=int(W.sum()))
