@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git ca-certificates unzip curl
+  build-essential cmake ninja-build pkg-config git ca-certificates unzip curl openssl
   python3 python3-pip python3-venv
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev

@@ -3,6 +3,9 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -18,7 +21,104 @@ void GrpcSettings::AddFlags(FlagSet& f) {
         "keepalive ping ack timeout");
   f.Add("max-concurrent-streams", "SPECD_MAX_CONCURRENT_STREAMS", &max_concurrent_streams,
         "HTTP/2 streams per connection");
+  f.Add("tls-cert", "SPECD_TLS_CERT", &server_tls.cert,
+        "PEM certificate this service presents (with --tls-key: TLS only, no plaintext)");
+  f.Add("tls-key", "SPECD_TLS_KEY", &server_tls.key, "PEM private key of --tls-cert");
+  f.Add("tls-client-ca", "SPECD_TLS_CLIENT_CA", &server_tls.ca,
+        "PEM CA bundle: clients must present a certificate it signed (mutual TLS). Give the "
+        "draft and target a CA that signs only the router's certificate");
 }
+
+void GrpcSettings::AddUpstreamFlags(FlagSet& f) {
+  f.Add("upstream-tls-ca", "SPECD_UPSTREAM_TLS_CA", &upstream_tls.ca,
+        "PEM CA bundle the draft's and target's certificates must chain to (set: TLS to them)");
+  f.Add("upstream-tls-cert", "SPECD_UPSTREAM_TLS_CERT", &upstream_tls.cert,
+        "PEM client certificate presented to the draft and target (mutual TLS)");
+  f.Add("upstream-tls-key", "SPECD_UPSTREAM_TLS_KEY", &upstream_tls.key,
+        "PEM private key of --upstream-tls-cert");
+  f.Add("upstream-tls-server-name", "SPECD_UPSTREAM_TLS_SERVER_NAME", &upstream_server_name,
+        "name the draft's and target's certificates carry, when it is not the address's host "
+        "(unix sockets, IP addresses)");
+}
+
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", path, " is not PEM"));
+  }
+  return text.str();
+}
+
+absl::Status LoadPair(const std::string& prefix, const TlsFiles& files, GrpcSettings::Pem* pem) {
+  if (files.cert.empty() != files.key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", prefix, "-cert and --", prefix,
+                                                   "-key go together: set both or neither"));
+  }
+  if (!files.cert.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem(prefix + "-cert", files.cert);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(prefix + "-key", files.key);
+    if (!key.ok()) return key.status();
+    pem->cert = std::move(*cert);
+    pem->key = std::move(*key);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status GrpcSettings::LoadTls() {
+  server_pem = {};
+  upstream_pem = {};
+  if (absl::Status s = LoadPair("tls", server_tls, &server_pem); !s.ok()) return s;
+  if (!server_tls.ca.empty()) {
+    if (server_pem.cert.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)");
+    }
+    absl::StatusOr<std::string> ca = ReadPem("tls-client-ca", server_tls.ca);
+    if (!ca.ok()) return ca.status();
+    server_pem.ca = std::move(*ca);
+  }
+  if (absl::Status s = LoadPair("upstream-tls", upstream_tls, &upstream_pem); !s.ok()) return s;
+  if (!upstream_tls.ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem("upstream-tls-ca", upstream_tls.ca);
+    if (!ca.ok()) return ca.status();
+    upstream_pem.ca = std::move(*ca);
+  } else if (!upstream_pem.cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--upstream-tls-cert needs --upstream-tls-ca (the CA the services' certificates chain to)");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const GrpcSettings::Pem& pem) {
+  if (pem.cert.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions o(
+      pem.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                     : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  o.pem_root_certs = pem.ca;
+  o.pem_key_cert_pairs.push_back({pem.key, pem.cert});
+  return grpc::SslServerCredentials(o);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const GrpcSettings::Pem& pem) {
+  if (pem.ca.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = pem.ca;
+  o.pem_private_key = pem.key;
+  o.pem_cert_chain = pem.cert;
+  return grpc::SslCredentials(o);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
@@ -26,7 +126,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder b;
-  b.AddListeningPort(address, grpc::InsecureServerCredentials(), bound_port);
+  b.AddListeningPort(address, ServerCredentials(s.server_pem), bound_port);
   for (grpc::Service* svc : services) b.RegisterService(svc);
   b.SetMaxReceiveMessageSize(s.max_message_bytes);
   b.SetMaxSendMessageSize(s.max_message_bytes);
@@ -45,6 +145,11 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   return server;
 }
 
+const char* TransportName(const GrpcSettings& s) {
+  if (s.server_pem.cert.empty()) return "plaintext";
+  return s.server_pem.ca.empty() ? "tls" : "mtls";
+}
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const GrpcSettings& s) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(s.max_message_bytes);
@@ -56,7 +161,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Grp
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!s.upstream_server_name.empty()) {
+    args.SetSslTargetNameOverride(s.upstream_server_name);
+  }
+  return grpc::CreateCustomChannel(address, ChannelCredentials(s.upstream_pem), args);
 }
 
 void BlockTerminationSignals() {

@@ -13,20 +13,53 @@
 
 namespace specd::services {
 
+// Certificate files (PEM) for one side of a TLS connection.
+struct TlsFiles {
+  std::string cert, key;  // this side's identity (both or neither)
+  std::string ca;         // certificates the peer's must chain to
+};
+
 struct GrpcSettings {
   int32_t max_message_bytes = 64 << 20;
   int32_t keepalive_time_ms = 20000;
   int32_t keepalive_timeout_ms = 10000;
   int32_t max_concurrent_streams = 1024;
+  // The server this process runs: with cert + key it speaks TLS only; with ca as well it
+  // demands a client certificate that CA signed (mutual TLS). Nothing set: plaintext.
+  TlsFiles server_tls;
+  // Channels this process opens (the router's to the draft and target): with ca they speak
+  // TLS and verify the service against it; cert + key are the client certificate mTLS asks
+  // for. `upstream_server_name` is the name the services' certificates carry when it differs
+  // from the address (a unix socket, an IP).
+  TlsFiles upstream_tls;
+  std::string upstream_server_name;
+
+  // --tls-cert/--tls-key/--tls-client-ca (every service).
   void AddFlags(FlagSet& flags);
+  // --upstream-tls-* (processes that call other services: the router).
+  void AddUpstreamFlags(FlagSet& flags);
+  // Reads the certificate files once, after flag parsing: INVALID_ARGUMENT naming the flag
+  // when a file is missing or a pair is incomplete. StartServer and MakeChannel use what it read.
+  absl::Status LoadTls();
+
+  // What LoadTls read (empty: plaintext).
+  struct Pem {
+    std::string cert, key, ca;
+  };
+  Pem server_pem, upstream_pem;
 };
 
 // Builds and starts a server on `address` (host:port, or unix:/path) with the standard
-// health service (serving) and server reflection. `bound_port` gets the TCP port (for :0).
+// health service (serving) and server reflection, over TLS when `settings` has a server
+// certificate. `bound_port` gets the TCP port (for :0).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
     const GrpcSettings& settings, int* bound_port = nullptr);
 
+// "plaintext", "tls" or "mtls": what StartServer listens with.
+const char* TransportName(const GrpcSettings& settings);
+
+// A channel to another service: TLS (and the client certificate) per `upstream_tls`.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const GrpcSettings& settings);
 

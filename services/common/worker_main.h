@@ -58,6 +58,10 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
                  flags.Usage().c_str());
     return 2;
   }
+  if (absl::Status s = grpc_settings.LoadTls(); !s.ok()) {
+    std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), std::string(s.message()).c_str());
+    return 2;
+  }
   auto host = ModelHost::Load(mo);
   if (!host.ok()) {
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), host.status().ToString().c_str());
@@ -86,8 +90,8 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), server.status().ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "specd-%s: serving %s on %s (port %d)\n", component.c_str(),
-               mo.model_path.c_str(), listen.c_str(), port);
+  std::fprintf(stderr, "specd-%s: serving %s on %s (port %d, %s)\n", component.c_str(),
+               mo.model_path.c_str(), listen.c_str(), port, TransportName(grpc_settings));
   const int sig = WaitForTermination();
   std::fprintf(stderr, "specd-%s: signal %d: draining\n", component.c_str(), sig);
   (*server)->GetHealthCheckService()->SetServingStatus(false);

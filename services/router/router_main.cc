@@ -129,10 +129,15 @@ int Main(int argc, char** argv) {
         "file of API keys, one a line: the public API (gRPC and HTTP) then needs "
         "'authorization: Bearer <key>' (empty: no keys)");
   gs.AddFlags(f);
+  gs.AddUpstreamFlags(f);
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
     if (s.code() == absl::StatusCode::kCancelled) return 0;
     std::fprintf(stderr, "specd-router: %s\n%s", std::string(s.message()).c_str(),
                  f.Usage().c_str());
+    return 2;
+  }
+  if (absl::Status s = gs.LoadTls(); !s.ok()) {
+    std::fprintf(stderr, "specd-router: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (model.empty()) {
@@ -194,8 +199,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "specd-router: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "specd-router: serving on %s (port %d); target %s, draft %s\n",
-               listen.c_str(), port, target.c_str(), draft.empty() ? "none" : draft.c_str());
+  std::fprintf(stderr, "specd-router: serving on %s (port %d, %s); target %s, draft %s (%s)\n",
+               listen.c_str(), port, services::TransportName(gs), target.c_str(),
+               draft.empty() ? "none" : draft.c_str(),
+               gs.upstream_pem.ca.empty() ? "plaintext"
+               : gs.upstream_pem.cert.empty() ? "tls" : "mtls");
   TargetWatch watch(services::MakeChannel(target, gs), (*server)->GetHealthCheckService());
   if (served_model_name.empty()) served_model_name = std::filesystem::path(model).stem().string();
   http::OpenAiService openai(&engine, tokenizer->get(), chat.ok() ? &*chat : nullptr,

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "testing/tiny_model.h"
@@ -83,10 +85,89 @@ std::string Bin(const std::string& name) {
 }
 }  // namespace
 
+bool TestPki::Make() {
+  std::filesystem::create_directories(dir);
+  const std::string log = dir + "/openssl.log";
+  auto run = [&](const std::string& cmd) {
+    return std::system(("cd '" + dir + "' && " + cmd + " >>openssl.log 2>&1").c_str()) == 0;
+  };
+  auto key_and_csr = [&](const std::string& name, const std::string& cn) {
+    return run("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout " +
+               name + ".key -out " + name + ".csr -subj /CN=" + cn);
+  };
+  auto ca = [&](const std::string& name) {
+    return run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout " +
+               name + ".key -out " + name + ".pem -days 2 -subj /CN=" + name);
+  };
+  // days < 0 puts notAfter in the past: an expired certificate.
+  auto sign = [&](const std::string& name, const std::string& by, int days, bool server) {
+    const std::string ext = name + ".ext";
+    std::ofstream(dir + "/" + ext)
+        << (server ? "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+                   : "extendedKeyUsage=clientAuth\n");
+    return run("openssl x509 -req -in " + name + ".csr -CA " + by + ".pem -CAkey " + by +
+               ".key -CAcreateserial -days " + std::to_string(days) + " -extfile " + ext +
+               " -out " + name + ".pem");
+  };
+  return ca("internal_ca") && ca("public_ca") && ca("stranger_ca") &&
+         key_and_csr("service", "localhost") && sign("service", "internal_ca", 2, true) &&
+         key_and_csr("router_client", "specd-router") &&
+         sign("router_client", "internal_ca", 2, false) &&
+         key_and_csr("router_server", "localhost") &&
+         sign("router_server", "public_ca", 2, true) &&
+         key_and_csr("stranger_client", "specd-router") &&
+         sign("stranger_client", "stranger_ca", 2, false) &&
+         key_and_csr("expired_client", "specd-router") &&
+         sign("expired_client", "internal_ca", -1, false);
+}
+
+std::string TestPki::Read(const std::string& path) const {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TestPki::Credentials(const std::string& ca,
+                                                               const std::string& client) const {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = Read(Pem(ca));
+  if (!client.empty()) {
+    o.pem_cert_chain = Read(Pem(client));
+    o.pem_private_key = Read(Key(client));
+  }
+  return grpc::SslCredentials(o);
+}
+
+std::shared_ptr<grpc::Channel> Cluster::Channel(const std::string& address) {
+  if (!options.mtls) return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("localhost");
+  const bool internal = address != router_addr;
+  return grpc::CreateCustomChannel(
+      address,
+      internal ? pki.Credentials("internal_ca", "router_client") : pki.Credentials("public_ca", ""),
+      args);
+}
+
+std::vector<std::string> Cluster::ServerTlsFlags(const std::string& cert, bool mutual) const {
+  if (!options.mtls) return {};
+  std::vector<std::string> f = {"--tls-cert", pki.Pem(cert), "--tls-key", pki.Key(cert)};
+  if (mutual) {
+    f.push_back("--tls-client-ca");
+    f.push_back(pki.Pem("internal_ca"));
+  }
+  return f;
+}
+
 Cluster::Cluster(ClusterOptions o) : options(std::move(o)) {
   dir = std::filesystem::temp_directory_path() /
         ("specd_cluster_" + std::to_string(getpid()) + "_" + std::to_string(FreeTcpPort()));
   std::filesystem::create_directories(dir);
+  if (options.mtls) {
+    pki.dir = dir + "/pki";
+    EXPECT_TRUE(pki.Make()) << "openssl failed: see " << pki.dir << "/openssl.log";
+  }
   target_model = dir + "/target.gguf";
   draft_model = dir + "/draft.gguf";
   TinyModelSpec spec;
@@ -111,8 +192,7 @@ Cluster::Cluster(ClusterOptions o) : options(std::move(o)) {
   }
   StartRouter();
   EXPECT_TRUE(WaitHealthy(router_addr, 30));
-  router_stub_ = specd::v1::Generation::NewStub(
-      grpc::CreateChannel(router_addr, grpc::InsecureChannelCredentials()));
+  router_stub_ = specd::v1::Generation::NewStub(Channel(router_addr));
 }
 
 Cluster::~Cluster() {
@@ -129,16 +209,18 @@ void Cluster::StartTarget() {
                                    std::to_string(options.target_kv_blocks),
                                    "--max-batch-tokens", "256", "--metrics-port",
                                    std::to_string(target_metrics_port)};
+  for (const std::string& f : ServerTlsFlags("service", true)) argv.push_back(f);
   argv.insert(argv.end(), options.target_flags.begin(), options.target_flags.end());
   target = std::make_unique<Process>(argv, dir + "/target.log");
 }
 
 void Cluster::StartDraft() {
-  draft = std::make_unique<Process>(
-      std::vector<std::string>{Bin("specd-draft"), "--listen", draft_addr, "--model", draft_model,
-                               "--threads", "1", "--kv-blocks", "512", "--max-batch-tokens",
-                               "256", "--metrics-port", std::to_string(draft_metrics_port)},
-      dir + "/draft.log");
+  std::vector<std::string> argv = {Bin("specd-draft"), "--listen", draft_addr, "--model",
+                                   draft_model, "--threads", "1", "--kv-blocks", "512",
+                                   "--max-batch-tokens", "256", "--metrics-port",
+                                   std::to_string(draft_metrics_port)};
+  for (const std::string& f : ServerTlsFlags("service", true)) argv.push_back(f);
+  draft = std::make_unique<Process>(argv, dir + "/draft.log");
 }
 
 void Cluster::StartRouter() {
@@ -152,13 +234,22 @@ void Cluster::StartRouter() {
     argv.push_back("--draft");
     argv.push_back(draft_addr);
   }
+  for (const std::string& f : ServerTlsFlags("router_server", false)) argv.push_back(f);
+  if (options.mtls) {
+    for (const std::string& f :
+         {std::string("--upstream-tls-ca"), pki.Pem("internal_ca"),
+          std::string("--upstream-tls-cert"), pki.Pem("router_client"),
+          std::string("--upstream-tls-key"), pki.Key("router_client"),
+          std::string("--upstream-tls-server-name"), std::string("localhost")}) {
+      argv.push_back(f);
+    }
+  }
   argv.insert(argv.end(), options.router_flags.begin(), options.router_flags.end());
   router_proc = std::make_unique<Process>(argv, dir + "/router.log");
 }
 
 int Cluster::Health(const std::string& address) {
-  auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub = grpc::health::v1::Health::NewStub(Channel(address));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   grpc::health::v1::HealthCheckResponse resp;
@@ -176,8 +267,7 @@ bool Cluster::WaitHealthy(const std::string& address, double timeout_s) {
 }
 
 specd::internal::v1::ServiceInfo Cluster::TargetInfo() {
-  auto stub = specd::internal::v1::Target::NewStub(
-      grpc::CreateChannel(target_addr, grpc::InsecureChannelCredentials()));
+  auto stub = specd::internal::v1::Target::NewStub(Channel(target_addr));
   grpc::ClientContext ctx;
   specd::internal::v1::ServiceInfo info;
   EXPECT_TRUE(stub->GetInfo(&ctx, {}, &info).ok());
@@ -185,8 +275,7 @@ specd::internal::v1::ServiceInfo Cluster::TargetInfo() {
 }
 
 specd::internal::v1::ServiceInfo Cluster::DraftInfo() {
-  auto stub = specd::internal::v1::Draft::NewStub(
-      grpc::CreateChannel(draft_addr, grpc::InsecureChannelCredentials()));
+  auto stub = specd::internal::v1::Draft::NewStub(Channel(draft_addr));
   grpc::ClientContext ctx;
   specd::internal::v1::ServiceInfo info;
   EXPECT_TRUE(stub->GetInfo(&ctx, {}, &info).ok());

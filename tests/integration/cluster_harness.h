@@ -39,8 +39,29 @@ class Process {
   std::string log_;
 };
 
+// A throwaway PKI made with the openssl command line in `dir`: an internal CA that signs the
+// services' certificate (CN/SAN localhost) and the router's client certificate, a public CA
+// for the router's own certificate, and for the refusal tests a stranger CA with a client
+// certificate, plus an expired client certificate from the internal CA. Files are
+// <name>.pem / <name>.key.
+struct TestPki {
+  std::string dir;
+  // False (with the openssl output in dir/openssl.log) when a command failed.
+  bool Make();
+  std::string Pem(const std::string& name) const { return dir + "/" + name + ".pem"; }
+  std::string Key(const std::string& name) const { return dir + "/" + name + ".key"; }
+  std::string Read(const std::string& path) const;
+  // Channel credentials that trust `ca` and present `client` (empty: no client certificate).
+  std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::string& ca,
+                                                        const std::string& client) const;
+};
+
 struct ClusterOptions {
   bool with_draft = true;
+  // Every hop over TLS: the draft and target demand the router's client certificate (mutual
+  // TLS), the router's public API speaks TLS. The harness's own channels present what each
+  // hop needs (the router's client certificate for the internal services).
+  bool mtls = false;
   std::vector<std::string> router_flags;   // extra flags
   std::vector<std::string> target_flags;
   int target_kv_blocks = 512;
@@ -76,8 +97,13 @@ class Cluster {
   int router_http_port = 0;  // the router's OpenAI HTTP API (always on in tests)
   std::unique_ptr<Process> target, draft, router_proc;
   ClusterOptions options;
+  TestPki pki;  // made when options.mtls
+
+  // A channel to `address` as the harness talks to it (TLS where the cluster has it).
+  std::shared_ptr<grpc::Channel> Channel(const std::string& address);
 
  private:
+  std::vector<std::string> ServerTlsFlags(const std::string& cert, bool mutual) const;
   std::unique_ptr<specd::v1::Generation::Stub> router_stub_;
 };
 
