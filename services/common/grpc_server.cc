@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "services/common/wire_parse.h"
 
 namespace specd::services {
 
@@ -183,6 +184,24 @@ int WaitForTermination() {
   int sig = 0;
   sigwait(&set, &sig);
   return sig;
+}
+
+absl::Status ParseByteBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* message) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (!buffer.Dump(&slices).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(message->GetDescriptor()->name(), ": unreadable payload"));
+  }
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return ParseMessage(bytes, message);
+}
+
+grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::Message& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
 }
 
 absl::Status ToAbsl(const grpc::Status& s) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "services/common/flags.h"
 
@@ -67,6 +68,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
 // thing in main. WaitForTermination then returns the signal that arrived.
 void BlockTerminationSignals();
 int WaitForTermination();
+
+// Raw (ByteBuffer) handlers, which parse requests themselves so a malformed payload gets
+// INVALID_ARGUMENT naming the field (services/common/wire_parse.h) instead of gRPC's refusal.
+absl::Status ParseByteBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* message);
+grpc::ByteBuffer SerializeToByteBuffer(const google::protobuf::Message& message);
 
 absl::Status ToAbsl(const grpc::Status& s);
 grpc::Status ToGrpc(const absl::Status& s);

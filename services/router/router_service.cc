@@ -22,7 +22,13 @@ absl::Time DeadlineOf(grpc::CallbackServerContext* ctx) {
 // Unary: accumulate, answer once.
 class UnaryCall final : public grpc::ServerUnaryReactor {
  public:
-  explicit UnaryCall(RouterEngine* engine) : engine_(engine) {}
+  UnaryCall(RouterEngine* engine, grpc::ByteBuffer* out) : engine_(engine), out_(out) {}
+  // The response the sink fills, serialized into gRPC's buffer on success.
+  specd::v1::GenerateResponse& response() { return response_; }
+  void FinishWith(const absl::Status& status) {
+    if (status.ok()) *out_ = services::SerializeToByteBuffer(response_);
+    Finish(ToGrpc(status));
+  }
   void set_id(int64_t id) {
     absl::MutexLock l(&mu_);
     id_ = id;
@@ -37,6 +43,8 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
  private:
   RouterEngine* engine_;
+  grpc::ByteBuffer* out_;
+  specd::v1::GenerateResponse response_;
   absl::Mutex mu_;
   int64_t id_ ABSL_GUARDED_BY(mu_) = -1;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -44,7 +52,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
 class UnarySink final : public RequestSink {
  public:
-  UnarySink(UnaryCall* call, specd::v1::GenerateResponse* resp) : call_(call), resp_(resp) {}
+  explicit UnarySink(UnaryCall* call) : call_(call), resp_(&call->response()) {}
   void OnChunk(specd::v1::GenerateStreamResponse c) override {
     resp_->mutable_text()->append(c.text());
     resp_->mutable_token_ids()->MergeFrom(c.token_ids());
@@ -56,7 +64,7 @@ class UnarySink final : public RequestSink {
     } else {
       resp_->Clear();
     }
-    call_->Finish(ToGrpc(status));
+    call_->FinishWith(status);
   }
 
  private:
@@ -66,12 +74,12 @@ class UnarySink final : public RequestSink {
 
 // Shared between the stream reactor (deleted by gRPC in OnDone) and the engine's sink (kept
 // until the engine's OnDone), so neither outlives what it touches.
-class StreamCall final : public grpc::ServerWriteReactor<specd::v1::GenerateStreamResponse> {
+class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   struct State {
     absl::Mutex mu;
     StreamCall* call ABSL_GUARDED_BY(mu) = nullptr;
-    std::deque<specd::v1::GenerateStreamResponse> queue ABSL_GUARDED_BY(mu);
+    std::deque<grpc::ByteBuffer> queue ABSL_GUARDED_BY(mu);  // serialized responses
     bool writing ABSL_GUARDED_BY(mu) = false;
     bool finished ABSL_GUARDED_BY(mu) = false;  // the engine is done
     bool finish_called ABSL_GUARDED_BY(mu) = false;
@@ -95,7 +103,7 @@ class StreamCall final : public grpc::ServerWriteReactor<specd::v1::GenerateStre
   // Starts the next write or the Finish, whichever is due. Called without the lock.
   static void Pump(const std::shared_ptr<State>& s) {
     StreamCall* call = nullptr;
-    const specd::v1::GenerateStreamResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     bool finish = false;
     absl::Status status;
     {
@@ -174,7 +182,7 @@ class StreamSink final : public RequestSink {
     {
       absl::MutexLock l(&s_->mu);
       if (s_->call == nullptr || s_->cancelled) return;
-      s_->queue.push_back(std::move(c));
+      s_->queue.push_back(services::SerializeToByteBuffer(c));
     }
     StreamCall::Pump(s_);
   }
@@ -184,7 +192,7 @@ class StreamSink final : public RequestSink {
       if (status.ok() && s_->call != nullptr && !s_->cancelled) {
         specd::v1::GenerateStreamResponse last;
         *last.mutable_completion() = std::move(completion);
-        s_->queue.push_back(std::move(last));
+        s_->queue.push_back(services::SerializeToByteBuffer(last));
       }
       s_->finished = true;
       s_->status = status;
@@ -213,31 +221,40 @@ absl::Status GenerationService::Authorize(grpc::CallbackServerContext* ctx) {
   return absl::OkStatus();
 }
 
+absl::Status GenerationService::Admit(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer& bytes,
+                                      google::protobuf::Message* request) {
+  if (absl::Status a = Authorize(ctx); !a.ok()) return a;
+  if (absl::Status p = services::ParseByteBuffer(bytes, request); !p.ok()) return Refused(p);
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* ctx,
-                                                      const specd::v1::GenerateRequest* req,
-                                                      specd::v1::GenerateResponse* resp) {
-  auto* call = new UnaryCall(engine_);
-  if (absl::Status a = Authorize(ctx); !a.ok()) {
-    call->Finish(ToGrpc(a));
+                                                      const grpc::ByteBuffer* bytes,
+                                                      grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(engine_, out);
+  specd::v1::GenerateRequest req;
+  if (absl::Status a = Admit(ctx, *bytes, &req); !a.ok()) {
+    call->FinishWith(a);
     return call;
   }
-  absl::StatusOr<ValidatedRequest> v = ValidateRequest(*req, *tokenizer_, chat_, engine_->limits());
+  absl::StatusOr<ValidatedRequest> v = ValidateRequest(req, *tokenizer_, chat_, engine_->limits());
   if (!v.ok()) {
-    call->Finish(ToGrpc(Refused(v.status())));
+    call->FinishWith(Refused(v.status()));
     return call;
   }
   absl::StatusOr<int64_t> id =
-      engine_->Submit(std::move(*v), std::make_shared<UnarySink>(call, resp), DeadlineOf(ctx));
+      engine_->Submit(std::move(*v), std::make_shared<UnarySink>(call), DeadlineOf(ctx));
   if (!id.ok()) {
-    call->Finish(ToGrpc(Refused(id.status())));
+    call->FinishWith(Refused(id.status()));
     return call;
   }
   call->set_id(*id);
   return call;
 }
 
-grpc::ServerWriteReactor<specd::v1::GenerateStreamResponse>* GenerationService::GenerateStream(
-    grpc::CallbackServerContext* ctx, const specd::v1::GenerateRequest* req) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::GenerateStream(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* bytes) {
   auto* call = new StreamCall(engine_);
   auto fail = [&](const absl::Status& s) {
     auto st = call->state();
@@ -249,8 +266,9 @@ grpc::ServerWriteReactor<specd::v1::GenerateStreamResponse>* GenerationService::
     StreamCall::Pump(st);
     return call;
   };
-  if (absl::Status a = Authorize(ctx); !a.ok()) return fail(a);
-  absl::StatusOr<ValidatedRequest> v = ValidateRequest(*req, *tokenizer_, chat_, engine_->limits());
+  specd::v1::GenerateRequest req;
+  if (absl::Status a = Admit(ctx, *bytes, &req); !a.ok()) return fail(a);
+  absl::StatusOr<ValidatedRequest> v = ValidateRequest(req, *tokenizer_, chat_, engine_->limits());
   if (!v.ok()) return fail(Refused(v.status()));
   absl::StatusOr<int64_t> id = engine_->Submit(
       std::move(*v), std::make_shared<StreamSink>(call->state()), DeadlineOf(ctx));
@@ -259,43 +277,39 @@ grpc::ServerWriteReactor<specd::v1::GenerateStreamResponse>* GenerationService::
   return call;
 }
 
-grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,
-                                                      const specd::v1::TokenizeRequest* req,
-                                                      specd::v1::TokenizeResponse* resp) {
-  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-  if (absl::Status a = Authorize(ctx); !a.ok()) {
-    r->Finish(ToGrpc(a));
-    return r;
-  }
+absl::Status GenerationService::TokenizeRequest(const specd::v1::TokenizeRequest& req,
+                                                specd::v1::TokenizeResponse* resp) {
   absl::StatusOr<std::vector<int32_t>> ids;
   const ModelLimits limits = engine_->limits();
-  if (req->input_case() == specd::v1::TokenizeRequest::kPrompt) {
-    ids = EncodeText("prompt", req->prompt(), req->add_special_tokens(), *tokenizer_, limits);
-  } else if (req->input_case() == specd::v1::TokenizeRequest::kChat) {
-    ids = EncodeChat(req->chat(), *tokenizer_, chat_, limits);
+  if (req.input_case() == specd::v1::TokenizeRequest::kPrompt) {
+    ids = EncodeText("prompt", req.prompt(), req.add_special_tokens(), *tokenizer_, limits);
+  } else if (req.input_case() == specd::v1::TokenizeRequest::kChat) {
+    ids = EncodeChat(req.chat(), *tokenizer_, chat_, limits);
   } else {
     ids = absl::InvalidArgumentError("input is required: set prompt or chat");
   }
-  if (!ids.ok()) {
-    r->Finish(ToGrpc(ids.status()));
-    return r;
-  }
+  if (!ids.ok()) return ids.status();
   for (int32_t id : *ids) {
     resp->add_token_ids(id);
     resp->add_pieces(tokenizer_->TokenBytes(id));
   }
-  r->Finish(grpc::Status::OK);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,
+                                                      const grpc::ByteBuffer* bytes,
+                                                      grpc::ByteBuffer* out) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  specd::v1::TokenizeRequest req;
+  specd::v1::TokenizeResponse resp;
+  absl::Status s = Admit(ctx, *bytes, &req);
+  if (s.ok()) s = TokenizeRequest(req, &resp);
+  if (s.ok()) *out = services::SerializeToByteBuffer(resp);
+  r->Finish(ToGrpc(s));
   return r;
 }
 
-grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
-                                                          const specd::v1::GetModelInfoRequest*,
-                                                          specd::v1::ModelInfo* resp) {
-  if (absl::Status a = Authorize(ctx); !a.ok()) {
-    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-    r->Finish(ToGrpc(a));
-    return r;
-  }
+void GenerationService::FillModelInfo(specd::v1::ModelInfo* resp) {
   const ModelLimits l = engine_->limits();
   resp->set_target_model(target_model_);
   resp->set_draft_model(draft_model_);
@@ -304,8 +318,20 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   resp->set_vocab_fingerprint(tokenizer_->Fingerprint());
   resp->set_draft_available(l.draft_available);
   resp->set_max_new_tokens_limit(l.max_new_tokens);
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* bytes,
+                                                          grpc::ByteBuffer* out) {
   grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-  r->Finish(grpc::Status::OK);
+  specd::v1::GetModelInfoRequest req;
+  absl::Status s = Admit(ctx, *bytes, &req);
+  if (s.ok()) {
+    specd::v1::ModelInfo info;
+    FillModelInfo(&info);
+    *out = services::SerializeToByteBuffer(info);
+  }
+  r->Finish(ToGrpc(s));
   return r;
 }
 

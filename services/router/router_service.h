@@ -1,5 +1,7 @@
 // The public specd.v1.Generation service: validation, then the RouterEngine. Generate and
-// GenerateStream use the callback API; a client disconnect cancels the request.
+// GenerateStream use the callback API; a client disconnect cancels the request. Every method
+// is raw (ByteBuffer in and out) so that the service parses requests itself: a payload that is
+// not a valid message gets INVALID_ARGUMENT naming the field, like every other bad input.
 #ifndef SPECD_SERVICES_ROUTER_ROUTER_SERVICE_H_
 #define SPECD_SERVICES_ROUTER_ROUTER_SERVICE_H_
 
@@ -14,7 +16,13 @@
 
 namespace specd::router {
 
-class GenerationService final : public specd::v1::Generation::CallbackService {
+using RawGenerationService = specd::v1::Generation::WithRawCallbackMethod_Generate<
+    specd::v1::Generation::WithRawCallbackMethod_GenerateStream<
+        specd::v1::Generation::WithRawCallbackMethod_Tokenize<
+            specd::v1::Generation::WithRawCallbackMethod_GetModelInfo<
+                specd::v1::Generation::Service>>>>;
+
+class GenerationService final : public RawGenerationService {
  public:
   // `chat` may be null. All pointers must outlive the service.
   GenerationService(RouterEngine* engine, const tok::Tokenizer* tokenizer,
@@ -32,16 +40,14 @@ class GenerationService final : public specd::v1::Generation::CallbackService {
   void set_api_keys(const ApiKeys* keys) { keys_ = keys; }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
-                                     const specd::v1::GenerateRequest* req,
-                                     specd::v1::GenerateResponse* resp) override;
-  grpc::ServerWriteReactor<specd::v1::GenerateStreamResponse>* GenerateStream(
-      grpc::CallbackServerContext* ctx, const specd::v1::GenerateRequest* req) override;
+                                     const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateStream(grpc::CallbackServerContext* ctx,
+                                                             const grpc::ByteBuffer* req) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
-                                     const specd::v1::TokenizeRequest* req,
-                                     specd::v1::TokenizeResponse* resp) override;
+                                     const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
-                                         const specd::v1::GetModelInfoRequest* req,
-                                         specd::v1::ModelInfo* resp) override;
+                                         const grpc::ByteBuffer* req,
+                                         grpc::ByteBuffer* resp) override;
 
  private:
   RouterEngine* engine_;
@@ -51,6 +57,12 @@ class GenerationService final : public specd::v1::Generation::CallbackService {
   absl::Status Refused(absl::Status s);
   // OK, or UNAUTHENTICATED (counted like any refusal).
   absl::Status Authorize(grpc::CallbackServerContext* ctx);
+  // Authorize, then parse: OK, or the refusal (counted).
+  absl::Status Admit(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& bytes,
+                     google::protobuf::Message* request);
+  absl::Status TokenizeRequest(const specd::v1::TokenizeRequest& req,
+                               specd::v1::TokenizeResponse* resp);
+  void FillModelInfo(specd::v1::ModelInfo* info);
   const ApiKeys* keys_ = nullptr;
 
   std::string target_model_, draft_model_;

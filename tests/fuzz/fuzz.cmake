@@ -49,3 +49,22 @@ if(SPECD_FUZZ)
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(openai_request_fuzz_bounded PROPERTIES LABELS "fuzz" TIMEOUT 300)
 endif()
+
+# The router's handling of a Generation payload: parse (services/common/wire_parse.cc) and
+# validate (services/router/request_validation.cc), both compiled into the fuzzer for
+# coverage; seeds are serialized requests in tests/data/fuzz/router/ (protoc --encode).
+if(SPECD_FUZZ)
+  add_executable(router_request_fuzz ${PROJECT_SOURCE_DIR}/tests/fuzz/router_request_fuzz.cc
+                 ${PROJECT_SOURCE_DIR}/services/common/wire_parse.cc
+                 ${PROJECT_SOURCE_DIR}/services/router/request_validation.cc)
+  target_include_directories(router_request_fuzz PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(router_request_fuzz PRIVATE ${SPECD_WARNINGS} ${_fuzz_flags})
+  target_link_options(router_request_fuzz PRIVATE ${_fuzz_flags})
+  target_link_libraries(router_request_fuzz PRIVATE specd_proto specd_testing specd_tokenizer
+                        specd_sampling absl::flat_hash_map absl::status absl::strings)
+  set(_rrun ${CMAKE_CURRENT_BINARY_DIR}/router_fuzz_run)
+  add_test(NAME router_request_fuzz_bounded
+    COMMAND sh -c "rm -rf '${_rrun}' && mkdir -p '${_rrun}/corpus' '${_rrun}/artifacts' && cp '${PROJECT_SOURCE_DIR}/tests/data/fuzz/router/'* '${_rrun}/corpus/' && exec '$<TARGET_FILE:router_request_fuzz>' -max_total_time=60 -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 '-artifact_prefix=${_rrun}/artifacts/' '${_rrun}/corpus'"
+    WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(router_request_fuzz_bounded PROPERTIES LABELS "fuzz" TIMEOUT 300)
+endif()

@@ -18,6 +18,7 @@
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
 #include "testing/plain_greedy.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
 
@@ -190,6 +191,82 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentAndServicesStayHealthy) {
   EXPECT_EQ(c.Health(c.target_addr), 1);
   GenerateResponse u;
   EXPECT_TRUE(Unary(c, Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF), &u).ok());
+}
+
+// Raw bytes on the wire, as a client in another language (or an attacker) may send them: each
+// of the four methods answers INVALID_ARGUMENT with a message naming the problem, unary and
+// streaming alike, and the router stays healthy.
+grpc::Status RawUnary(grpc::Channel* channel, const std::string& method, const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel, grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
+      &ctx, request, &response);
+}
+
+grpc::Status RawStream(grpc::Channel* channel, const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel,
+          grpc::internal::RpcMethod("/specd.v1.Generation/GenerateStream",
+                                    grpc::internal::RpcMethod::SERVER_STREAMING),
+          &ctx, request));
+  while (reader->Read(&response)) {
+  }
+  return reader->Finish();
+}
+
+TEST_F(ClusterTest, MalformedPayloadsAreInvalidArgumentNamingTheField) {
+  Cluster& c = *cluster_;
+  GenerateRequest chat;
+  auto* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  chat.set_request_id("tag-1");
+  const std::string wire = chat.SerializeAsString();
+  auto patched = [&](const std::string& from, const std::string& to) {
+    std::string b = wire;
+    b.replace(b.find(from), from.size(), to);
+    return b;
+  };
+  GenerateRequest flag;
+  flag.set_add_special_tokens(true);
+  std::string truncated_varint = flag.SerializeAsString();
+  truncated_varint.back() = '\x80';
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {patched("user", "us\xffr"), "chat.messages[0].role: invalid UTF-8"},
+      {patched("tag-1", "tag\xc3("), "request_id: invalid UTF-8"},
+      {truncated_varint, "add_special_tokens: truncated"},
+      {wire.substr(0, wire.size() - 3), "runs past the end"},
+      {std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11), "GenerateRequest: "},
+  };
+  std::shared_ptr<grpc::Channel> channel = c.Channel(c.router_addr);
+  for (const auto& [bytes, want] : bad) {
+    grpc::Status u = RawUnary(channel.get(), "/specd.v1.Generation/Generate", bytes);
+    EXPECT_EQ(u.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << want << ": "
+                                                                  << u.error_message();
+    EXPECT_NE(u.error_message().find(want), std::string::npos) << u.error_message();
+    grpc::Status s = RawStream(channel.get(), bytes);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << want;
+    EXPECT_NE(s.error_message().find(want), std::string::npos) << s.error_message();
+    if (want.find("request_id") != std::string::npos) continue;  // not a TokenizeRequest field
+    grpc::Status t = RawUnary(channel.get(), "/specd.v1.Generation/Tokenize", bytes);
+    EXPECT_EQ(t.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << want;
+    EXPECT_NE(t.error_message().find("TokenizeRequest: "), std::string::npos)
+        << t.error_message();
+  }
+  grpc::Status info = RawUnary(channel.get(), "/specd.v1.Generation/GetModelInfo", "\x08");
+  EXPECT_EQ(info.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << info.error_message();
+  EXPECT_TRUE(RawUnary(channel.get(), "/specd.v1.Generation/GetModelInfo", "").ok());
+  EXPECT_EQ(c.Health(c.router_addr), 1);
+  const std::string metrics = c.RouterMetrics();
+  EXPECT_NE(metrics.find("code=\"INVALID_ARGUMENT\""), std::string::npos);
 }
 
 TEST_F(ClusterTest, CancelMidStreamFreesKvOnBothServices) {

@@ -29,3 +29,8 @@ if(NOT SPECD_CORE_ONLY)
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/api_keys_test.cc
     DEPS specd_router_core LABELS services)
 endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(wire_parse_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/wire_parse_test.cc
+    DEPS specd_proto_convert LABELS services)
+endif()
