@@ -45,7 +45,8 @@ constexpr char kChatMlTemplate[] =
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-absl::Status AddSyntheticTokenizer(gguf::GgufWriter& w, int32_t min_vocab, int32_t* vocab_size) {
+absl::Status AddSyntheticTokenizer(gguf::GgufWriter& w, int32_t min_vocab, int32_t eos_id,
+                                   int32_t* vocab_size) {
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types = {3, 3, 3};
   const std::vector<std::string> bytes = ByteLevelAlphabet();
@@ -87,7 +88,7 @@ absl::Status AddSyntheticTokenizer(gguf::GgufWriter& w, int32_t min_vocab, int32
   w.Set("tokenizer.ggml.token_type", Value::Array(ValueType::kInt32, std::move(type_values)));
   w.Set("tokenizer.ggml.merges", Value::Array(ValueType::kString, std::move(merge_values)));
   w.Set("tokenizer.ggml.bos_token_id", Value::U32(1));
-  w.Set("tokenizer.ggml.eos_token_id", Value::U32(2));
+  w.Set("tokenizer.ggml.eos_token_id", Value::U32(static_cast<uint32_t>(eos_id)));
   w.Set("tokenizer.ggml.padding_token_id", Value::U32(0));
   w.Set("tokenizer.ggml.add_bos_token", Value::Bool(false));
   w.Set("tokenizer.chat_template", Value::Str(kChatMlTemplate));
@@ -127,7 +128,7 @@ absl::Status WriteTinyModel(const TinyModelSpec& s, const std::string& path) {
   gguf::GgufWriter w;
   int32_t vocab = 0;
   if (s.tokenizer_from.empty()) {
-    absl::Status st = AddSyntheticTokenizer(w, s.vocab_size, &vocab);
+    absl::Status st = AddSyntheticTokenizer(w, s.vocab_size, s.eos_token_id, &vocab);
     if (!st.ok()) return st;
   } else {
     absl::Status st = CopyTokenizer(w, s.tokenizer_from, &vocab);

@@ -43,6 +43,9 @@ struct TinyModelSpec {
   // Synthetic tokenizer only: pad the vocabulary with unused tokens up to this size
   // (0 = the ~300 tokens the synthetic tokenizer needs).
   int32_t vocab_size = 0;
+  // Synthetic tokenizer only: the end-of-generation id (metadata only: the weights do not
+  // change, so a test can make any token the model emits its EOS).
+  int32_t eos_token_id = 2;
 };
 
 absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& path);

@@ -24,13 +24,14 @@ const prometheus::Histogram::BucketBoundaries& CountBuckets() {
   return *b;
 }
 
-#define reg registry_
+#define reg router_registry_
 #define SPECD_HIST(name, help, buckets) \
   BuildHistogram().Name(name).Help(help).Register(*reg).Add({}, buckets)
 #define SPECD_COUNTER(name, help) BuildCounter().Name(name).Help(help).Register(*reg).Add({})
 #define SPECD_GAUGE(name, help) BuildGauge().Name(name).Help(help).Register(*reg).Add({})
-Metrics::Metrics()
-    : registry_(std::make_shared<prometheus::Registry>()),
+Metrics::Metrics(MetricsRole role)
+    : router_registry_(std::make_shared<prometheus::Registry>()),
+      service_registry_(std::make_shared<prometheus::Registry>()),
       router_requests(BuildCounter()
                           .Name("specd_router_requests_total")
                           .Help("Finished public requests by gRPC status code")
@@ -88,19 +89,20 @@ Metrics::Metrics()
       service_requests(BuildCounter()
                            .Name("specd_service_requests_total")
                            .Help("Internal RPCs served, by component, method and code")
-                           .Register(*reg)),
+                           .Register(*service_registry_)),
       service_step_latency(BuildHistogram()
                                .Name("specd_service_step_latency_seconds")
                                .Help("Step execution time, by component")
-                               .Register(*reg)),
+                               .Register(*service_registry_)),
       service_step_tokens(BuildHistogram()
                               .Name("specd_service_step_tokens")
                               .Help("Tokens forwarded per step, by component")
-                              .Register(*reg)),
+                              .Register(*service_registry_)),
       service_kv_blocks(BuildGauge()
                             .Name("specd_service_kv_blocks")
                             .Help("KV cache blocks by component and state (used/free)")
-                            .Register(*reg)) {}
+                            .Register(*service_registry_)),
+      role_(role) {}
 #undef reg
 #undef SPECD_HIST
 #undef SPECD_COUNTER
@@ -114,13 +116,13 @@ absl::Status Metrics::Serve(int port, const std::string& address) {
     return absl::UnavailableError(
         absl::StrCat("metrics on ", address, ":", port, ": ", e.what()));
   }
-  exposer_->RegisterCollectable(registry_);
+  exposer_->RegisterCollectable(served());
   return absl::OkStatus();
 }
 
 std::string Metrics::Text() const {
   prometheus::TextSerializer s;
-  return s.Serialize(registry_->Collect());
+  return s.Serialize(served()->Collect());
 }
 
 }  // namespace specd::services

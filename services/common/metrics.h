@@ -1,6 +1,7 @@
 // Every Prometheus metric of the cluster, defined in this one file so names stay consistent:
-// specd_<component>_<what>_<unit>. Each process owns one Metrics object (a registry it can
-// serve over HTTP); components only touch the members they need.
+// specd_<component>_<what>_<unit>. Each process owns one Metrics object for its role and
+// serves only that role's families over HTTP (a worker exports no specd_router_* family);
+// components only touch the members they need.
 #ifndef SPECD_SERVICES_COMMON_METRICS_H_
 #define SPECD_SERVICES_COMMON_METRICS_H_
 
@@ -17,17 +18,19 @@
 
 namespace specd::services {
 
+enum class MetricsRole { kRouter, kService };
+
 class Metrics {
  private:
-  // First: the metric references below point into families it owns.
-  std::shared_ptr<prometheus::Registry> registry_;
+  // First: the metric references below point into families they own. Both exist in every
+  // process (so any member can be touched); only the role's registry is served.
+  std::shared_ptr<prometheus::Registry> router_registry_, service_registry_;
 
  public:
-  Metrics();
+  explicit Metrics(MetricsRole role = MetricsRole::kRouter);
   // Serves /metrics on address:port (port 0: not served).
   absl::Status Serve(int port, const std::string& address = "0.0.0.0");
-  prometheus::Registry& registry() { return *registry_; }
-  // The text exposition of everything registered (what /metrics returns).
+  // The text exposition of the role's families (what /metrics returns).
   std::string Text() const;
 
   // --- router ---
@@ -60,6 +63,10 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& service_kv_blocks;          // {component, state}
 
  private:
+  const std::shared_ptr<prometheus::Registry>& served() const {
+    return role_ == MetricsRole::kRouter ? router_registry_ : service_registry_;
+  }
+  MetricsRole role_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
 

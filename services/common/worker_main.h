@@ -77,7 +77,7 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     std::fprintf(stderr, "specd-%s: calibrated in %.2f s\n", component.c_str(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  Metrics metrics;
+  Metrics metrics(MetricsRole::kService);
   if (absl::Status s = metrics.Serve(metrics_port, metrics_address); !s.ok()) {
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), s.ToString().c_str());
     return 1;

@@ -28,13 +28,12 @@ class LocalBackend : public Base {
     ++steps_;
     return worker_->Step(request);
   }
-  absl::Status Release(const std::vector<int64_t>& ids) override {
+  absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
     absl::MutexLock l(&mu_);
     if (down_) return absl::UnavailableError("service down (injected)");
     iv1::ReleaseRequest r;
     r.mutable_seq_ids()->Assign(ids.begin(), ids.end());
-    worker_->Release(r);
-    return absl::OkStatus();
+    return worker_->Release(r).kv();
   }
   absl::StatusOr<iv1::ServiceInfo> GetInfo() override {
     absl::MutexLock l(&mu_);

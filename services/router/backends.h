@@ -18,7 +18,8 @@ class TargetBackend {
  public:
   virtual ~TargetBackend() = default;
   virtual absl::StatusOr<iv1::TargetStepResponse> Step(const iv1::TargetStepRequest& request) = 0;
-  virtual absl::Status Release(const std::vector<int64_t>& ids) = 0;
+  // The service's KV usage after the release (what the router's kv_blocks gauge shows).
+  virtual absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) = 0;
   virtual absl::StatusOr<iv1::ServiceInfo> GetInfo() = 0;
 };
 
@@ -26,7 +27,8 @@ class DraftBackend {
  public:
   virtual ~DraftBackend() = default;
   virtual absl::StatusOr<iv1::DraftStepResponse> Step(const iv1::DraftStepRequest& request) = 0;
-  virtual absl::Status Release(const std::vector<int64_t>& ids) = 0;
+  // The service's KV usage after the release (what the router's kv_blocks gauge shows).
+  virtual absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) = 0;
   virtual absl::StatusOr<iv1::ServiceInfo> GetInfo() = 0;
 };
 

@@ -26,13 +26,15 @@ class GrpcBackend final : public Base {
     if (!s.ok()) return services::ToAbsl(s);
     return resp;
   }
-  absl::Status Release(const std::vector<int64_t>& ids) override {
+  absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
     grpc::ClientContext ctx;
     SetDeadline(ctx);
     iv1::ReleaseRequest req;
     req.mutable_seq_ids()->Assign(ids.begin(), ids.end());
     iv1::ReleaseResponse resp;
-    return services::ToAbsl(stub_->Release(&ctx, req, &resp));
+    grpc::Status s = stub_->Release(&ctx, req, &resp);
+    if (!s.ok()) return services::ToAbsl(s);
+    return resp.kv();
   }
   absl::StatusOr<iv1::ServiceInfo> GetInfo() override {
     grpc::ClientContext ctx;

@@ -17,6 +17,13 @@ void ObserveLatency(services::Metrics* m, const char* hop, absl::Time t0) {
       .Observe(absl::ToDoubleSeconds(absl::Now() - t0));
 }
 
+// The router's view of a service's KV, refreshed by every answer that reports it (steps and
+// releases alike, so it never lags a release).
+void RecordKv(services::Metrics* m, const char* service, const iv1::KvUsage& kv) {
+  m->router_kv_blocks.Add({{"service", service}, {"state", "used"}}).Set(kv.used_blocks());
+  m->router_kv_blocks.Add({{"service", service}, {"state", "free"}}).Set(kv.free_blocks());
+}
+
 }  // namespace
 
 // ---- RemoteDrafter -------------------------------------------------------------------------
@@ -61,18 +68,20 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
       out[j].proposals.push_back(services::FromProto(p));
     }
   }
-  metrics_->router_kv_blocks.Add({{"service", "draft"}, {"state", "used"}})
-      .Set(response->kv().used_blocks());
+  RecordKv(metrics_, "draft", response->kv());
   return absl::OkStatus();
 }
 
 void RemoteDrafter::ReleaseMany(absl::Span<const spec::SeqId> seqs) {
   for (spec::SeqId s : seqs) held_.erase(s);
   if (!available_ || seqs.empty()) return;
-  if (absl::Status s = backend_->Release(std::vector<int64_t>(seqs.begin(), seqs.end()));
-      !s.ok()) {
-    CountError(metrics_, "draft", s);
+  absl::StatusOr<iv1::KvUsage> kv =
+      backend_->Release(std::vector<int64_t>(seqs.begin(), seqs.end()));
+  if (!kv.ok()) {
+    CountError(metrics_, "draft", kv.status());
+    return;
   }
+  RecordKv(metrics_, "draft", *kv);
 }
 
 // ---- RemoteTarget --------------------------------------------------------------------------
@@ -99,10 +108,7 @@ absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
     CountError(metrics_, "target", response.status());
     return response.status();
   }
-  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "used"}})
-      .Set(response->kv().used_blocks());
-  metrics_->router_kv_blocks.Add({{"service", "target"}, {"state", "free"}})
-      .Set(response->kv().free_blocks());
+  RecordKv(metrics_, "target", response->kv());
   absl::flat_hash_map<int64_t, const iv1::TargetSequenceResult*> result_of;
   for (const iv1::TargetSequenceResult& r : response->sequences()) result_of[r.seq_id()] = &r;
   out.assign(calls.size(), spec::TargetOutcome{});
@@ -136,11 +142,14 @@ absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
 void RemoteTarget::Release(absl::Span<const spec::SeqId> seqs) {
   if (seqs.empty()) return;
   const absl::Time t0 = absl::Now();
-  if (absl::Status s = backend_->Release(std::vector<int64_t>(seqs.begin(), seqs.end()));
-      !s.ok()) {
-    CountError(metrics_, "target", s);
-  }
+  absl::StatusOr<iv1::KvUsage> kv =
+      backend_->Release(std::vector<int64_t>(seqs.begin(), seqs.end()));
   ObserveLatency(metrics_, "target_release", t0);
+  if (!kv.ok()) {
+    CountError(metrics_, "target", kv.status());
+    return;
+  }
+  RecordKv(metrics_, "target", *kv);
 }
 
 }  // namespace specd::router

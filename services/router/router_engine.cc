@@ -338,7 +338,10 @@ void RouterEngine::Finish(const RequestPtr& r, absl::Status status) {
   sp->set_draft_tokens(r->drafted);
   sp->set_accepted_tokens(r->accepted);
   if (r->steps > 0) {
-    sp->set_mean_accepted_length(static_cast<double>(generated) / r->steps);
+    // The end-of-generation token came out of a target step like any other; it is just not
+    // returned. Counting it keeps a plain decode at exactly 1 token per step.
+    const int32_t produced = generated + (r->reason == specd::v1::FINISH_REASON_EOS ? 1 : 0);
+    sp->set_mean_accepted_length(static_cast<double>(produced) / r->steps);
   }
   c.set_seed(r->req.params.seed);
   c.set_request_id(r->req.request_id);

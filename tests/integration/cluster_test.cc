@@ -288,6 +288,18 @@ TEST_F(ClusterTest, CancelMidStreamFreesKvOnBothServices) {
     if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(freed);
+  // The router's view agrees with the services' once the release answers have come back.
+  bool router_agrees = false;
+  for (int i = 0; i < 100 && !router_agrees; ++i) {
+    const std::string m = c.RouterMetrics();
+    router_agrees =
+        m.find("specd_router_kv_blocks{service=\"target\",state=\"used\"} 0\n") !=
+            std::string::npos &&
+        m.find("specd_router_kv_blocks{service=\"draft\",state=\"used\"} 0\n") !=
+            std::string::npos;
+    if (!router_agrees) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(router_agrees) << c.RouterMetrics();
 }
 
 TEST_F(ClusterTest, OverloadIsResourceExhaustedWithin50ms) {
@@ -350,7 +362,10 @@ TEST_F(ClusterTest, MetricsCountersMoved) {
         << component;
     EXPECT_GT(value(w, "specd_service_kv_blocks{component=\"" + component + "\",state=\"free\"}"), 0)
         << component;
+    EXPECT_EQ(w.find("specd_router_"), std::string::npos)
+        << component << " exports the router's families";
   }
+  EXPECT_EQ(m.find("specd_service_"), std::string::npos) << "the router exports worker families";
 }
 
 // From here on the tests break things; they run last.

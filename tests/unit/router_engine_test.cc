@@ -1,6 +1,7 @@
 // RouterEngine over in-process workers (no network): outputs against plain greedy decoding,
 // streaming, stop strings, cancellation, deadlines, queue bound, preemption, and the fault
 // paths (draft down and back, target restart).
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,7 +103,7 @@ class RouterEngineTest : public ::testing::Test {
 
   void Make(RouterOptions options = {}, int target_blocks = 256, bool with_draft = true,
             const std::string* draft_model = nullptr, const std::string* target_model = nullptr,
-            int draft_layers = 0) {
+            int draft_layers = 0, const tok::Tokenizer* tokenizer = nullptr) {
     auto t = std::make_unique<LocalTargetBackend>(std::make_unique<services::TargetWorker>(
         Host(target_model ? *target_model : *target_path_, target_blocks)));
     target_ = t.get();
@@ -121,8 +122,8 @@ class RouterEngineTest : public ::testing::Test {
       options.track_load = false;
     }
     options.draft_retry = absl::Milliseconds(50);
-    engine_ = std::make_unique<RouterEngine>(options, std::move(t), std::move(d), *tokenizer_,
-                                             &metrics_);
+    engine_ = std::make_unique<RouterEngine>(options, std::move(t), std::move(d),
+                                             tokenizer ? *tokenizer : *tokenizer_, &metrics_);
     ASSERT_TRUE(engine_->Start().ok());
   }
 
@@ -287,6 +288,68 @@ TEST_F(RouterEngineTest, CancelReleasesKvOnBothServices) {
   EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(5)));
   EXPECT_EQ(target_->Info().kv_used_blocks(), 0);
   EXPECT_EQ(draft_->Info().kv_used_blocks(), 0);
+  // The router's gauge follows the releases (it used to keep the last step's count).
+  const std::string text = metrics_.Text();
+  EXPECT_NE(text.find("specd_router_kv_blocks{service=\"target\",state=\"used\"} 0\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("specd_router_kv_blocks{service=\"draft\",state=\"used\"} 0\n"),
+            std::string::npos) << text;
+}
+
+// A request that ends on the end-of-generation token: that token is produced by a target step
+// but not returned, and mean_accepted_length counts it, so it never falls below 1 (a plain
+// decode is exactly 1 token per step).
+TEST_F(RouterEngineTest, MeanAcceptedLengthCountsTheEosStep) {
+  // A livelier target than the fixture's (larger weights: it does not settle on one token),
+  // then the same weights with the first token it emits that it had not emitted before
+  // declared EOS.
+  testing::TinyModelSpec spec;
+  spec.seed = 23;
+  spec.weight_scale = 0.5f;
+  const std::string lively = ::testing::TempDir() + "/router_tiny_lively.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(spec, lively).ok());
+  std::vector<int32_t> prompt, out;
+  size_t cut = 0;
+  for (int salt = 0; salt < 64 && cut == 0; ++salt) {
+    prompt = Prompt(12, salt);
+    out = ReferenceGreedy(lively, prompt, 16);
+    ASSERT_EQ(out.size(), 16u);
+    cut = 1;
+    while (cut < out.size() &&
+           std::find(out.begin(), out.begin() + cut, out[cut]) != out.begin() + cut) {
+      ++cut;
+    }
+    if (cut == out.size()) cut = 0;  // one token over and over: try another prompt
+  }
+  ASSERT_GT(cut, 0u) << "every prompt makes the tiny model repeat one token";
+  const std::vector<int32_t> want(out.begin(), out.begin() + cut);
+  spec.eos_token_id = out[cut];
+  const std::string path = ::testing::TempDir() + "/router_tiny_21_eos.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(spec, path).ok());
+  auto file = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  auto tokenizer = tok::Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tokenizer.ok());
+  ASSERT_TRUE((*tokenizer)->IsEndOfGeneration(out[cut]));
+  Make({}, 256, true, nullptr, &path, 0, tokenizer->get());
+  for (SpecMode mode : {SpecMode::kOff, SpecMode::kDraft}) {
+    ValidatedRequest r = Req(prompt, 16, mode, mode == SpecMode::kOff ? 0 : 3);
+    r.params.ignore_eos = false;
+    auto sink = Run(r);
+    sink->Wait();
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    const specd::v1::Completion c = sink->completion();
+    EXPECT_EQ(c.finish_reason(), specd::v1::FINISH_REASON_EOS);
+    EXPECT_EQ(sink->tokens(), want);
+    const specd::v1::SpeculationStats& s = c.speculation();
+    ASSERT_GT(s.target_steps(), 0);
+    EXPECT_GE(s.mean_accepted_length(), 1.0) << "mode " << static_cast<int>(mode);
+    EXPECT_DOUBLE_EQ(s.mean_accepted_length(),
+                     static_cast<double>(want.size() + 1) / s.target_steps());
+    if (mode == SpecMode::kOff) {
+      EXPECT_DOUBLE_EQ(s.mean_accepted_length(), 1.0);
+    }
+  }
 }
 
 TEST_F(RouterEngineTest, DeadlineExceeded) {
