@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "services/common/event_log.h"
 #include "services/common/flags.h"
 #include "services/common/grpc_server.h"
 #include "services/common/metrics.h"
@@ -20,6 +21,7 @@ namespace specd::services {
 template <typename Worker, typename Base, typename StepReq, typename StepResp>
 int WorkerMain(int argc, char** argv, const std::string& component, const std::string& env) {
   BlockTerminationSignals();
+  SetLogService(component);
   std::string listen = component == "target" ? "0.0.0.0:50052" : "0.0.0.0:50053";
   ModelHostOptions mo;
   int32_t metrics_port = 0;
@@ -74,8 +76,9 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
       std::fprintf(stderr, "specd-%s: calibration: %s\n", component.c_str(), s.ToString().c_str());
       return 1;
     }
-    std::fprintf(stderr, "specd-%s: calibrated in %.2f s\n", component.c_str(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    LogEvent(LogLevel::kInfo, "calibrated",
+             {{"seconds",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}});
   }
   Metrics metrics(MetricsRole::kService);
   if (absl::Status s = metrics.Serve(metrics_port, metrics_address); !s.ok()) {
@@ -90,13 +93,17 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), server.status().ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "specd-%s: serving %s on %s (port %d, %s)\n", component.c_str(),
-               mo.model_path.c_str(), listen.c_str(), port, TransportName(grpc_settings));
+  LogEvent(LogLevel::kInfo, "serving",
+           {{"model", mo.model_path},
+            {"listen", listen},
+            {"port", port},
+            {"transport", TransportName(grpc_settings)}});
   const int sig = WaitForTermination();
-  std::fprintf(stderr, "specd-%s: signal %d: draining\n", component.c_str(), sig);
+  LogEvent(LogLevel::kInfo, "drain_start", {{"signal", sig}, {"grace_s", grace_s}});
   (*server)->GetHealthCheckService()->SetServingStatus(false);
   (*server)->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+  LogEvent(LogLevel::kInfo, "drain_end");
   return 0;
 }
 

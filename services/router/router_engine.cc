@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/sampling/sampling_params.h"
 #include "common/util/check.h"
+#include "services/common/event_log.h"
 #include "services/common/proto_convert.h"
 
 namespace specd::router {
@@ -118,29 +119,40 @@ absl::Status RouterEngine::Start() {
   return absl::OkStatus();
 }
 
-void RouterEngine::SetDraftUp(bool up) {
+void RouterEngine::SetDraftUp(bool up, absl::string_view why) {
   if (remote_draft_ == nullptr) return;
   remote_draft_->set_available(up);
+  bool changed;
   {
     absl::MutexLock l(&mu_);
+    changed = draft_up_ != up;
     draft_up_ = up;
     loop_->drafters()[draft_slot_].available = up;
   }
   metrics_->router_draft_available.Set(up ? 1 : 0);
+  if (changed) {
+    if (up) {
+      services::LogEvent(services::LogLevel::kInfo, "draft_up");
+    } else {
+      services::LogEvent(services::LogLevel::kWarn, "draft_down",
+                         {{"reason", why}, {"effect", "requests continue without drafts"}});
+    }
+  }
 }
 
 void RouterEngine::MaybeReconnectDraft() {
   if (draft_ == nullptr) return;
   absl::StatusOr<iv1::ServiceInfo> info = draft_->GetInfo();
   if (!info.ok()) {
-    SetDraftUp(false);
+    SetDraftUp(false, info.status().message());
     draft_retry_at_ = absl::Now() + options_.draft_retry;
     return;
   }
   if (info->vocab_fingerprint() != tokenizer_.Fingerprint()) {
     // A draft with another vocabulary can never propose usable tokens: never use it.
-    std::fprintf(stderr, "specd-router: draft vocabulary differs from the target's; ignoring it\n");
-    SetDraftUp(false);
+    services::LogEvent(services::LogLevel::kError, "draft_refused",
+                       {{"reason", "its vocabulary differs from the target's"}});
+    SetDraftUp(false, "vocabulary mismatch");
     draft_retry_at_ = absl::InfiniteFuture();
     return;
   }
@@ -165,12 +177,12 @@ void RouterEngine::MaybeReconnectDraft() {
       spec::NominalDraftRatio(info->weight_bytes(), target_info_.weight_bytes()));
   const spec::CostCurve& v = policy->verify_cost();
   const spec::CostCurve& d = policy->draft_cost();
-  std::fprintf(stderr,
-               "specd-router: adaptive k prices a target step at %.2f ms (1 token) / %.2f ms "
-               "(5 tokens) and a draft round at %.2f ms (1 sequence)%s\n",
-               v.Predict(1) * 1e3, v.Predict(5) * 1e3, d.Predict(1) * 1e3,
-               d.empty() ? ": the draft reported no cost, so it drafts only for a fixed k" : "");
-  SetDraftUp(true);
+  services::LogEvent(services::LogLevel::kInfo, "draft_priced",
+                     {{"target_step_1_ms", v.Predict(1) * 1e3},
+                      {"target_step_5_ms", v.Predict(5) * 1e3},
+                      {"draft_round_ms", d.Predict(1) * 1e3},
+                      {"adaptive", !d.empty()}});
+  SetDraftUp(true, "");
 }
 
 ModelLimits RouterEngine::limits() const {
@@ -347,7 +359,26 @@ void RouterEngine::Finish(const RequestPtr& r, absl::Status status) {
   c.set_request_id(r->req.request_id);
   metrics_->router_requests.Add({{"code", CodeName(status.code())}}).Increment();
   metrics_->router_request_latency.Observe(Seconds(now - r->t_submit));
+  if (!status.ok()) {
+    services::LogEvent(status.code() == absl::StatusCode::kCancelled ? services::LogLevel::kInfo
+                                                                      : services::LogLevel::kWarn,
+                       "request_failed",
+                       {{"request_id", r->req.request_id},
+                        {"seq", r->id},
+                        {"code", CodeName(status.code())},
+                        {"reason", status.message()},
+                        {"generated", generated}});
+  }
   r->sink->OnDone(std::move(status), std::move(c));
+}
+
+void RouterEngine::LogRequestEvent(services::LogLevel level, absl::string_view event,
+                                   const Request& r, absl::string_view reason) {
+  services::LogEvent(level, event,
+                     {{"request_id", r.req.request_id},
+                      {"seq", r.id},
+                      {"reason", reason},
+                      {"tokens", static_cast<int64_t>(r.tokens.size())}});
 }
 
 spec::SchedulerConfig RouterEngine::SchedulerFor(bool draft_up) const {
@@ -398,6 +429,10 @@ void RouterEngine::Iterate() {
     HandleTargetError(it, st);
     return;
   }
+  if (target_down_since_ != absl::InfiniteFuture()) {
+    services::LogEvent(services::LogLevel::kInfo, "target_recovered",
+                       {{"down_ms", absl::ToDoubleMilliseconds(absl::Now() - target_down_since_)}});
+  }
   target_down_since_ = absl::InfiniteFuture();
   ApplyResults(it);
 }
@@ -422,6 +457,12 @@ void RouterEngine::ExpireLocked(Iteration& it) {
 void RouterEngine::ScheduleLocked(Iteration& it) {
   const int64_t preempted_before = loop_->stats().preemptions;
   loop_->Schedule(SchedulerFor(draft_up_), it.step);
+  for (int64_t id : it.step.sched.preempt) {
+    auto r = by_id_.find(id);
+    if (r != by_id_.end()) {
+      LogRequestEvent(services::LogLevel::kInfo, "preempt", *r->second, "kv_pressure");
+    }
+  }
   metrics_->router_preemptions.Increment(
       static_cast<double>(loop_->stats().preemptions - preempted_before));
   for (int64_t id : it.step.sched.admit) {
@@ -440,7 +481,7 @@ void RouterEngine::RunDraftStep(Iteration& it) {
   // Never fails (draft_errors_fail_step is off): a failing service leaves its drafts out.
   (void)loop_->Draft(it.step);
   if (it.step.draft_error.ok() || it.step.draft_index != draft_slot_) return;
-  SetDraftUp(false);
+  SetDraftUp(false, it.step.draft_error.message());
   draft_retry_at_ = absl::Now() + options_.draft_retry;
 }
 
@@ -453,6 +494,8 @@ void RouterEngine::HandleTargetError(Iteration& it, const absl::Status& status) 
     {
       absl::MutexLock l(&mu_);
       if (loop_->running().size() > 1) {
+        const auto& victim = static_cast<const Request&>(*loop_->running().back());
+        LogRequestEvent(services::LogLevel::kWarn, "preempt", victim, "target_kv_full");
         loop_->Preempt(loop_->running().back(), ids);
         metrics_->router_preemptions.Increment();
       }
@@ -477,9 +520,18 @@ void RouterEngine::HandleTargetError(Iteration& it, const absl::Status& status) 
   }
   // Unavailable / deadline: the target is (re)starting. Keep the requests; re-prefill when
   // it is back (it answers needs_prefill for sequences it lost).
-  if (target_down_since_ == absl::InfiniteFuture()) target_down_since_ = t1;
+  if (target_down_since_ == absl::InfiniteFuture()) {
+    target_down_since_ = t1;
+    services::LogEvent(services::LogLevel::kWarn, "target_unreachable",
+                       {{"code", absl::StatusCodeToString(code)},
+                        {"error", status.message()},
+                        {"effect", "requests wait for it and re-prefill when it is back"}});
+  }
   if (t1 - target_down_since_ > options_.target_down_timeout) {
     target_down_since_ = absl::InfiniteFuture();
+    services::LogEvent(services::LogLevel::kError, "target_down_timeout",
+                       {{"timeout_s", absl::ToDoubleSeconds(options_.target_down_timeout)},
+                        {"effect", "failing every request UNAVAILABLE"}});
     FailAll(absl::UnavailableError(
         absl::StrCat("the target service is unavailable: ", status.message())));
     return;
@@ -488,6 +540,11 @@ void RouterEngine::HandleTargetError(Iteration& it, const absl::Status& status) 
 }
 
 void RouterEngine::ApplyResults(Iteration& it) {
+  for (size_t p = 0; p < it.step.outcomes.size() && p < it.step.seqs.size(); ++p) {
+    if (!it.step.outcomes[p].needs_prefill) continue;
+    LogRequestEvent(services::LogLevel::kInfo, "re_prefill",
+                    static_cast<const Request&>(*it.step.seqs[p]), "the target lost the sequence");
+  }
   metrics_->router_batch_size.Observe(it.step.sched.plans.size());
   metrics_->router_step_tokens.Observe(static_cast<double>(it.step.step_tokens));
   Client client(this);

@@ -24,6 +24,7 @@
 #include "speculation/scheduler.h"
 #include "speculation/spec_loop.h"
 #include "common/tokenizer/tokenizer.h"
+#include "services/common/event_log.h"
 #include "services/common/metrics.h"
 #include "services/router/backends.h"
 #include "services/router/remote_backends.h"
@@ -123,7 +124,11 @@ class RouterEngine {
   // 5. The loop's Apply (tokens to the requests' streams: Client), then finished requests out.
   void ApplyResults(Iteration& it);
   void MaybeReconnectDraft();
-  void SetDraftUp(bool up) ABSL_LOCKS_EXCLUDED(mu_);
+  // `why` says what took it down (logged with the change).
+  void SetDraftUp(bool up, absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_);
+  // One log line about a request: its client tag, router id, history length and `reason`.
+  static void LogRequestEvent(services::LogLevel level, absl::string_view event,
+                              const Request& r, absl::string_view reason);
   // Appends-to-be: the emitted tokens of one verification, streamed; how many are taken.
   spec::Emission EmitTokens(Request& r, const sampling::VerifyResult& v, int32_t drafted);
   void Finish(const RequestPtr& r, absl::Status status);

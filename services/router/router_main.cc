@@ -15,6 +15,7 @@
 #include "common/gguf/gguf_file.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
+#include "services/common/event_log.h"
 #include "services/common/flags.h"
 #include "services/common/grpc_server.h"
 #include "services/common/metrics.h"
@@ -65,8 +66,9 @@ class TargetWatch {
       if (up != up_ && !stop_) {
         up_ = up;
         health_->SetServingStatus(up);
-        std::fprintf(stderr, "specd-router: event=target_%s serving=%s\n", up ? "up" : "down",
-                     up ? "true" : "false");
+        services::LogEvent(up ? services::LogLevel::kInfo : services::LogLevel::kWarn,
+                           up ? "target_up" : "target_down",
+                           {{"health", up ? "SERVING" : "NOT_SERVING"}});
       }
       for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -79,6 +81,7 @@ class TargetWatch {
 
 int Main(int argc, char** argv) {
   services::BlockTerminationSignals();
+  services::SetLogService("router");
   std::string listen = "0.0.0.0:50051", target = "localhost:50052", draft, model;
   RouterOptions o;
   int32_t metrics_port = 0, http_port = 0, http_threads = 2;
@@ -199,11 +202,16 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "specd-router: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "specd-router: serving on %s (port %d, %s); target %s, draft %s (%s)\n",
-               listen.c_str(), port, services::TransportName(gs), target.c_str(),
-               draft.empty() ? "none" : draft.c_str(),
-               gs.upstream_pem.ca.empty() ? "plaintext"
-               : gs.upstream_pem.cert.empty() ? "tls" : "mtls");
+  services::LogEvent(services::LogLevel::kInfo, "serving",
+                     {{"listen", listen},
+                      {"port", port},
+                      {"transport", services::TransportName(gs)},
+                      {"target", target},
+                      {"draft", draft.empty() ? "none" : draft},
+                      {"upstream_transport", gs.upstream_pem.ca.empty()     ? "plaintext"
+                                             : gs.upstream_pem.cert.empty() ? "tls"
+                                                                            : "mtls"},
+                      {"api_keys", keys.enabled()}});
   TargetWatch watch(services::MakeChannel(target, gs), (*server)->GetHealthCheckService());
   if (served_model_name.empty()) served_model_name = std::filesystem::path(model).stem().string();
   http::OpenAiService openai(&engine, tokenizer->get(), chat.ok() ? &*chat : nullptr,
@@ -224,19 +232,28 @@ int Main(int argc, char** argv) {
       return 1;
     }
     http_server = std::move(*hs);
-    std::fprintf(stderr, "specd-router: OpenAI HTTP API on %s:%d (model \"%s\")\n",
-                 http_address.c_str(), http_server->port(), served_model_name.c_str());
+    services::LogEvent(services::LogLevel::kInfo, "http_serving",
+                       {{"address", http_address},
+                        {"port", http_server->port()},
+                        {"model", served_model_name}});
   }
   const int sig = services::WaitForTermination();
-  std::fprintf(stderr, "specd-router: signal %d: draining\n", sig);
-  watch.Stop();
-  (*server)->GetHealthCheckService()->SetServingStatus(false);
+  services::LogEvent(services::LogLevel::kInfo, "drain_start",
+                     {{"signal", sig}, {"grace_s", drain_grace_s}});
+  // Refuse first (UNAVAILABLE from this instant), then stop probing the target, which may
+  // take a probe's deadline.
   engine.BeginDrain();
+  (*server)->GetHealthCheckService()->SetServingStatus(false);
+  watch.Stop();
+  (*server)->GetHealthCheckService()->SetServingStatus(false);  // a probe in flight may have
+                                                                // set it back
   const bool idle = engine.WaitIdle(absl::Seconds(drain_grace_s));
-  std::fprintf(stderr, "specd-router: drained%s\n", idle ? "" : " (grace period over)");
+  services::LogEvent(idle ? services::LogLevel::kInfo : services::LogLevel::kWarn, "drain_end",
+                     {{"in_flight_finished", idle}});
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (http_server != nullptr && !http_server->Drain(5)) {
-    std::fprintf(stderr, "specd-router: HTTP answers still unwritten after 5 s\n");
+    services::LogEvent(services::LogLevel::kWarn, "http_drain_incomplete",
+                       {{"reason", "answers still unwritten after 5 s"}});
   }
   http_server.reset();
   engine.Stop();

@@ -5,6 +5,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "services/common/event_log.h"
 #include "services/common/grpc_server.h"
 
 namespace specd::router {
@@ -208,6 +209,11 @@ class StreamSink final : public RequestSink {
 
 absl::Status GenerationService::Refused(absl::Status s) {
   metrics_->router_requests.Add({{"code", absl::StatusCodeToString(s.code())}}).Increment();
+  // The reason names a field or a limit, never request text.
+  services::LogEvent(services::LogLevel::kInfo, "request_refused",
+                     {{"api", "grpc"},
+                      {"code", absl::StatusCodeToString(s.code())},
+                      {"reason", s.message()}});
   return s;
 }
 

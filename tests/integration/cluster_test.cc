@@ -6,6 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <regex>
+#include <mutex>
 #include <iterator>
 #include <filesystem>
 #include <memory>
@@ -13,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "engine/backend.h"
 #include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
@@ -220,6 +224,26 @@ grpc::Status RawStream(grpc::Channel* channel, const std::string& bytes) {
   while (reader->Read(&response)) {
   }
   return reader->Finish();
+}
+
+constexpr char kSecretPrompt[] = "zebra quokka marmalade";
+
+TEST_F(ClusterTest, TextPromptsAreServedAndRefusedWithoutLoggingThem) {
+  Cluster& c = *cluster_;
+  GenerateRequest r;
+  r.set_prompt(kSecretPrompt);
+  r.set_request_id("secret-test");
+  r.mutable_sampling()->set_max_new_tokens(3);
+  GenerateResponse u;
+  EXPECT_TRUE(Unary(c, r, &u).ok());
+  r.mutable_sampling()->set_temperature(-5);
+  EXPECT_EQ(Unary(c, r, &u).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  GenerateRequest chat;
+  auto* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content(kSecretPrompt);
+  chat.mutable_sampling()->set_max_new_tokens(2);
+  EXPECT_TRUE(Unary(c, chat, &u).ok());
 }
 
 TEST_F(ClusterTest, MalformedPayloadsAreInvalidArgumentNamingTheField) {
@@ -503,6 +527,106 @@ TEST_F(ClusterTest, SigtermDrainsInFlightAndRefusesNew) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
 }
 
+
+// Runs after every fixture test (gtest keeps definition order): the router's log told each
+// thing that happened as one structured line with the request's ids, and never the text of
+// a prompt.
+TEST_F(ClusterTest, LogsTellWhatHappenedAndNeverThePrompt) {
+  Cluster& c = *cluster_;
+  c.router_proc->Wait(30);
+  std::ifstream in(c.dir + "/router.log");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::string all;
+  int events = 0;
+  const std::regex logfmt(
+      R"(^ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=(info|warn|error) svc=router event=[a-z_]+( [a-z_0-9]+=("([^"\\]|\\.)*"|[^ "]+))*$)");
+  for (const std::string& line : lines) {
+    all += line + "\n";
+    if (line.rfind("ts=", 0) != 0) continue;
+    ++events;
+    EXPECT_TRUE(std::regex_match(line, logfmt)) << line;
+  }
+  EXPECT_GT(events, 10);
+  for (const char* want :
+       {"event=serving ", "event=draft_priced", "event=draft_down", "event=draft_up",
+        "event=target_unreachable", "event=target_recovered", "event=re_prefill",
+        "event=target_down", "event=target_up", "event=request_refused api=grpc code=INVALID_ARGUMENT",
+        "event=request_refused api=grpc code=RESOURCE_EXHAUSTED", "event=request_failed",
+        "code=CANCELLED", "event=drain_start", "event=drain_end"}) {
+    EXPECT_NE(all.find(want), std::string::npos) << want << "\n" << all;
+  }
+  EXPECT_TRUE(std::regex_search(all, std::regex(R"(event=re_prefill request_id=\S* seq=\d+ )")))
+      << "re-prefills name the sequence";
+  EXPECT_EQ(all.find(kSecretPrompt), std::string::npos) << "prompt text reached the log";
+}
+
+// Drain is exact: 100 calls fired from SIGTERM until the router has exited, unary and
+// streaming, each either completes or gets UNAVAILABLE — never CANCELLED or anything else —
+// while in-flight work finishes.
+TEST(ClusterDrainTest, EveryCallDuringDrainIsUnavailableOrCompleted) {
+  ClusterOptions o;
+  o.router_flags = {"--drain-grace-s", "30"};
+  Cluster c(o);
+  constexpr int kInFlight = 8, kTokens = 480, kLateCalls = 100;
+  std::atomic<int> started{0}, in_flight_ok{0};
+  std::vector<std::thread> work;
+  for (int i = 0; i < kInFlight; ++i) {
+    work.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      auto reader = c.router().GenerateStream(
+          &ctx, Req(Prompt(12, i), kTokens, specd::v1::SPECULATION_MODE_OFF));
+      GenerateStreamResponse m;
+      int tokens = 0;
+      while (reader->Read(&m)) {
+        if (tokens == 0 && m.token_ids_size() > 0) ++started;
+        tokens += m.token_ids_size();
+      }
+      if (reader->Finish().ok() && tokens == kTokens) ++in_flight_ok;
+    });
+  }
+  while (started.load() < kInFlight) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  c.router_proc->Signal(SIGTERM);
+  std::mutex mu;
+  std::map<std::string, int> codes;
+  std::vector<std::thread> late;
+  for (int i = 0; i < kLateCalls; ++i) {
+    late.emplace_back([&, i] {
+      // Fresh channels: a new client connecting mid-drain, not one riding an old connection.
+      std::this_thread::sleep_for(std::chrono::milliseconds(i * 8));
+      auto stub = specd::v1::Generation::NewStub(c.Channel(c.router_addr));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      const GenerateRequest r = Req(Prompt(6, 50 + i), 4, specd::v1::SPECULATION_MODE_OFF);
+      grpc::Status st;
+      if (i % 2 == 0) {
+        GenerateResponse u;
+        st = stub->Generate(&ctx, r, &u);
+      } else {
+        auto reader = stub->GenerateStream(&ctx, r);
+        GenerateStreamResponse m;
+        while (reader->Read(&m)) {
+        }
+        st = reader->Finish();
+      }
+      const std::string name = st.ok() ? "OK" : absl::StatusCodeToString(
+                                                     static_cast<absl::StatusCode>(st.error_code()));
+      std::lock_guard<std::mutex> l(mu);
+      ++codes[name + (st.ok() ? "" : ": " + st.error_message().substr(0, 60))];
+    });
+  }
+  for (auto& t : late) t.join();
+  for (auto& t : work) t.join();
+  EXPECT_EQ(in_flight_ok.load(), kInFlight);
+  int good = 0;
+  for (const auto& [name, n] : codes) {
+    std::fprintf(stderr, "drain: %3d x %s\n", n, name.c_str());
+    if (name == "OK" || name.rfind("UNAVAILABLE", 0) == 0) good += n;
+  }
+  EXPECT_EQ(good, kLateCalls);
+  const int st = c.router_proc->Wait(30);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+}
 
 // API keys: without or with a wrong key the public API answers UNAUTHENTICATED (gRPC) / 401
 // (HTTP); the right key works; the key never reaches the router's log.

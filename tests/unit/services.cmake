@@ -34,3 +34,8 @@ if(NOT SPECD_CORE_ONLY)
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/wire_parse_test.cc
     DEPS specd_proto_convert LABELS services)
 endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(event_log_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/event_log_test.cc
+    DEPS specd_event_log LABELS services)
+endif()

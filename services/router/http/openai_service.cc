@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "services/common/event_log.h"
 #include "services/router/request_validation.h"
 
 namespace specd::router::http {
@@ -141,6 +142,8 @@ int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
 void OpenAiService::Fail(const std::shared_ptr<HttpExchange>& exchange, const ApiError& error) {
   metrics_->router_http_responses.Add({{"status", std::to_string(error.status)}}).Increment();
+  services::LogEvent(services::LogLevel::kInfo, "request_refused",
+                     {{"api", "http"}, {"status", error.status}, {"reason", error.message}});
   exchange->Reply(error.status, kJson, ErrorJson(error));
 }
 
