@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpcpp/security/auth_metadata_processor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "services/common/wire_parse.h"
@@ -28,6 +30,9 @@ void GrpcSettings::AddFlags(FlagSet& f) {
   f.Add("tls-client-ca", "SPECD_TLS_CLIENT_CA", &server_tls.ca,
         "PEM CA bundle: clients must present a certificate it signed (mutual TLS). Give the "
         "draft and target a CA that signs only the router's certificate");
+  f.Add("tls-client-names", "SPECD_TLS_CLIENT_NAMES", &tls_client_names,
+        "with --tls-client-ca: comma-separated names (CN or SAN) a client certificate must "
+        "carry, e.g. specd-router (empty: any certificate the CA signed)");
 }
 
 void GrpcSettings::AddUpstreamFlags(FlagSet& f) {
@@ -85,6 +90,8 @@ absl::Status GrpcSettings::LoadTls() {
     absl::StatusOr<std::string> ca = ReadPem("tls-client-ca", server_tls.ca);
     if (!ca.ok()) return ca.status();
     server_pem.ca = std::move(*ca);
+  } else if (!tls_client_names.empty()) {
+    return absl::InvalidArgumentError("--tls-client-names needs --tls-client-ca");
   }
   if (absl::Status s = LoadPair("upstream-tls", upstream_tls, &upstream_pem); !s.ok()) return s;
   if (!upstream_tls.ca.empty()) {
@@ -100,14 +107,46 @@ absl::Status GrpcSettings::LoadTls() {
 
 namespace {
 
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const GrpcSettings::Pem& pem) {
+// Admits a call only when the (already verified) client certificate names an allowed client.
+class ClientNameCheck final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit ClientNameCheck(std::vector<std::string> names) : names_(std::move(names)) {}
+  bool IsBlocking() const override { return false; }  // a few string compares
+  grpc::Status Process(const InputMetadata&, grpc::AuthContext* context, OutputMetadata*,
+                       OutputMetadata*) override {
+    std::string seen;
+    for (const char* property : {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
+      for (const grpc::string_ref& value : context->FindPropertyValues(property)) {
+        const std::string name(value.data(), value.size());
+        for (const std::string& allowed : names_) {
+          if (name == allowed) return grpc::Status::OK;
+        }
+        if (seen.empty()) seen = name;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("client certificate \"", seen,
+                                     "\" is not one this service admits (--tls-client-names)"));
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const GrpcSettings::Pem& pem,
+                                                           const std::string& client_names) {
   if (pem.cert.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions o(
       pem.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                      : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   o.pem_root_certs = pem.ca;
   o.pem_key_cert_pairs.push_back({pem.key, pem.cert});
-  return grpc::SslServerCredentials(o);
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(o);
+  if (!pem.ca.empty() && !client_names.empty()) {
+    creds->SetAuthMetadataProcessor(std::make_shared<ClientNameCheck>(
+        absl::StrSplit(client_names, ',', absl::SkipEmpty())));
+  }
+  return creds;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const GrpcSettings::Pem& pem) {
@@ -127,7 +166,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder b;
-  b.AddListeningPort(address, ServerCredentials(s.server_pem), bound_port);
+  b.AddListeningPort(address, ServerCredentials(s.server_pem, s.tls_client_names), bound_port);
   for (grpc::Service* svc : services) b.RegisterService(svc);
   b.SetMaxReceiveMessageSize(s.max_message_bytes);
   b.SetMaxSendMessageSize(s.max_message_bytes);

@@ -28,6 +28,9 @@ struct GrpcSettings {
   // The server this process runs: with cert + key it speaks TLS only; with ca as well it
   // demands a client certificate that CA signed (mutual TLS). Nothing set: plaintext.
   TlsFiles server_tls;
+  // With server_tls.ca: the client certificate must also carry one of these names (subject CN
+  // or a SAN), comma-separated; empty: any certificate the CA signed.
+  std::string tls_client_names;
   // Channels this process opens (the router's to the draft and target): with ca they speak
   // TLS and verify the service against it; cert + key are the client certificate mTLS asks
   // for. `upstream_server_name` is the name the services' certificates carry when it differs

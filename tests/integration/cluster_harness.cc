@@ -118,7 +118,9 @@ bool TestPki::Make() {
          key_and_csr("stranger_client", "specd-router") &&
          sign("stranger_client", "stranger_ca", 2, false) &&
          key_and_csr("expired_client", "specd-router") &&
-         sign("expired_client", "internal_ca", -1, false);
+         sign("expired_client", "internal_ca", -1, false) &&
+         key_and_csr("intruder_client", "intruder") &&
+         sign("intruder_client", "internal_ca", 2, false);
 }
 
 std::string TestPki::Read(const std::string& path) const {
@@ -156,6 +158,8 @@ std::vector<std::string> Cluster::ServerTlsFlags(const std::string& cert, bool m
   if (mutual) {
     f.push_back("--tls-client-ca");
     f.push_back(pki.Pem("internal_ca"));
+    f.push_back("--tls-client-names");
+    f.push_back("specd-router");
   }
   return f;
 }

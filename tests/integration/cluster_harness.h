@@ -42,7 +42,8 @@ class Process {
 // A throwaway PKI made with the openssl command line in `dir`: an internal CA that signs the
 // services' certificate (CN/SAN localhost) and the router's client certificate, a public CA
 // for the router's own certificate, and for the refusal tests a stranger CA with a client
-// certificate, plus an expired client certificate from the internal CA. Files are
+// certificate, plus from the internal CA an expired client certificate and a valid one named
+// "intruder" (the services admit only the name specd-router). Files are
 // <name>.pem / <name>.key.
 struct TestPki {
   std::string dir;

@@ -1,6 +1,7 @@
 // TLS on every gRPC hop, with real processes and a PKI made in the test: the draft and target
-// accept only clients holding a certificate from the internal CA (the router's), and refuse
-// plaintext, no certificate, a certificate from another CA and an expired one; the router's
+// accept only clients holding a certificate from the internal CA that names the router, and
+// refuse plaintext, no certificate, a certificate from another CA, an expired one and one
+// with another name; the router's
 // public API speaks TLS; speculation runs end to end over mutual TLS.
 #include <sys/wait.h>
 
@@ -64,6 +65,8 @@ TEST(ClusterTlsTest, MutualTlsOnEveryHopRefusesStrangers) {
         << "a client certificate from another CA";
     EXPECT_EQ(HealthOver(address, pki.Credentials("internal_ca", "expired_client")), -1)
         << "an expired client certificate";
+    EXPECT_EQ(HealthOver(address, pki.Credentials("internal_ca", "intruder_client")), -1)
+        << "a certificate from the right CA that does not name the router";
     EXPECT_EQ(HealthOver(address, pki.Credentials("internal_ca", "router_client")),
               HealthCheckResponse::SERVING)
         << "the router's certificate";
@@ -75,9 +78,11 @@ TEST(ClusterTlsTest, MutualTlsOnEveryHopRefusesStrangers) {
       << "the router's public API is TLS only";
   EXPECT_EQ(HealthOver(c.router_addr, pki.Credentials("public_ca", "")),
             HealthCheckResponse::SERVING);
-  EXPECT_NE(ReadLog(c.dir + "/target.log").find("mtls"), std::string::npos);
-  EXPECT_NE(ReadLog(c.dir + "/draft.log").find("mtls"), std::string::npos);
-  EXPECT_NE(ReadLog(c.dir + "/router.log").find("(mtls)"), std::string::npos);
+  EXPECT_NE(ReadLog(c.dir + "/target.log").find("event=serving"), std::string::npos);
+  EXPECT_NE(ReadLog(c.dir + "/target.log").find(" transport=mtls"), std::string::npos);
+  EXPECT_NE(ReadLog(c.dir + "/draft.log").find(" transport=mtls"), std::string::npos);
+  EXPECT_NE(ReadLog(c.dir + "/router.log").find(" transport=tls "), std::string::npos);
+  EXPECT_NE(ReadLog(c.dir + "/router.log").find(" upstream_transport=mtls"), std::string::npos);
 }
 
 // A half-configured TLS flag set is refused at start, naming the flag.
@@ -92,6 +97,7 @@ TEST(ClusterTlsTest, IncompleteTlsFlagsAreRefusedByName) {
   const std::string missing = dir + "/no_such_file.pem";
   const std::vector<Case> cases = {
       {{bin + "specd-target", "--tls-cert", missing}, "--tls-key"},
+      {{bin + "specd-target", "--tls-client-names", "specd-router"}, "--tls-client-ca"},
       {{bin + "specd-draft", "--tls-cert", missing, "--tls-key", missing}, "--tls-cert"},
       {{bin + "specd-router", "--model", missing, "--upstream-tls-cert", missing,
         "--upstream-tls-key", missing},
