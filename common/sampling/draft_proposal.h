@@ -42,10 +42,22 @@ int32_t SampleProposal(const SparseProposal& proposal, double u);
 // tokens (ties -> lower id) and renormalized, then draws d from q with
 // rng.Uniform(position, kDraft). `position` is the absolute index of the drafted token. So
 // "d is drawn from q" holds by construction. Greedy draft_params give a point mass.
+//
+// Fast: one pass over the row selects the top_n (+ a few) penalized logits, and exp() runs on
+// those only — except top-p without top-k, whose denominator is the whole row's mass. Same
+// q as MakeProposalReference (ids and order exact, probs within float rounding).
 absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
                                             const PenaltyState& history,
                                             const SamplingParams& draft_params, int32_t top_n,
                                             const CounterRng& rng, int64_t position);
+
+// The plain twin: BuildTargetDistribution over the whole row, then the top_n. The tests hold
+// MakeProposal against it.
+absl::StatusOr<SparseProposal> MakeProposalReference(absl::Span<const float> logits,
+                                                     const PenaltyState& history,
+                                                     const SamplingParams& draft_params,
+                                                     int32_t top_n, const CounterRng& rng,
+                                                     int64_t position);
 
 }  // namespace specd::sampling
 

@@ -40,17 +40,33 @@ bool PenaltyState::InPrompt(int32_t token) const {
   return s != nullptr && s->in_prompt;
 }
 
+double PenaltyState::Penalize(const SamplingParams& params, const Seen& seen, double l) {
+  const double rep = params.repetition_penalty;
+  if (rep != 1.0) l = l > 0.0 ? l / rep : l * rep;
+  if (seen.generated_count > 0) {
+    l -= static_cast<double>(params.presence_penalty) +
+         static_cast<double>(params.frequency_penalty) * seen.generated_count;
+  }
+  return l;
+}
+
 void PenaltyState::Apply(const SamplingParams& params, absl::Span<double> logits) const {
   if (!HasPenalties(params)) return;
-  const double rep = params.repetition_penalty;
-  const double presence = params.presence_penalty;
-  const double frequency = params.frequency_penalty;
   const int64_t vocab = static_cast<int64_t>(logits.size());
   for (const auto& [token, seen] : seen_) {
     if (token < 0 || token >= vocab) continue;
-    double& l = logits[token];
-    if (rep != 1.0) l = l > 0.0 ? l / rep : l * rep;
-    if (seen.generated_count > 0) l -= presence + frequency * seen.generated_count;
+    logits[token] = Penalize(params, seen, logits[token]);
+  }
+}
+
+void PenaltyState::PenalizedEntries(const SamplingParams& params, absl::Span<const float> logits,
+                                    std::vector<std::pair<int32_t, double>>* out) const {
+  out->clear();
+  if (!HasPenalties(params)) return;
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  for (const auto& [token, seen] : seen_) {
+    if (token < 0 || token >= vocab) continue;
+    out->push_back({token, Penalize(params, seen, logits[token])});
   }
 }
 

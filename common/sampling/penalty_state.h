@@ -30,12 +30,20 @@ class PenaltyState {
   // over generated text. Ids outside [0, vocab) are ignored. No-op when the penalties are off.
   void Apply(const SamplingParams& params, absl::Span<double> logits) const;
 
+  // What Apply would make of the ids it touches, without a full row: (id, penalized logit)
+  // for every seen id in [0, vocab), ascending; empty when the penalties are off.
+  // logits: [vocab].
+  void PenalizedEntries(const SamplingParams& params, absl::Span<const float> logits,
+                        std::vector<std::pair<int32_t, double>>* out) const;
+
  private:
   struct Seen {
     int32_t generated_count = 0;
     bool in_prompt = false;
   };
   Seen& Find(int32_t token);  // inserts if absent
+  // THE penalty formula, for one seen token's logit.
+  static double Penalize(const SamplingParams& params, const Seen& seen, double logit);
   const Seen* Lookup(int32_t token) const;
 
   // Sorted by token id: a copy (the verifier extends a private one per step) is one allocation,

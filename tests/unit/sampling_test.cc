@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -542,6 +543,84 @@ TEST(ProposalTest, TruncatesRenormalizesAndSamplesFromQ) {
   EXPECT_EQ(g.token, 3);
   EXPECT_THAT(g.ids, ElementsAre(3));
   EXPECT_FALSE(MakeProposal(logits, PenaltyState(), dp, 0, rng, 0).ok());
+}
+
+// MakeProposal (one selection pass, exp on the candidates) against its plain twin over random
+// rows and every transform: the same ids in the same order, probs within float rounding, the
+// same drawn token, the same errors. Rows include ties, -inf masks (a truncated head), runs
+// of equal logits at the cut, and penalties.
+TEST(ProposalTest, FastEqualsReference) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  int compared = 0, truncated = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int vocab = 1 + static_cast<int>(rng() % 700);
+    std::vector<float> logits(vocab);
+    const float spread = trial % 3 == 0 ? 1.0f : 12.0f;
+    for (float& l : logits) l = (unit(rng) - 0.5f) * spread;
+    if (trial % 4 == 1) {  // a truncated head: most of the row is masked
+      for (float& l : logits) {
+        if (rng() % 5 != 0) l = -std::numeric_limits<float>::infinity();
+      }
+      logits[rng() % vocab] = 0.5f;  // not all -inf
+    }
+    if (trial % 5 == 2) {  // ties, a run of them at the cut
+      const float v = logits[0];
+      for (int i = 0; i < vocab; i += 1 + static_cast<int>(rng() % 3)) logits[i] = v;
+    }
+    SamplingParams p;
+    p.temperature = trial % 7 == 0 ? 0.0f : 0.2f + 1.8f * unit(rng);
+    if (rng() % 3 == 0) p.top_k = 1 + static_cast<int32_t>(rng() % 80);
+    if (rng() % 3 == 0) p.top_p = 0.05f + 0.9f * unit(rng);
+    if (rng() % 4 == 0) p.min_p = 0.3f * unit(rng);
+    if (rng() % 3 == 0) {
+      p.repetition_penalty = 0.5f + 1.5f * unit(rng);
+      p.presence_penalty = unit(rng);
+      p.frequency_penalty = unit(rng);
+    }
+    PenaltyState history;
+    for (int i = 0, n = static_cast<int>(rng() % 30); i < n; ++i) {
+      if (rng() % 2) {
+        history.AddPrompt(static_cast<int32_t>(rng() % vocab));
+      } else {
+        history.AddGenerated(static_cast<int32_t>(rng() % vocab));
+      }
+    }
+    const int32_t top_n = 1 + static_cast<int32_t>(rng() % 40);
+    const CounterRng draw(trial);
+    absl::StatusOr<SparseProposal> fast = MakeProposal(logits, history, p, top_n, draw, trial);
+    absl::StatusOr<SparseProposal> ref =
+        MakeProposalReference(logits, history, p, top_n, draw, trial);
+    ASSERT_EQ(fast.ok(), ref.ok()) << trial << " " << fast.status() << " " << ref.status();
+    if (!fast.ok()) {
+      EXPECT_EQ(fast.status().code(), ref.status().code());
+      continue;
+    }
+    ++compared;
+    if (ref->ids.size() < static_cast<size_t>(std::min(top_n, vocab))) ++truncated;
+    ASSERT_EQ(fast->ids, ref->ids) << "trial " << trial;
+    ASSERT_EQ(fast->probs.size(), ref->probs.size());
+    for (size_t j = 0; j < ref->probs.size(); ++j) {
+      EXPECT_NEAR(fast->probs[j], ref->probs[j], 2e-7 + 1e-6 * ref->probs[j]) << trial;
+    }
+    EXPECT_EQ(fast->token, ref->token) << "trial " << trial;
+    EXPECT_TRUE(ValidateProposal(*fast, vocab).ok());
+  }
+  EXPECT_GT(compared, 2500);
+  EXPECT_GT(truncated, 200) << "the sweep should exercise top-k / top-p / min-p cuts";
+}
+
+TEST(ProposalTest, FastRejectsWhatTheReferenceRejects) {
+  SamplingParams p;
+  const CounterRng draw(1);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::vector<float>& row :
+       {std::vector<float>{}, std::vector<float>{1.0f, std::nanf(""), 0.0f},
+        std::vector<float>{0.0f, inf}, std::vector<float>{-inf, -inf}}) {
+    EXPECT_EQ(MakeProposal(row, PenaltyState(), p, 4, draw, 0).ok(),
+              MakeProposalReference(row, PenaltyState(), p, 4, draw, 0).ok());
+    EXPECT_FALSE(MakeProposal(row, PenaltyState(), p, 4, draw, 0).ok());
+  }
 }
 
 TEST(ProposalTest, ValidationErrors) {
