@@ -86,6 +86,28 @@ int32_t SampleProposal(const SparseProposal& q, double u) {
   return last_positive;
 }
 
+namespace {
+
+// q from candidates ranked most likely first: the first n, renormalized, and d drawn from
+// exactly the float q the verifier will read. weight(c) / id(c) read a candidate.
+template <typename Candidate, typename Weight, typename Id>
+SparseProposal RankedProposal(const std::vector<Candidate>& ranked, size_t n, Weight weight,
+                              Id id, const CounterRng& rng, int64_t position) {
+  double kept = 0.0;
+  for (size_t j = 0; j < n; ++j) kept += weight(ranked[j]);
+  SparseProposal q;
+  q.ids.resize(n);
+  q.probs.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    q.ids[j] = id(ranked[j]);
+    q.probs[j] = static_cast<float>(weight(ranked[j]) / kept);
+  }
+  q.token = SampleProposal(q, rng.Uniform(position, RngPurpose::kDraft));
+  return q;
+}
+
+}  // namespace
+
 absl::StatusOr<SparseProposal> MakeProposalReference(absl::Span<const float> logits,
                                                      const PenaltyState& history,
                                                      const SamplingParams& draft_params,
@@ -109,19 +131,9 @@ absl::StatusOr<SparseProposal> MakeProposalReference(absl::Span<const float> log
   std::partial_sort(cand.begin(), cand.begin() + n, cand.end(), [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
-  double kept = 0.0;
-  for (size_t j = 0; j < n; ++j) kept += cand[j].first;
-
-  SparseProposal q;
-  q.ids.resize(n);
-  q.probs.resize(n);
-  for (size_t j = 0; j < n; ++j) {
-    q.ids[j] = cand[j].second;
-    q.probs[j] = static_cast<float>(cand[j].first / kept);
-  }
-  // Sample from exactly the float q the verifier will read.
-  q.token = SampleProposal(q, rng.Uniform(position, RngPurpose::kDraft));
-  return q;
+  return RankedProposal(
+      cand, n, [](const auto& c) { return c.first; }, [](const auto& c) { return c.second; }, rng,
+      position);
 }
 
 namespace {
@@ -276,8 +288,8 @@ absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
   c.reserve(select);
   if (absl::Status s = SelectByLogit(logits, penalized, select, &c); !s.ok()) return s;
 
-  SparseProposal q;
   if (IsGreedy(draft_params)) {  // the argmax (ties -> lowest id) as a point mass
+    SparseProposal q;
     q.ids = {c.front().id};
     q.probs = {1.0f};
     q.token = c.front().id;
@@ -311,18 +323,9 @@ absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
     const double threshold = draft_params.min_p;  // max w is exp(0) = 1
     std::erase_if(c, [threshold](const Cand& k) { return k.w < threshold; });
   }
-  const size_t n = std::min<size_t>(top_n, c.size());
-  double kept = 0.0;
-  for (size_t j = 0; j < n; ++j) kept += c[j].w;
-  q.ids.resize(n);
-  q.probs.resize(n);
-  for (size_t j = 0; j < n; ++j) {
-    q.ids[j] = c[j].id;
-    q.probs[j] = static_cast<float>(c[j].w / kept);
-  }
-  // Sample from exactly the float q the verifier will read.
-  q.token = SampleProposal(q, rng.Uniform(position, RngPurpose::kDraft));
-  return q;
+  return RankedProposal(
+      c, std::min<size_t>(top_n, c.size()), [](const Cand& k) { return k.w; },
+      [](const Cand& k) { return k.id; }, rng, position);
 }
 
 }  // namespace specd::sampling

@@ -485,6 +485,22 @@ TEST_F(ClusterTest, RouterHealthFollowsTheTarget) {
   EXPECT_TRUE(c.WaitHealthy(c.router_addr, 10)) << "SERVING again once the target is back";
 }
 
+// A long stream that bumps `started` at its first token; true when it completes with exactly
+// `tokens` tokens.
+bool LongStreamCompletes(specd::v1::Generation::Stub& stub, int salt, int tokens,
+                         std::atomic<int>& started) {
+  grpc::ClientContext ctx;
+  auto reader =
+      stub.GenerateStream(&ctx, Req(Prompt(12, salt), tokens, specd::v1::SPECULATION_MODE_OFF));
+  GenerateStreamResponse m;
+  int got = 0;
+  while (reader->Read(&m)) {
+    if (got == 0 && m.token_ids_size() > 0) ++started;
+    got += m.token_ids_size();
+  }
+  return reader->Finish().ok() && got == tokens;
+}
+
 TEST_F(ClusterTest, SigtermDrainsInFlightAndRefusesNew) {
   Cluster& c = *cluster_;
   constexpr int kRequests = 8, kTokens = 450;
@@ -492,16 +508,7 @@ TEST_F(ClusterTest, SigtermDrainsInFlightAndRefusesNew) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kRequests; ++i) {
     threads.emplace_back([&, i] {
-      grpc::ClientContext ctx;
-      auto reader = c.router().GenerateStream(
-          &ctx, Req(Prompt(12, i), kTokens, specd::v1::SPECULATION_MODE_OFF));
-      GenerateStreamResponse m;
-      int tokens = 0;
-      while (reader->Read(&m)) {
-        if (tokens == 0 && m.token_ids_size() > 0) ++started;
-        tokens += m.token_ids_size();
-      }
-      if (reader->Finish().ok() && tokens == kTokens) {
+      if (LongStreamCompletes(c.router(), i, kTokens, started)) {
         ++finished;
       } else {
         ++failed;
@@ -573,16 +580,7 @@ TEST(ClusterDrainTest, EveryCallDuringDrainIsUnavailableOrCompleted) {
   std::vector<std::thread> work;
   for (int i = 0; i < kInFlight; ++i) {
     work.emplace_back([&, i] {
-      grpc::ClientContext ctx;
-      auto reader = c.router().GenerateStream(
-          &ctx, Req(Prompt(12, i), kTokens, specd::v1::SPECULATION_MODE_OFF));
-      GenerateStreamResponse m;
-      int tokens = 0;
-      while (reader->Read(&m)) {
-        if (tokens == 0 && m.token_ids_size() > 0) ++started;
-        tokens += m.token_ids_size();
-      }
-      if (reader->Finish().ok() && tokens == kTokens) ++in_flight_ok;
+      if (LongStreamCompletes(c.router(), i, kTokens, started)) ++in_flight_ok;
     });
   }
   while (started.load() < kInFlight) std::this_thread::sleep_for(std::chrono::milliseconds(1));
