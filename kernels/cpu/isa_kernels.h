@@ -21,15 +21,22 @@ namespace specd::kernels::cpu::internal {
 // so the result is the same however pairs are batched or split over threads.
 inline constexpr int32_t kAttnChunk = 64;
 
-// One attention work item: chunks [c0, c1) of the pair (t, kv head h).
+// Prefill tiles: up to this many consecutive queries of one sequence share one item, so a
+// backend may load (and convert) each key chunk once for all of them. Every query is still
+// computed alone, in the same order, so the tile changes no bit of any output.
+inline constexpr int32_t kAttnTile = 16;
+
+// One attention work item: chunks [c0, c1) of the pair (t, kv head h), or with tokens > 1
+// all chunks of the pairs (t .. t + tokens - 1, h): consecutive positions of one sequence.
 struct AttnItem {
   int32_t t;
   int32_t h;
   int32_t c0;
   int32_t c1;
-  // -1: fold the chunks and write the output; otherwise (c1 == c0 + 1) store the raw
-  // partial at partials + partial * AttnPartialFloats(group, d) for a later merge.
+  // -1: fold the chunks and write the output; otherwise (c1 == c0 + 1, tokens == 1) store
+  // the raw partial at partials + partial * AttnPartialFloats(group, d) for a later merge.
   int64_t partial;
+  int32_t tokens = 1;
 };
 
 // Stored partials [first, first + count) of the pair (t, h), in chunk order.
@@ -58,10 +65,12 @@ inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {
   return static_cast<int64_t>(group) * (head_dim + 2);
 }
 // Scratch floats one thread needs for attention items: K/V rows of one chunk
-// [kAttnChunk][d], scores [group][kAttnChunk], one chunk's partial and the fold state.
+// [kAttnChunk][d], scores [kAttnTile][group][kAttnChunk], and per query of a tile one
+// chunk's partial and its fold state ([kAttnTile] each; a single query uses the first).
 inline int64_t AttnScratchFloats(int32_t group, int32_t head_dim) {
-  return static_cast<int64_t>(kAttnChunk) * head_dim + static_cast<int64_t>(group) * kAttnChunk +
-         2 * AttnPartialFloats(group, head_dim) + 64;
+  return static_cast<int64_t>(kAttnChunk) * head_dim +
+         static_cast<int64_t>(kAttnTile) * group * kAttnChunk +
+         2 * kAttnTile * AttnPartialFloats(group, head_dim) + 64;
 }
 
 // Folding the next chunk's partial into state, the part every backend shares: moves the
@@ -91,18 +100,22 @@ inline void RunAttnItems(const AttnArgs& a, int64_t i0, int64_t i1, float* part,
   const int64_t pf = AttnPartialFloats(a.num_q_heads / a.kv->num_kv_heads, a.kv->head_dim);
   for (int64_t i = i0; i < i1; ++i) {
     const AttnItem& it = a.items[i];
-    const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
-    for (int32_t c = it.c0; c < it.c1; ++c) {
-      const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
-      const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
-      if (it.partial >= 0) {
-        chunk(it.t, it.h, j0, j1, a.partials + it.partial * pf);
-      } else {
-        chunk(it.t, it.h, j0, j1, part);
-        fold(c == it.c0, part, state);
+    for (int32_t t = it.t; t < it.t + it.tokens; ++t) {  // a tile: each query alone
+      const int64_t len = static_cast<int64_t>(a.positions[t]) + 1;
+      const int32_t c1 = it.tokens > 1 ? static_cast<int32_t>((len + kAttnChunk - 1) / kAttnChunk)
+                                       : it.c1;
+      for (int32_t c = it.c0; c < c1; ++c) {
+        const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
+        const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
+        if (it.partial >= 0) {
+          chunk(t, it.h, j0, j1, a.partials + it.partial * pf);
+        } else {
+          chunk(t, it.h, j0, j1, part);
+          fold(c == it.c0, part, state);
+        }
       }
+      if (it.partial < 0) finish(t, it.h, state);
     }
-    if (it.partial < 0) finish(it.t, it.h, state);
   }
 }
 

@@ -527,18 +527,29 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
   items.clear();
   merges.clear();
   int64_t num_partials = 0;
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < T;) {
     const int32_t chunks = (positions[t] + kAttnChunk) / kAttnChunk;
-    for (int32_t h = 0; h < hkv; ++h) {
-      if (!split) {
-        items.push_back(AttnItem{static_cast<int32_t>(t), h, 0, chunks, -1});
-        continue;
+    if (!split) {
+      // A tile: the run of consecutive positions of one sequence (prefill) from t.
+      int32_t tokens = 1;
+      while (tokens < internal::kAttnTile && t + tokens < T &&
+             block_tables[t + tokens] == block_tables[t] &&
+             positions[t + tokens] == positions[t] + tokens) {
+        ++tokens;
       }
+      for (int32_t h = 0; h < hkv; ++h) {
+        items.push_back(AttnItem{static_cast<int32_t>(t), h, 0, chunks, -1, tokens});
+      }
+      t += tokens;
+      continue;
+    }
+    for (int32_t h = 0; h < hkv; ++h) {
       merges.push_back(AttnMerge{static_cast<int32_t>(t), h, num_partials, chunks});
       for (int32_t c = 0; c < chunks; ++c) {
         items.push_back(AttnItem{static_cast<int32_t>(t), h, c, c + 1, num_partials++});
       }
     }
+    ++t;
   }
   float* partials = split ? Scratch(partial_buf, num_partials * internal::AttnPartialFloats(group, d)) : nullptr;
   const int64_t scratch_n = internal::AttnScratchFloats(group, d);

@@ -1050,6 +1050,25 @@ void ChunkPv(const float* p, const float* v, int64_t n, int32_t d, float* o) {
   }
 }
 
+// The KV rows of keys [j0, j1) of kv head h (runs of one head's keys per block, blocks
+// anywhere in the pool) are rarely cached after a pass over the weights: request them all up
+// front so their misses overlap.
+void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1) {
+  const PagedKvLayer& kv = *a.kv;
+  const int32_t d = kv.head_dim;
+  const int64_t es = kv.dtype == KvDtype::kF32 ? 4 : 2;
+  const int32_t* table = a.block_tables[t];
+  for (int64_t j = j0; j < j1;) {
+    const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
+    const int64_t at = kv.Index(table[j / kv.block_size], off, h) * es;
+    for (int64_t o = 0; o < n * d * es; o += 64) {
+      _mm_prefetch(static_cast<const char*>(kv.k) + at + o, _MM_HINT_T0);
+      _mm_prefetch(static_cast<const char*>(kv.v) + at + o, _MM_HINT_T0);
+    }
+    j += n;
+  }
+}
+
 // Raw partial of keys [j0, j1) (at most kAttnChunk) for the pair (t, h):
 // part = o[group][d], m[group], l[group].  kvbuf: [kAttnChunk][d]  s: [group][kAttnChunk]
 void AttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* kvbuf,
@@ -1060,23 +1079,7 @@ void AttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, 
   const float* qh = a.q + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group) * d;
   float* m = part + static_cast<int64_t>(group) * d;
   float* l = m + group;
-  // The KV rows (runs of one head's keys per block, blocks anywhere in the pool) are
-  // rarely cached after a pass over the weights: request them all up front so their
-  // misses overlap.
-  {
-    const PagedKvLayer& kv = *a.kv;
-    const int64_t es = kv.dtype == KvDtype::kF32 ? 4 : 2;
-    const int32_t* table = a.block_tables[t];
-    for (int64_t j = j0; j < j1;) {
-      const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
-      const int64_t at = kv.Index(table[j / kv.block_size], off, h) * es;
-      for (int64_t o = 0; o < n * d * es; o += 64) {
-        _mm_prefetch(static_cast<const char*>(kv.k) + at + o, _MM_HINT_T0);
-        _mm_prefetch(static_cast<const char*>(kv.v) + at + o, _MM_HINT_T0);
-      }
-      j += n;
-    }
-  }
+  PrefetchKvChunk(a, t, h, j0, j1);
   LoadKvChunk(a, a.kv->k, t, h, j0, j1, kvbuf);
   for (int32_t g = 0; g < group; ++g) {
     float* sg = s + static_cast<int64_t>(g) * kAttnChunk;
@@ -1122,19 +1125,72 @@ void AttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) {
   }
 }
 
+// A prefill tile: the queries it.t .. it.t + it.tokens - 1 (consecutive positions of one
+// sequence) against kv head it.h. Each key chunk is prefetched and converted once for the
+// whole tile (the work AttnChunk repeats per query); then every query runs AttnChunk's own
+// steps on its causal part of that chunk, and folds into its own state, so its output is
+// bitwise what it gets alone.
+// kvbuf: [kAttnChunk][d]  s: [tile][group][kAttnChunk]  parts, states: [tile][group][d + 2]
+void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, float* parts,
+              float* states) {
+  const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
+  const int64_t pf = AttnPartialFloats(group, d), sf = static_cast<int64_t>(group) * kAttnChunk;
+  const int32_t t0 = it.t, h = it.h;
+  const int64_t longest = static_cast<int64_t>(a.positions[t0 + it.tokens - 1]) + 1;
+  for (int64_t j0 = 0; j0 < longest; j0 += kAttnChunk) {
+    const int64_t j1 = j0 + kAttnChunk < longest ? j0 + kAttnChunk : longest;
+    const bool first = j0 == 0;
+    PrefetchKvChunk(a, t0, h, j0, j1);
+    LoadKvChunk(a, a.kv->k, t0, h, j0, j1, kvbuf);
+    for (int32_t k = 0; k < it.tokens; ++k) {
+      const int64_t len = static_cast<int64_t>(a.positions[t0 + k]) + 1;
+      if (j0 >= len) continue;  // this chunk lies past the query (causal)
+      const int64_t n = (j1 < len ? j1 : len) - j0, n8 = (n + 7) & ~int64_t{7};
+      const float* qh = a.q + (static_cast<int64_t>(t0 + k) * a.num_q_heads +
+                               static_cast<int64_t>(h) * group) * d;
+      float* m = parts + k * pf + static_cast<int64_t>(group) * d;
+      float* l = m + group;
+      for (int32_t g = 0; g < group; ++g) {
+        float* sg = s + k * sf + static_cast<int64_t>(g) * kAttnChunk;
+        ChunkScores(qh + static_cast<int64_t>(g) * d, kvbuf, d, n8, a.scale, sg);
+        m[g] = MaxOf(sg, n);
+        l[g] = ExpShiftSum(sg, n, m[g]);
+      }
+    }
+    LoadKvChunk(a, a.kv->v, t0, h, j0, j1, kvbuf);
+    for (int32_t k = 0; k < it.tokens; ++k) {
+      const int64_t len = static_cast<int64_t>(a.positions[t0 + k]) + 1;
+      if (j0 >= len) continue;
+      const int64_t n = (j1 < len ? j1 : len) - j0;
+      for (int32_t g = 0; g < group; ++g) {
+        ChunkPv(s + k * sf + static_cast<int64_t>(g) * kAttnChunk, kvbuf, n, d,
+                parts + k * pf + static_cast<int64_t>(g) * d);
+      }
+      AttnFold(first, parts + k * pf, states + k * pf, group, d);
+    }
+  }
+  for (int32_t k = 0; k < it.tokens; ++k) AttnFinish(a, t0 + k, h, states + k * pf);
+}
+
 void Attention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
   const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
   float* kvbuf = scratch;
   float* s = kvbuf + static_cast<int64_t>(kAttnChunk) * d;
-  float* part = s + static_cast<int64_t>(group) * kAttnChunk;
-  float* state = part + AttnPartialFloats(group, d);
-  RunAttnItems(
-      a, i0, i1, part, state,
-      [&](int32_t t, int32_t h, int64_t j0, int64_t j1, float* p) {
-        AttnChunk(a, t, h, j0, j1, kvbuf, s, p);
-      },
-      [&](bool first, const float* p, float* st) { AttnFold(first, p, st, group, d); },
-      [&](int32_t t, int32_t h, const float* st) { AttnFinish(a, t, h, st); });
+  float* parts = s + static_cast<int64_t>(kAttnTile) * group * kAttnChunk;
+  float* states = parts + kAttnTile * AttnPartialFloats(group, d);
+  for (int64_t i = i0; i < i1; ++i) {
+    if (a.items[i].tokens > 1) {
+      AttnTile(a, a.items[i], kvbuf, s, parts, states);
+      continue;
+    }
+    RunAttnItems(
+        a, i, i + 1, parts, states,
+        [&](int32_t t, int32_t h, int64_t j0, int64_t j1, float* p) {
+          AttnChunk(a, t, h, j0, j1, kvbuf, s, p);
+        },
+        [&](bool first, const float* p, float* st) { AttnFold(first, p, st, group, d); },
+        [&](int32_t t, int32_t h, const float* st) { AttnFinish(a, t, h, st); });
+  }
 }
 
 void AttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {

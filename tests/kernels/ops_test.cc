@@ -835,6 +835,51 @@ TEST_P(BackendTest, PagedAttentionMatchesReference) {
   }
 }
 
+// Prefill: whole runs of consecutive positions of one sequence (the backends may share each
+// key chunk across a tile of them, kAttnTile), a chunked prefill that starts mid-sequence,
+// and a second sequence right after (a tile must not cross it). Every query must match the
+// reference and be bitwise what it gives alone.
+TEST_P(BackendTest, PagedAttentionPrefillTilesAreBitwiseSingleQueries) {
+  std::mt19937 rng(19);
+  struct Heads {
+    int32_t hq, hkv, d;
+  };
+  for (Heads hs : {Heads{9, 3, 64}, Heads{6, 2, 72}}) {
+    for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
+      const int32_t bs = 16;
+      KvPool pool(dt, 64, bs, hs.hkv, hs.d);
+      SeqSet seqs = MakeSeqs(rng, pool, {300, 70, 200});
+      std::vector<int32_t> pos;
+      std::vector<const int32_t*> bt;
+      auto add = [&](size_t seq, int32_t from, int32_t to) {
+        for (int32_t p = from; p < to; ++p) {
+          pos.push_back(p);
+          bt.push_back(seqs.tables[seq].data());
+        }
+      };
+      add(0, 0, 300);    // a whole prompt: 18 full tiles and a ragged one
+      add(1, 50, 70);    // the next sequence: a new tile
+      add(2, 100, 163);  // a later chunk of a chunked prefill
+      add(2, 199, 200);  // a lone query of the same sequence, not consecutive
+      const int64_t T = pos.size();
+      std::vector<float> q = RandVec(rng, T * hs.hq * hs.d, -3.0f, 3.0f);
+      std::vector<float> a(q.size()), b(q.size());
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
+      B().PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, a.data());
+      ref::PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, b.data());
+      ASSERT_TRUE(AllFinite(a));
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5) << "i=" << i;
+      const int64_t row = static_cast<int64_t>(hs.hq) * hs.d;
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> one(row);
+        B().PagedAttention(q.data() + t * row, 1, hs.hq, &pos[t], &bt[t], pool.layer, scale,
+                           one.data());
+        ASSERT_EQ(std::memcmp(one.data(), a.data() + t * row, row * 4), 0) << "t=" << t;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
                          ::testing::Range(0, static_cast<int>(Backends().size())), BackendName);
 
