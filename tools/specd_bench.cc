@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
 #include "engine/communicator.h"
@@ -132,6 +133,35 @@ struct Runner {
     return batch * steps / secs;
   }
 
+  // Decode `steps` tokens of one sequence whose context is already `depth` tokens (prefilled
+  // in chunks first, not timed); returns tok/s.
+  double DecodeAtDepth(int depth, int steps) {
+    std::vector<int32_t> prompt(depth);
+    for (int i = 0; i < depth; ++i) prompt[i] = 100 + (i * 7) % 5000;
+    constexpr engine::SeqId kSeq = 2000;
+    Check(kv->AddSequence(kSeq));
+    engine::ForwardBatch b;
+    for (int done = 0; done < depth;) {
+      const int n = std::min(depth - done, model->options().max_batch_tokens);
+      b.Clear();
+      b.Add(kSeq, done, prompt.data() + done, n, false);
+      Check(model->Forward(b, *kv, logits.data()));
+      done += n;
+    }
+    int32_t next = 300;
+    const auto t0 = Clock::now();
+    for (int step = 0; step < steps; ++step) {
+      b.Clear();
+      b.Add(kSeq, depth + step, &next, 1, false);
+      Check(model->Forward(b, *kv, logits.data()));
+      next = static_cast<int32_t>(
+          std::max_element(logits.data(), logits.data() + model->vocab_size()) - logits.data());
+    }
+    const double secs = Seconds(t0, Clock::now());
+    kv->FreeSequence(kSeq);
+    return steps / secs;
+  }
+
   double Prefill(int len, int reps) {
     std::vector<int32_t> prompt(len);
     for (int i = 0; i < len; ++i) prompt[i] = 100 + (i * 7) % 5000;
@@ -236,6 +266,7 @@ int Main(int argc, char** argv) {
     llama_python = py;
   }
   int only_batch = 0;  // --only-decode N: just decode at batch N, for profiling
+  std::vector<int> depths;  // --depth N,N,...: decode at these context lengths, bytes per step
   bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
   SpecBenchOptions spec;
   for (int i = 1; i < argc; ++i) {
@@ -250,6 +281,16 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(argv[++i], &only_batch) || only_batch < 1 || only_batch > 16) {
         std::fprintf(stderr, "specd-bench: --only-decode: expected a batch of 1 to 16\n");
         return 2;
+      }
+    } else if (a == "--depth" && i + 1 < argc) {
+      for (absl::string_view part : absl::StrSplit(argv[++i], ',')) {
+        int d = 0;
+        if (!absl::SimpleAtoi(part, &d) || d < 1 || d > 32768) {
+          std::fprintf(stderr, "specd-bench: --depth: expected context lengths 1..32768, got %s\n",
+                       std::string(part).c_str());
+          return 2;
+        }
+        depths.push_back(d);
       }
     } else if (a == "--no-llama-cpp") {
       with_llama_cpp = false;
@@ -287,6 +328,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
                    "[--no-llama-cpp | --llama-cpp-python PYTHON] [--only-decode BATCH]\n"
+                   "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
@@ -319,7 +361,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "specd-bench: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  const int32_t blocks = 16 * ((32 + steps) / 16 + 2) + 40;
+  int max_depth = 0;
+  for (int d : depths) max_depth = std::max(max_depth, d);
+  const int32_t blocks = 16 * ((32 + steps) / 16 + 2) + 40 + (max_depth + steps) / 16 + 2;
   auto kv = engine::PagedKvCache::Create(
       (*model)->MakeKvCacheConfig(blocks, 16, kernels::KvDtype::kF16));
   if (!kv.ok()) return 1;
@@ -334,6 +378,27 @@ int Main(int argc, char** argv) {
   std::printf("memory read bandwidth: %.2f GB/s -> decode roofline %.1f tok/s\n", bandwidth,
               roofline);
   r.Decode(1, 8, 8);  // warm-up: page in the weights
+  if (!depths.empty()) {
+    // Decode at depth: bytes read per step = the weights + the sequence's whole KV (K and V,
+    // every layer), against the read bandwidth measured above in this run.
+    const engine::KvCacheConfig& kc = (*kv)->config();
+    const double kv_bytes_per_token = 2.0 * kc.num_layers * kc.num_kv_heads * kc.head_dim *
+                                      engine::KvDtypeBytes(kc.dtype);
+    const double short_ctx = r.DecodeAtDepth(32, steps);
+    std::printf("decode at depth (batch 1, %d steps, KV %s %.1f KB/token):\n", steps,
+                kc.dtype == kernels::KvDtype::kF16 ? "f16" : "other", kv_bytes_per_token / 1e3);
+    std::printf("  depth %5d: %8.1f tok/s  (the short-context baseline)\n", 32, short_ctx);
+    for (int d : depths) {
+      const double tps = r.DecodeAtDepth(d, steps);
+      const double kv_mb = kv_bytes_per_token * (d + steps / 2.0) / 1e6;
+      const double gbs = tps * ((*model)->weight_bytes() / 1e6 + kv_mb) / 1e3;
+      std::printf("  depth %5d: %8.1f tok/s  (%.2fx short) | KV %.1f MB + weights %.1f MB per "
+                  "step = %.2f GB/s, %.0f%% of the measured %.2f GB/s\n",
+                  d, tps, tps / short_ctx, kv_mb, weight_mb, gbs, 100 * gbs / bandwidth,
+                  bandwidth);
+    }
+    return 0;
+  }
   if (only_batch > 0) {  // a steady decode loop to run under a profiler
     for (int rep = 0; rep < 5; ++rep) {
       std::printf("decode batch %d: %8.1f tok/s\n", only_batch, r.Decode(only_batch, 32, steps));
