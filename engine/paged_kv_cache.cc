@@ -1,5 +1,6 @@
 #include "engine/paged_kv_cache.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,7 +14,14 @@ size_t KvDtypeBytes(kernels::KvDtype dtype) {
 }
 
 PagedKvCache::PagedKvCache(const KvCacheConfig& config)
-    : config_(config), allocator_(config.num_blocks) {}
+    : config_(config), allocator_(config.num_blocks) {
+  if (config.prefix_caching) {
+    block_hash_.assign(config.num_blocks, 0);
+    block_cached_.assign(config.num_blocks, false);
+    block_tokens_.assign(static_cast<size_t>(config.num_blocks) * config.block_size, -1);
+    last_use_.assign(config.num_blocks, 0);
+  }
+}
 
 PagedKvCache::~PagedKvCache() {
   for (uint8_t* p : k_pools_) std::free(p);
@@ -61,8 +69,144 @@ absl::Status PagedKvCache::AddSequence(SeqId seq) {
 void PagedKvCache::FreeSequence(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  for (int32_t b : it->second.blocks) allocator_.Release(b);
+  for (int32_t b : it->second.blocks) ReleaseBlock(b);
   seqs_.erase(it);
+}
+
+// ---- prefix cache ------------------------------------------------------------------------
+
+uint64_t PagedKvCache::BlockHash(uint64_t prev, absl::Span<const int32_t> tokens) const {
+  // FNV-1a over the previous block's hash and this block's ids, then a final avalanche
+  // (splitmix64). 64 bits; a match is confirmed against the stored tokens as well.
+  uint64_t h = 1469598103934665603ull ^ prev;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(prev);
+  for (int32_t t : tokens) mix(static_cast<uint32_t>(t));
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
+void PagedKvCache::ReleaseBlock(int32_t block) {
+  allocator_.Release(block);
+  if (config_.prefix_caching && block_cached_[block] && allocator_.ref_count(block) == 1) {
+    last_use_[block] = ++tick_;
+    lru_.insert({last_use_[block], block});  // only the cache holds it now
+  }
+}
+
+void PagedKvCache::EvictOne() {
+  const auto [use, block] = *lru_.begin();
+  lru_.erase(lru_.begin());
+  by_hash_.erase(block_hash_[block]);
+  block_cached_[block] = false;
+  ++stats_.evictions;
+  allocator_.Release(block);  // the cache's own reference: the block is free
+}
+
+absl::Status PagedKvCache::AllocateBlocks(int32_t count, std::vector<int32_t>* out) {
+  if (count > allocator_.num_free() + num_evictable_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "KV cache out of blocks: need %d, %d of %d free", count, num_free_blocks(),
+        allocator_.num_blocks()));
+  }
+  while (allocator_.num_free() < count) EvictOne();
+  return allocator_.Allocate(count, out);
+}
+
+absl::StatusOr<int64_t> PagedKvCache::AdoptPrefix(SeqId seq, absl::Span<const int32_t> prompt) {
+  if (!config_.prefix_caching) return 0;
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", seq));
+  Sequence& s = it->second;
+  if (s.length != 0 || !s.blocks.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("sequence %d: AdoptPrefix needs an empty sequence", seq));
+  }
+  const int32_t bs = config_.block_size;
+  // Keep the last prompt token to compute: its logits give the first output.
+  const int64_t candidates = prompt.empty() ? 0 : (static_cast<int64_t>(prompt.size()) - 1) / bs;
+  ++stats_.lookups;
+  stats_.queried_tokens += candidates * bs;
+  uint64_t chain = config_.cache_salt;
+  for (int64_t i = 0; i < candidates && i < config_.max_blocks_per_seq; ++i) {
+    const absl::Span<const int32_t> ids = prompt.subspan(i * bs, bs);
+    const uint64_t h = BlockHash(chain, ids);
+    auto found = by_hash_.find(h);
+    if (found == by_hash_.end()) break;
+    const int32_t b = found->second;
+    if (!std::equal(ids.begin(), ids.end(), block_tokens_.begin() + static_cast<int64_t>(b) * bs)) {
+      break;  // a 64-bit collision: treat as a miss
+    }
+    if (allocator_.ref_count(b) == 1) lru_.erase({last_use_[b], b});  // in use again
+    allocator_.Retain(b);
+    last_use_[b] = ++tick_;
+    s.blocks.push_back(b);
+    s.hashes.push_back(h);
+    chain = h;
+  }
+  s.length = static_cast<int64_t>(s.blocks.size()) * bs;
+  stats_.hit_tokens += s.length;
+  return s.length;
+}
+
+absl::Status PagedKvCache::Publish(SeqId seq, absl::Span<const int32_t> committed) {
+  if (!config_.prefix_caching) return absl::OkStatus();
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", seq));
+  Sequence& s = it->second;
+  if (static_cast<int64_t>(committed.size()) > s.length) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "sequence %d: %d committed tokens, but its KV holds %d", seq, committed.size(), s.length));
+  }
+  const int32_t bs = config_.block_size;
+  const int32_t full = static_cast<int32_t>(committed.size() / bs);
+  for (int32_t i = static_cast<int32_t>(s.hashes.size()); i < full; ++i) {
+    const absl::Span<const int32_t> ids = committed.subspan(static_cast<int64_t>(i) * bs, bs);
+    const uint64_t h = BlockHash(s.hashes.empty() ? config_.cache_salt : s.hashes.back(), ids);
+    const int32_t b = s.blocks[i];
+    if (!by_hash_.contains(h) && !block_cached_[b] && allocator_.ref_count(b) == 1) {
+      // The cache keeps its own reference, so the block outlives the sequence.
+      by_hash_[h] = b;
+      block_hash_[b] = h;
+      block_cached_[b] = true;
+      std::copy(ids.begin(), ids.end(), block_tokens_.begin() + static_cast<int64_t>(b) * bs);
+      allocator_.Retain(b);
+      last_use_[b] = ++tick_;
+      ++stats_.published;
+    }
+    // Otherwise the same content is cached already (another sequence computed it too): this
+    // copy stays private. Either way the block is committed and never written again.
+    s.hashes.push_back(h);
+  }
+  return absl::OkStatus();
+}
+
+void PagedKvCache::DropCache() {
+  while (!lru_.empty()) EvictOne();
+}
+
+void PagedKvCache::CopyRows(int32_t from, int32_t to, int32_t rows) {
+  // A block is [kv_heads][block_size][head_dim] per layer (kernels::PagedKvLayer::Index).
+  const size_t es = KvDtypeBytes(config_.dtype);
+  const size_t row = static_cast<size_t>(config_.head_dim) * es;
+  const size_t head = static_cast<size_t>(config_.block_size) * row;
+  const size_t block = static_cast<size_t>(config_.num_kv_heads) * head;
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    for (uint8_t* pool : {k_pools_[l], v_pools_[l]}) {
+      for (int32_t h = 0; h < config_.num_kv_heads; ++h) {
+        std::memcpy(pool + to * block + h * head, pool + from * block + h * head, rows * row);
+      }
+    }
+  }
 }
 
 int32_t PagedKvCache::BlocksNeeded(SeqId seq, int64_t length) const {
@@ -84,7 +228,7 @@ absl::Status PagedKvCache::Reserve(SeqId seq, int64_t length) {
   }
   const int32_t have = static_cast<int32_t>(s.blocks.size());
   if (need > have) {
-    absl::Status st = allocator_.Allocate(need - have, &s.blocks);
+    absl::Status st = AllocateBlocks(need - have, &s.blocks);
     if (!st.ok()) return st;
   }
   if (length > s.length) s.length = length;
@@ -100,10 +244,26 @@ absl::Status PagedKvCache::Truncate(SeqId seq, int64_t length) {
         "sequence %d: cannot truncate to %d (length %d)", seq, length, s.length));
   }
   const int32_t keep = BlocksFor(length);
+  const int32_t bs = config_.block_size;
+  const int32_t full = static_cast<int32_t>(length / bs);
+  // The kept part of a committed block will be written again: never in a shared one. Copy
+  // it to a private block first (before anything changes, so a failure changes nothing).
+  if (static_cast<int32_t>(s.hashes.size()) > full && full < keep) {
+    const int32_t b = s.blocks[full];
+    if (block_cached_.empty() ? false : (block_cached_[b] || allocator_.ref_count(b) > 1)) {
+      std::vector<int32_t> fresh;
+      absl::Status st = AllocateBlocks(1, &fresh);
+      if (!st.ok()) return st;
+      CopyRows(b, fresh[0], static_cast<int32_t>(length % bs));
+      ReleaseBlock(b);
+      s.blocks[full] = fresh[0];
+    }
+  }
   while (static_cast<int32_t>(s.blocks.size()) > keep) {
-    allocator_.Release(s.blocks.back());
+    ReleaseBlock(s.blocks.back());
     s.blocks.pop_back();
   }
+  if (static_cast<int32_t>(s.hashes.size()) > full) s.hashes.resize(full);
   s.length = length;
   return absl::OkStatus();
 }
