@@ -185,9 +185,20 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   return server;
 }
 
+namespace {
+// A side of a connection speaks TLS with `tls`, and presents or demands a client
+// certificate with `mutual`.
+const char* Transport(bool tls, bool mutual) {
+  return !tls ? "plaintext" : mutual ? "mtls" : "tls";
+}
+}  // namespace
+
 const char* TransportName(const GrpcSettings& s) {
-  if (s.server_pem.cert.empty()) return "plaintext";
-  return s.server_pem.ca.empty() ? "tls" : "mtls";
+  return Transport(!s.server_pem.cert.empty(), !s.server_pem.ca.empty());
+}
+
+const char* UpstreamTransportName(const GrpcSettings& s) {
+  return Transport(!s.upstream_pem.ca.empty(), !s.upstream_pem.cert.empty());
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const GrpcSettings& s) {

@@ -60,8 +60,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
     const GrpcSettings& settings, int* bound_port = nullptr);
 
-// "plaintext", "tls" or "mtls": what StartServer listens with.
+// "plaintext", "tls" or "mtls": what StartServer listens with, and what MakeChannel dials.
 const char* TransportName(const GrpcSettings& settings);
+const char* UpstreamTransportName(const GrpcSettings& settings);
 
 // A channel to another service: TLS (and the client certificate) per `upstream_tls`.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,

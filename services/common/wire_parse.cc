@@ -150,17 +150,17 @@ absl::Status ParseMessage(std::string_view bytes, google::protobuf::Message* mes
   if (bytes.size() > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat(type.name(), ": larger than 2 GiB"));
   }
-  // Walk first: protobuf's parser logs (and in debug builds may abort on) invalid UTF-8,
-  // and would only say "failed" anyway.
+  message->Clear();
+  if (message->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::OkStatus();
+  }
+  // Only a failed parse pays for the walk that names the field.
+  message->Clear();
   if (absl::Status s = DiagnoseWire(bytes, type); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(type.name(), ": ", s.message()));
   }
-  message->Clear();
-  if (!message->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(type.name(), ": not a valid ", type.full_name(), " message"));
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(type.name(), ": not a valid ", type.full_name(), " message"));
 }
 
 }  // namespace specd::services

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "google/protobuf/stubs/logging.h"
 #include "common/gguf/gguf_file.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
@@ -82,13 +83,16 @@ class TargetWatch {
 int Main(int argc, char** argv) {
   services::BlockTerminationSignals();
   services::SetLogService("router");
+  // protobuf would log each invalid-UTF-8 payload on its own line; the refusal (with the
+  // field) is logged as an event instead.
+  google::protobuf::SetLogHandler(nullptr);
   std::string listen = "0.0.0.0:50051", target = "localhost:50052", draft, model;
   RouterOptions o;
   int32_t metrics_port = 0, http_port = 0, http_threads = 2;
   std::string http_address = "0.0.0.0", served_model_name, api_keys_file,
               metrics_address = "0.0.0.0";
   int32_t http_max_body_bytes = 4 << 20;
-  double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30,
+  double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30, drain_linger_s = 5,
          startup_timeout_s = 300;
   services::GrpcSettings gs;
   services::FlagSet f("specd-router");
@@ -113,6 +117,9 @@ int Main(int argc, char** argv) {
         "how long requests wait for an unavailable target before failing UNAVAILABLE");
   f.Add("drain-grace-s", "SPECD_ROUTER_DRAIN_GRACE_S", &drain_grace_s,
         "after SIGTERM, how long in-flight requests may finish");
+  f.Add("drain-linger-s", "SPECD_ROUTER_DRAIN_LINGER_S", &drain_linger_s,
+        "after the in-flight requests, how long the router keeps answering new calls "
+        "UNAVAILABLE while they still come (it closes after 300 ms without one)");
   f.Add("startup-timeout-s", "SPECD_ROUTER_STARTUP_TIMEOUT_S", &startup_timeout_s,
         "how long to wait for the target at start");
   f.Add("metrics-port", "SPECD_ROUTER_METRICS_PORT", &metrics_port,
@@ -208,9 +215,7 @@ int Main(int argc, char** argv) {
                       {"transport", services::TransportName(gs)},
                       {"target", target},
                       {"draft", draft.empty() ? "none" : draft},
-                      {"upstream_transport", gs.upstream_pem.ca.empty()     ? "plaintext"
-                                             : gs.upstream_pem.cert.empty() ? "tls"
-                                                                            : "mtls"},
+                      {"upstream_transport", services::UpstreamTransportName(gs)},
                       {"api_keys", keys.enabled()}});
   TargetWatch watch(services::MakeChannel(target, gs), (*server)->GetHealthCheckService());
   if (served_model_name.empty()) served_model_name = std::filesystem::path(model).stem().string();
@@ -250,6 +255,12 @@ int Main(int argc, char** argv) {
   const bool idle = engine.WaitIdle(absl::Seconds(drain_grace_s));
   services::LogEvent(idle ? services::LogLevel::kInfo : services::LogLevel::kWarn, "drain_end",
                      {{"in_flight_finished", idle}});
+  // Close only once calls have stopped coming (each got UNAVAILABLE meanwhile), up to
+  // --drain-linger-s: a call that arrives as the listener closes is cut, not answered.
+  const absl::Time linger_until = absl::Now() + absl::Seconds(drain_linger_s);
+  while (absl::Now() < linger_until && absl::Now() - service.last_call() < absl::Milliseconds(300)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (http_server != nullptr && !http_server->Drain(5)) {
     services::LogEvent(services::LogLevel::kWarn, "http_drain_incomplete",

@@ -230,6 +230,7 @@ absl::Status GenerationService::Authorize(grpc::CallbackServerContext* ctx) {
 absl::Status GenerationService::Admit(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer& bytes,
                                       google::protobuf::Message* request) {
+  last_call_ns_.store(absl::ToUnixNanos(absl::Now()));
   if (absl::Status a = Authorize(ctx); !a.ok()) return a;
   if (absl::Status p = services::ParseByteBuffer(bytes, request); !p.ok()) return Refused(p);
   return absl::OkStatus();

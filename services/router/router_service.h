@@ -5,8 +5,10 @@
 #ifndef SPECD_SERVICES_ROUTER_ROUTER_SERVICE_H_
 #define SPECD_SERVICES_ROUTER_ROUTER_SERVICE_H_
 
+#include <atomic>
 #include <string>
 
+#include "absl/time/time.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/metrics.h"
@@ -39,6 +41,10 @@ class GenerationService final : public RawGenerationService {
   // `keys` must outlive the service.
   void set_api_keys(const ApiKeys* keys) { keys_ = keys; }
 
+  // When the last call of any method arrived (drain waits for calls to stop coming before it
+  // closes the listener: a call that races the close cannot be answered UNAVAILABLE).
+  absl::Time last_call() const { return absl::FromUnixNanos(last_call_ns_.load()); }
+
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateStream(grpc::CallbackServerContext* ctx,
@@ -64,6 +70,7 @@ class GenerationService final : public RawGenerationService {
                                specd::v1::TokenizeResponse* resp);
   void FillModelInfo(specd::v1::ModelInfo* info);
   const ApiKeys* keys_ = nullptr;
+  std::atomic<int64_t> last_call_ns_{0};
 
   std::string target_model_, draft_model_;
   services::Metrics* metrics_;

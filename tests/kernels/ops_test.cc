@@ -782,6 +782,37 @@ TEST_P(BackendTest, WriteKvMatchesReference) {
   }
 }
 
+// Runs the backend's PagedAttention on the batch (q: [T, hq, d]), checks it against the
+// reference and that every query alone gives bitwise the same row; returns the batch output.
+std::vector<float> AttentionMatchesReferenceAndAlone(OpsBackend& be, const std::vector<float>& q,
+                                                     const std::vector<int32_t>& pos,
+                                                     const std::vector<const int32_t*>& bt,
+                                                     const KvPool& pool, int32_t hq, int32_t d) {
+  const int64_t T = pos.size();
+  std::vector<float> a(q.size()), b(q.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  be.PagedAttention(q.data(), T, hq, pos.data(), bt.data(), pool.layer, scale, a.data());
+  ref::PagedAttention(q.data(), T, hq, pos.data(), bt.data(), pool.layer, scale, b.data());
+  EXPECT_TRUE(AllFinite(a));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::fabs(a[i] - b[i]) > 2e-5) {
+      ADD_FAILURE() << "i=" << i << ": " << a[i] << " vs reference " << b[i];
+      return a;
+    }
+  }
+  // Batch invariance: every query alone gives bitwise the same output.
+  const int64_t row = static_cast<int64_t>(hq) * d;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> one(row);
+    be.PagedAttention(q.data() + t * row, 1, hq, &pos[t], &bt[t], pool.layer, scale, one.data());
+    if (std::memcmp(one.data(), a.data() + t * row, row * 4) != 0) {
+      ADD_FAILURE() << "t=" << t << " alone differs from the batch";
+      return a;
+    }
+  }
+  return a;
+}
+
 TEST_P(BackendTest, PagedAttentionMatchesReference) {
   std::mt19937 rng(15);
   struct Heads {
@@ -808,20 +839,11 @@ TEST_P(BackendTest, PagedAttentionMatchesReference) {
       }
       const int64_t T = pos.size();
       std::vector<float> q = RandVec(rng, T * hs.hq * hs.d, -3.0f, 3.0f);
-      std::vector<float> a(q.size()), b(q.size());
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
-      B().PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, a.data());
-      ref::PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, b.data());
-      ASSERT_TRUE(AllFinite(a));
-      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5) << "i=" << i;
-
-      // Batch invariance: every query alone gives bitwise the same output.
+      const std::vector<float> a =
+          AttentionMatchesReferenceAndAlone(B(), q, pos, bt, pool, hs.hq, hs.d);
+      if (HasFailure()) return;
       const int64_t row = static_cast<int64_t>(hs.hq) * hs.d;
-      for (int64_t t = 0; t < T; ++t) {
-        std::vector<float> one(row);
-        B().PagedAttention(q.data() + t * row, 1, hs.hq, &pos[t], &bt[t], pool.layer, scale, one.data());
-        ASSERT_EQ(std::memcmp(one.data(), a.data() + t * row, row * 4), 0) << "t=" << t;
-      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
       // And reversed batch order.
       std::vector<float> qr(q.size()), ar(q.size());
       std::vector<int32_t> posr(pos.rbegin(), pos.rend());
@@ -861,21 +883,10 @@ TEST_P(BackendTest, PagedAttentionPrefillTilesAreBitwiseSingleQueries) {
       add(1, 50, 70);    // the next sequence: a new tile
       add(2, 100, 163);  // a later chunk of a chunked prefill
       add(2, 199, 200);  // a lone query of the same sequence, not consecutive
-      const int64_t T = pos.size();
-      std::vector<float> q = RandVec(rng, T * hs.hq * hs.d, -3.0f, 3.0f);
-      std::vector<float> a(q.size()), b(q.size());
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
-      B().PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, a.data());
-      ref::PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, b.data());
-      ASSERT_TRUE(AllFinite(a));
-      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5) << "i=" << i;
-      const int64_t row = static_cast<int64_t>(hs.hq) * hs.d;
-      for (int64_t t = 0; t < T; ++t) {
-        std::vector<float> one(row);
-        B().PagedAttention(q.data() + t * row, 1, hs.hq, &pos[t], &bt[t], pool.layer, scale,
-                           one.data());
-        ASSERT_EQ(std::memcmp(one.data(), a.data() + t * row, row * 4), 0) << "t=" << t;
-      }
+      std::vector<float> q = RandVec(rng, static_cast<int64_t>(pos.size()) * hs.hq * hs.d,
+                                     -3.0f, 3.0f);
+      AttentionMatchesReferenceAndAlone(B(), q, pos, bt, pool, hs.hq, hs.d);
+      if (HasFailure()) return;
     }
   }
 }
