@@ -7,6 +7,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/forward_batch.h"
 #include "engine/llama_model.h"
 #include "engine/paged_kv_cache.h"
@@ -23,6 +25,12 @@ class ModelRunner {
   virtual void FreeSequence(SeqId seq) = 0;         // no-op if absent
   // Rollback: keeps the first `length` tokens' KV, frees blocks past them.
   virtual absl::Status Truncate(SeqId seq, int64_t length) = 0;
+  // Prefix caching (PagedKvCache): a sequence just added takes the cached KV of `prompt`'s
+  // leading full blocks (returns the tokens adopted; 0 with caching off), and a sequence's
+  // committed full blocks are offered to the cache once their KV is written.
+  virtual absl::StatusOr<int64_t> AdoptPrefix(SeqId seq, absl::Span<const int32_t> prompt) = 0;
+  virtual absl::Status Publish(SeqId seq, absl::Span<const int32_t> committed) = 0;
+  virtual void DropPrefixCache() = 0;  // evicts every cached block no sequence holds
   virtual const PagedKvCache& kv() const = 0;  // this rank's (rank 0's) cache
   virtual const LlamaModel& model() const = 0;
 };
@@ -37,6 +45,13 @@ class LocalModelRunner final : public ModelRunner {
   absl::Status AddSequence(SeqId seq) override { return kv_->AddSequence(seq); }
   void FreeSequence(SeqId seq) override { kv_->FreeSequence(seq); }
   absl::Status Truncate(SeqId seq, int64_t length) override { return kv_->Truncate(seq, length); }
+  absl::StatusOr<int64_t> AdoptPrefix(SeqId seq, absl::Span<const int32_t> prompt) override {
+    return kv_->AdoptPrefix(seq, prompt);
+  }
+  absl::Status Publish(SeqId seq, absl::Span<const int32_t> committed) override {
+    return kv_->Publish(seq, committed);
+  }
+  void DropPrefixCache() override { kv_->DropCache(); }
   const PagedKvCache& kv() const override { return *kv_; }
   const LlamaModel& model() const override { return *model_; }
 

@@ -20,6 +20,7 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& config)
     block_cached_.assign(config.num_blocks, false);
     block_tokens_.assign(static_cast<size_t>(config.num_blocks) * config.block_size, -1);
     last_use_.assign(config.num_blocks, 0);
+    adopt_refs_.assign(config.num_blocks, 0);
   }
 }
 
@@ -69,6 +70,7 @@ absl::Status PagedKvCache::AddSequence(SeqId seq) {
 void PagedKvCache::FreeSequence(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
+  Unadopt(it->second, 0);
   for (int32_t b : it->second.blocks) ReleaseBlock(b);
   seqs_.erase(it);
 }
@@ -103,6 +105,13 @@ void PagedKvCache::ReleaseBlock(int32_t block) {
   }
 }
 
+void PagedKvCache::Unadopt(Sequence& s, int32_t from) {
+  for (int32_t i = from; i < s.adopted; ++i) {
+    if (--adopt_refs_[s.blocks[i]] == 0) --num_adopted_;
+  }
+  s.adopted = std::min(s.adopted, from);
+}
+
 void PagedKvCache::EvictOne() {
   const auto [use, block] = *lru_.begin();
   lru_.erase(lru_.begin());
@@ -120,6 +129,26 @@ absl::Status PagedKvCache::AllocateBlocks(int32_t count, std::vector<int32_t>* o
   }
   while (allocator_.num_free() < count) EvictOne();
   return allocator_.Allocate(count, out);
+}
+
+int64_t PagedKvCache::CachedPrefixLength(absl::Span<const int32_t> prompt) const {
+  if (!config_.prefix_caching || prompt.empty()) return 0;
+  const int32_t bs = config_.block_size;
+  const int64_t candidates = (static_cast<int64_t>(prompt.size()) - 1) / bs;
+  uint64_t chain = config_.cache_salt;
+  int64_t i = 0;
+  for (; i < candidates && i < config_.max_blocks_per_seq; ++i) {
+    const absl::Span<const int32_t> ids = prompt.subspan(i * bs, bs);
+    const uint64_t h = BlockHash(chain, ids);
+    auto found = by_hash_.find(h);
+    if (found == by_hash_.end() ||
+        !std::equal(ids.begin(), ids.end(),
+                    block_tokens_.begin() + static_cast<int64_t>(found->second) * bs)) {
+      break;
+    }
+    chain = h;
+  }
+  return i * bs;
 }
 
 absl::StatusOr<int64_t> PagedKvCache::AdoptPrefix(SeqId seq, absl::Span<const int32_t> prompt) {
@@ -149,10 +178,12 @@ absl::StatusOr<int64_t> PagedKvCache::AdoptPrefix(SeqId seq, absl::Span<const in
     if (allocator_.ref_count(b) == 1) lru_.erase({last_use_[b], b});  // in use again
     allocator_.Retain(b);
     last_use_[b] = ++tick_;
+    if (adopt_refs_[b]++ == 0) ++num_adopted_;
     s.blocks.push_back(b);
     s.hashes.push_back(h);
     chain = h;
   }
+  s.adopted = static_cast<int32_t>(s.blocks.size());
   s.length = static_cast<int64_t>(s.blocks.size()) * bs;
   stats_.hit_tokens += s.length;
   return s.length;
@@ -255,10 +286,12 @@ absl::Status PagedKvCache::Truncate(SeqId seq, int64_t length) {
       absl::Status st = AllocateBlocks(1, &fresh);
       if (!st.ok()) return st;
       CopyRows(b, fresh[0], static_cast<int32_t>(length % bs));
+      Unadopt(s, std::min(s.adopted, full));
       ReleaseBlock(b);
       s.blocks[full] = fresh[0];
     }
   }
+  Unadopt(s, std::min(s.adopted, full));
   while (static_cast<int32_t>(s.blocks.size()) > keep) {
     ReleaseBlock(s.blocks.back());
     s.blocks.pop_back();

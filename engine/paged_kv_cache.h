@@ -75,6 +75,8 @@ class PagedKvCache {
   // (its logits are needed). Returns the tokens adopted (a multiple of block_size); the
   // sequence's length is then that.
   absl::StatusOr<int64_t> AdoptPrefix(SeqId seq, absl::Span<const int32_t> prompt);
+  // How many tokens AdoptPrefix would adopt for `prompt` now; changes nothing (0 when off).
+  int64_t CachedPrefixLength(absl::Span<const int32_t> prompt) const;
   // Publishes the sequence's full blocks of `committed` tokens (its KV already written for
   // them; committed.size() <= length) that are not published yet.
   absl::Status Publish(SeqId seq, absl::Span<const int32_t> committed);
@@ -82,11 +84,20 @@ class PagedKvCache {
   void DropCache();
   int32_t num_evictable_blocks() const { return static_cast<int32_t>(lru_.size()); }
   int32_t num_cached_blocks() const { return static_cast<int32_t>(by_hash_.size()); }
+  // Distinct blocks that some sequence adopted (and still holds): memory that sequences share
+  // rather than own. A scheduler charges each sequence for its private blocks only and takes
+  // these from its capacity once.
+  int32_t num_adopted_blocks() const { return num_adopted_; }
   // Blocks some sequence references (shared ones once).
   int32_t num_referenced_blocks() const {
     return allocator_.num_used() - num_evictable_blocks();
   }
   const PrefixCacheStats& prefix_stats() const { return stats_; }
+  // Leading blocks of `seq` that are committed (published or adopted); 0 if unknown.
+  int32_t num_committed_blocks(SeqId seq) const {
+    auto it = seqs_.find(seq);
+    return it == seqs_.end() ? 0 : static_cast<int32_t>(it->second.hashes.size());
+  }
 
   absl::StatusOr<int64_t> Length(SeqId seq) const;
   // Only valid while the sequence lives and is not resized.
@@ -117,6 +128,7 @@ class PagedKvCache {
     // The chain hashes of the leading blocks whose content is committed (published or
     // adopted): they are never written again.
     std::vector<uint64_t> hashes;
+    int32_t adopted = 0;  // leading blocks taken from the cache by AdoptPrefix
   };
   explicit PagedKvCache(const KvCacheConfig& config);
 
@@ -126,6 +138,8 @@ class PagedKvCache {
   // A sequence lets go of `block`: a cached block left to the cache alone becomes evictable.
   void ReleaseBlock(int32_t block);
   void EvictOne();
+  // `s` stops counting its adopted blocks from index `from` on.
+  void Unadopt(Sequence& s, int32_t from);
   // Copies rows [0, rows) of block `from` into `to`, every layer, K and V.
   void CopyRows(int32_t from, int32_t to, int32_t rows);
 
@@ -137,6 +151,8 @@ class PagedKvCache {
   std::vector<int32_t> block_tokens_;  // [num_blocks][block_size]
   std::vector<uint64_t> last_use_;
   absl::btree_set<std::pair<uint64_t, int32_t>> lru_;  // (last use, block), evictable only
+  std::vector<int32_t> adopt_refs_;  // per block: sequences holding it as adopted
+  int32_t num_adopted_ = 0;          // blocks with adopt_refs_ > 0
   uint64_t tick_ = 0;
   PrefixCacheStats stats_;
 

@@ -163,13 +163,15 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(d.max_tokens, ctx - n));
     if (k <= 0 || n == 0) continue;
     if (!runner_->kv().HasSequence(d.seq)) {
-      absl::Status st = runner_->AddSequence(d.seq);
-      if (!st.ok()) return st;
-      fed_[d.seq].clear();
+      if (absl::Status st = AddWithCachedPrefix(d.seq, d.tokens); !st.ok()) return st;
     }
     std::vector<int32_t>& fed = fed_[d.seq];
     // Re-feed x_n at least: its logits give d_1. Forward rolls the KV back to `next`.
     const int64_t next = std::min<int64_t>(CommonPrefix(fed, d.tokens), n - 1);
+    // The KV of x_1..x_next is committed: its full blocks may serve other sequences.
+    if (absl::Status st = runner_->Publish(d.seq, d.tokens.subspan(0, next)); !st.ok()) {
+      return st;
+    }
     Work w{i, next, k, {}, false};
     if (sampling::HasPenalties(*d.params)) {
       // d_j's distribution counts d_1..d_{j-1}, exactly as the verifier's p_j does.
@@ -264,6 +266,17 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
       if (!st.ok()) return fail(st);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ModelDrafter::AddWithCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens) {
+  if (absl::Status st = runner_->AddSequence(seq); !st.ok()) return st;
+  absl::StatusOr<int64_t> adopted = runner_->AdoptPrefix(seq, tokens);
+  if (!adopted.ok()) {
+    runner_->FreeSequence(seq);
+    return adopted.status();
+  }
+  fed_[seq].assign(tokens.begin(), tokens.begin() + *adopted);
   return absl::OkStatus();
 }
 

@@ -86,6 +86,8 @@ class ModelDrafter final : public Drafter {
       const gguf::GgufFile* borrow_from = nullptr);
   // Runs `batch_` into logits_; on failure rolls `fed` back to what the KV now holds.
   absl::Status RunForward();
+  // Adds `seq`, taking what the runner's prefix cache holds of `tokens` (fed_ = those).
+  absl::Status AddWithCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens);
 
   std::string name_;
   ModelDrafterOptions options_;

@@ -15,16 +15,29 @@ static int32_t PrefillEnd(const SeqView& s) {
   return s.pinned_k && s.has_output ? s.committed - 1 : s.committed;
 }
 
+// A decode row: one token left to compute after a token came out (or any last row, when
+// prompts verify drafts). A prompt's first token always comes from a prompt chunk's row,
+// wherever the prompt was cut (by the budget or by a cached prefix), so a pinned k schedule
+// depends on neither.
+static bool Decoding(const SeqView& s, const SchedulerConfig& config) {
+  return s.committed - s.target_pos == 1 && (s.has_output || config.drafts_with_prompt);
+}
+
 Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& config) {
   Schedule out;
   const int32_t bs = config.block_size;
   std::vector<SeqView> running = state.running;
   std::vector<int32_t> k(running.size(), 0);
   for (size_t i = 0; i < running.size(); ++i) {
-    const bool decoding = running[i].committed - running[i].target_pos == 1;
-    k[i] = decoding || config.drafts_with_prompt ? std::max(0, running[i].want_k) : 0;
+    k[i] = Decoding(running[i], config) || config.drafts_with_prompt
+               ? std::max(0, running[i].want_k)
+               : 0;
   }
-  auto target_blocks = [&](size_t i) { return BlocksFor(running[i].committed + k[i], bs); };
+  auto target_blocks = [&](size_t i) {
+    return BlocksFor(running[i].committed + k[i], bs) - running[i].cached_blocks;
+  };
+  const int64_t target_capacity =
+      static_cast<int64_t>(config.target_blocks) - config.target_adopted_blocks;
 
   // Target KV: drop drafts, then preempt the youngest, until the running set fits.
   auto target_used = [&]() {
@@ -32,19 +45,19 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
     for (size_t i = 0; i < running.size(); ++i) used += target_blocks(i);
     return used;
   };
-  if (target_used() > config.target_blocks) {
+  if (target_used() > target_capacity) {
     for (size_t i = 0; i < running.size(); ++i) {
       if (!running[i].pinned_k) k[i] = 0;
     }
   }
-  while (running.size() > 1 && target_used() > config.target_blocks) {
+  while (running.size() > 1 && target_used() > target_capacity) {
     out.preempt.push_back(running.back().id);
     running.pop_back();
     k.pop_back();
   }
-  if (!running.empty() && target_used() > config.target_blocks) {
+  if (!running.empty() && target_used() > target_capacity) {
     k[0] = 0;  // alone and still too big with drafts
-    if (target_used() > config.target_blocks) {
+    if (target_used() > target_capacity) {
       out.preempt.push_back(running.back().id);
       running.pop_back();
       k.pop_back();
@@ -78,7 +91,7 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   std::vector<bool> planned(running.size(), false);
   for (size_t i = 0; i < running.size() && budget > 0 && rows > 0; ++i) {
     const SeqView& s = running[i];
-    if (s.committed - s.target_pos != 1 || sit_out[i]) continue;
+    if (!Decoding(s, config) || sit_out[i]) continue;
     if (s.pinned_k && ((k[i] + 1 > budget && budget < config.max_batch_tokens) ||
                        (k[i] + 1 > rows && rows < max_rows))) {
       continue;
@@ -115,12 +128,12 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   // Prompt chunks of running sequences (oldest first).
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
     const SeqView& s = running[i];
-    if (planned[i] || s.committed - s.target_pos <= 1) continue;
+    if (planned[i] || s.committed <= s.target_pos || Decoding(s, config)) continue;
     chunk(s, k[i], sit_out[i]);
   }
   // Admission, strictly FCFS. A preempted sequence waits at least one iteration (it heads the
   // queue next time), so this iteration's preemptions do not bounce straight back.
-  int64_t target_free = config.target_blocks - target_used();
+  int64_t target_free = target_capacity - target_used();
   int64_t draft_free = config.draft_blocks;
   if (config.draft_blocks > 0) {
     for (size_t i = 0; i < running.size(); ++i) {
@@ -130,16 +143,21 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
     }
   }
   size_t n_running = running.size();
+  int32_t evictable_left = config.target_evictable_blocks;
   if (out.preempt.empty()) {
     for (const SeqView& s : state.waiting) {
       if (budget <= 0 || n_running >= static_cast<size_t>(config.max_running)) break;
       int32_t ki = config.drafts_with_prompt ? std::max(0, s.want_k) : 0;
-      const int32_t need = BlocksFor(s.committed + std::max(1, ki), bs);
+      const int32_t from_evictable = std::min(s.cached_blocks, evictable_left);
+      const int32_t need =
+          BlocksFor(s.committed + std::max(1, ki), bs) - s.cached_blocks + from_evictable;
       if (need > target_free) break;
+      evictable_left -= from_evictable;
       // The draft's room only decides whether this sequence drafts, never whether it runs.
       bool hold = false;
-      if (config.draft_blocks > 0 && need <= draft_free) {
-        draft_free -= need;
+      const int32_t draft_need = BlocksFor(s.committed + std::max(1, ki), bs);  // its own cache
+      if (config.draft_blocks > 0 && draft_need <= draft_free) {
+        draft_free -= draft_need;
       } else if (ki > 0 && !s.local_drafts) {
         hold = s.pinned_k && config.draft_blocks > 0;
         ki = 0;

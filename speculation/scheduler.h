@@ -11,7 +11,8 @@
 //    ([last, d1..dk] = 1 + k tokens; k shrinks before a row is left out), then prompt chunks
 //    (chunked prefill) of running and newly admitted sequences, mixed in the same step.
 //  * KV: a sequence is charged for committed + k tokens on the target (and on the draft when it
-//    drafts). Over target capacity, drafts are dropped first, then the most recently admitted
+//    drafts), less the blocks it took from the target's prefix cache (those are shared: they
+//    come out of the capacity once). A prefill starts at target_pos, past a cached prefix. Over target capacity, drafts are dropped first, then the most recently admitted
 //    running sequence is preempted (recompute: released everywhere, back to the head of the
 //    queue with its history, re-prefilled later). Over draft capacity, only drafts are dropped.
 //  * Pinned k: a sampled request's realized tokens depend on its k schedule (the distribution
@@ -35,6 +36,12 @@ struct SchedulerConfig {
   int32_t max_queue = 256;         // waiting requests beyond this are refused at once
   int32_t block_size = 16;
   int32_t target_blocks = 1024;
+  // Blocks the target's sequences share from its prefix cache: out of target_blocks once;
+  // each sequence is charged only for the blocks beyond its cached ones (SeqView).
+  int32_t target_adopted_blocks = 0;
+  // Cached blocks no sequence uses (free, but holding prefixes): a waiting sequence's cached
+  // blocks may be among them, so admission charges its cached blocks up to this many.
+  int32_t target_evictable_blocks = 0;
   int32_t draft_blocks = 0;        // 0: no draft service
   int32_t max_logit_rows = 0;      // logit rows per iteration (0: as many as tokens)
   // A prompt's last chunk also verifies its drafts (want_k of a prefilling or waiting
@@ -53,6 +60,7 @@ struct SeqView {
   bool local_drafts = false;  // drafts come from the router itself (n-gram): no draft KV
   bool pinned_k = false;      // want_k must not be reduced for load (see Pinned k above)
   bool has_output = false;    // generated at least one token (a re-prefill after preemption)
+  int32_t cached_blocks = 0;  // leading target blocks taken from its prefix cache (shared)
 };
 
 struct SchedulerState {

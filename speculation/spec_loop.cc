@@ -56,6 +56,9 @@ void SpecLoop::Preempt(const LoopSeqPtr& s, std::vector<SeqId>& release) {
   if (s->on_backends) release.push_back(s->id);
   s->on_backends = false;
   s->target_pos = 0;  // recomputed from its tokens when re-admitted
+  s->target_cached = 0;
+  s->prefix_looked_up = false;
+  s->adopt_pending = false;
   ++stats_.preemptions;
 }
 
@@ -77,6 +80,64 @@ int32_t SpecLoop::KCap(const LoopSeq& s) const {
   return static_cast<int32_t>(std::max<int64_t>(k, 0));
 }
 
+// ---- 0. Lookup -----------------------------------------------------------------------------
+
+int32_t SpecLoop::PrefillEnd(const LoopSeq& s) {
+  return s.pinned() && s.generated() > 0 ? s.n() - 1 : s.n();
+}
+
+void SpecLoop::PlanLookups(const SchedulerConfig& config, LoopStep& step) {
+  step.lookups.clear();
+  if (!options_.prefix_lookups) return;
+  // Sequences the target holds nothing of that may prefill now: running ones it lost, and
+  // the head of the queue that could be admitted. Only a prefill longer than a block can
+  // find anything (the last token is always computed).
+  auto offer = [&](const LoopSeqPtr& s) {
+    if (s->prefix_looked_up || s->target_pos != 0 || PrefillEnd(*s) <= config.block_size) return;
+    step.lookups.push_back(s);
+  };
+  for (const LoopSeqPtr& s : running_) offer(s);
+  const size_t free_slots = static_cast<size_t>(
+      std::max<int64_t>(0, options_.max_running - static_cast<int64_t>(running_.size())));
+  for (size_t i = 0; i < waiting_.size() && i < free_slots; ++i) offer(waiting_[i]);
+}
+
+absl::Status SpecLoop::Lookup(LoopStep& step) {
+  step.lookup_cached.assign(step.lookups.size(), 0);
+  if (step.lookups.empty()) return absl::OkStatus();
+  std::vector<PrefixLookup> lookups;
+  for (const LoopSeqPtr& s : step.lookups) {
+    lookups.push_back({s->id, absl::MakeConstSpan(s->tokens.data(), PrefillEnd(*s))});
+  }
+  std::vector<int32_t> cached;
+  absl::Status st = target_->LookupPrefixes(lookups, cached);
+  if (!st.ok() || cached.size() != lookups.size()) {
+    step.lookups.clear();  // not looked up: tried again next step, prefilled in full meanwhile
+    step.lookup_cached.clear();
+    return st.ok() ? absl::InternalError("prefix lookup: answer for another number of sequences")
+                   : st;
+  }
+  step.lookup_cached = std::move(cached);
+  return absl::OkStatus();
+}
+
+void SpecLoop::ApplyLookups(LoopStep& step) {
+  for (size_t i = 0; i < step.lookups.size() && i < step.lookup_cached.size(); ++i) {
+    LoopSeq& s = *step.lookups[i];
+    // Removed since, or already changed: skip.
+    if (Find(s.id) != &s || s.target_pos != 0) continue;
+    s.prefix_looked_up = true;
+    s.target_pos = std::clamp(step.lookup_cached[i], 0, PrefillEnd(s) - 1);
+    s.target_cached = s.target_pos;
+    s.adopt_pending = s.target_pos > 0;
+    if (s.steps == 0 && s.generated() == 0) {
+      s.cached_prompt_tokens = std::min(s.target_pos, s.num_prompt);
+    }
+  }
+  step.lookups.clear();
+  step.lookup_cached.clear();
+}
+
 // ---- 1. Schedule ---------------------------------------------------------------------------
 
 std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t admissible) {
@@ -92,7 +153,8 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
   for (size_t i = 0; i < total; ++i) {
     LoopSeq& s = i < running_.size() ? *running_[i] : *waiting_[i - running_.size()];
     const int64_t uncomputed = s.n() - s.target_pos;
-    if (!options_.drafts_with_prompt && uncomputed != 1) {
+    // Rows that may verify: decode rows (scheduler.cc Decoding), or every last row.
+    if (!options_.drafts_with_prompt && (uncomputed != 1 || s.generated() == 0)) {
       pending += uncomputed;
       continue;
     }
@@ -130,10 +192,13 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
   return k;
 }
 
-SchedulerState SpecLoop::Snapshot(absl::Span<const int32_t> k, size_t admissible) const {
+SchedulerState SpecLoop::Snapshot(absl::Span<const int32_t> k, size_t admissible,
+                                  int32_t block_size) const {
   auto view = [&](const LoopSeq& s, int32_t want) {
     const bool local = Drafts(s) && !drafters_[s.drafter].drafter->runs_model();
-    return SeqView{s.id, s.n(), s.target_pos, want, local, s.pinned(), s.generated() > 0};
+    return SeqView{s.id,        s.n(),         s.target_pos,
+                   want,        local,         s.pinned(),
+                   s.generated() > 0, s.target_cached / std::max(1, block_size)};
   };
   SchedulerState state;
   for (size_t i = 0; i < running_.size(); ++i) state.running.push_back(view(*running_[i], k[i]));
@@ -147,6 +212,7 @@ SchedulerState SpecLoop::Snapshot(absl::Span<const int32_t> k, size_t admissible
 }
 
 void SpecLoop::Schedule(const SchedulerConfig& config, LoopStep& step) {
+  ApplyLookups(step);
   const size_t admissible =
       options_.drafts_with_prompt
           ? std::min(waiting_.size(),
@@ -154,7 +220,10 @@ void SpecLoop::Schedule(const SchedulerConfig& config, LoopStep& step) {
                          0, options_.max_running - static_cast<int64_t>(running_.size()))))
           : 0;
   const std::vector<int32_t> k = DecideK(config, admissible);
-  step.sched = ScheduleIteration(Snapshot(k, admissible), config);
+  SchedulerConfig with_cache = config;
+  with_cache.target_adopted_blocks = options_.prefix_lookups ? target_->adopted_blocks() : 0;
+  with_cache.target_evictable_blocks = options_.prefix_lookups ? target_->evictable_blocks() : 0;
+  step.sched = ScheduleIteration(Snapshot(k, admissible, config.block_size), with_cache);
   for (int64_t id : step.sched.preempt) {
     auto it = std::find_if(running_.begin(), running_.end(),
                            [&](const LoopSeqPtr& s) { return s->id == id; });
@@ -163,7 +232,6 @@ void SpecLoop::Schedule(const SchedulerConfig& config, LoopStep& step) {
   }
   for (int64_t id : step.sched.admit) {
     SPECD_CHECK(!waiting_.empty() && waiting_.front()->id == id, "scheduler admitted out of order");
-    waiting_.front()->target_pos = 0;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -250,6 +318,7 @@ absl::Status SpecLoop::Target(LoopStep& step) {
     c.params = &s.params;
     c.history = &s.history;
     c.num_prompt = s.num_prompt;
+    if (s.adopt_pending) c.cached_prefix = absl::MakeConstSpan(s.tokens).subspan(0, plan.start);
     step.step_tokens += plan.tokens();
     prefill_tokens += plan.end - plan.start - (plan.emit ? 1 : 0);
     s.on_backends = true;
@@ -276,8 +345,11 @@ void SpecLoop::Apply(LoopStep& step, LoopClient& client) {
   const std::vector<SeqPlan>& plans = step.sched.plans;
   for (size_t p = 0; p < plans.size(); ++p) {
     LoopSeq& s = *step.seqs[p];
+    s.adopt_pending = false;  // the target took its cached prefix, or lost it (below)
     if (step.outcomes[p].needs_prefill) {
       s.target_pos = 0;  // the target restarted or lost it: recompute from the history
+      s.target_cached = 0;
+      s.prefix_looked_up = false;  // looked up again, in what the target holds now
       continue;
     }
     if (!plans[p].emit) {
@@ -343,6 +415,9 @@ void SpecLoop::Release(absl::Span<const SeqId> seqs) {
 
 absl::Status SpecLoop::RunStep(const SchedulerConfig& config, LoopClient& client,
                                LoopStep& step) {
+  PlanLookups(config, step);
+  // A failed lookup only means full prefills this step (the target step reports the error).
+  (void)Lookup(step);
   Schedule(config, step);
   Release(step.release);
   step.release.clear();

@@ -1,6 +1,10 @@
 // THE speculative-decoding iteration loop, for the in-process engine (SpecEngine: a drafter and a
 // model in this process) and the cluster's router (RouterEngine: the draft and target services
 // over gRPC, and its own n-gram lookup) alike. One iteration, as named steps:
+//   0. Lookup:   (with a target prefix cache) how much of the sequences about to be
+//                (re)prefilled the target has cached: their prefill starts past it and their
+//                first step takes it (TargetCall::cached_prefix); planned under the lock
+//                (PlanLookups), called without it (Lookup), applied by Schedule;
 //   1. Schedule: k per sequence that may verify (THE policy, k_policy.h, one KPolicy per
 //      drafter), then THE scheduler (scheduler.h) on a snapshot; preempt and admit;
 //   2. Draft:    each drafter proposes d_1..d_k with q for its sequences, all at once;
@@ -53,6 +57,10 @@ struct LoopSeq {
   std::vector<int32_t> tokens;     // committed x_1..x_n: prompt + generated
   sampling::PenaltyState history;  // penalty history of `tokens`
   int32_t target_pos = 0;          // committed tokens whose KV the target holds
+  int32_t target_cached = 0;       // of those, taken from the target's prefix cache
+  bool prefix_looked_up = false;   // since it last lost its target KV (LoopOptions::prefix_lookups)
+  bool adopt_pending = false;      // target_pos counts cached tokens its next step takes
+  int32_t cached_prompt_tokens = 0;  // prompt tokens the first lookup found (for usage)
   bool on_backends = false;        // may hold KV on the target or a drafter
   SpecSeqState spec;               // what the adaptive-k policy knows of it
   int32_t steps = 0, drafted = 0, accepted = 0;  // verify steps, drafts verified / accepted
@@ -92,10 +100,15 @@ struct LoopOptions {
   // Drafter failures other than RESOURCE_EXHAUSTED end the step (true) or only drop its drafts
   // (false: the router marks the draft service down and carries on).
   bool draft_errors_fail_step = true;
+  // The target has a prefix cache: sequences about to be (re)prefilled are looked up in it
+  // first (step 0), so their prefill starts past what it holds.
+  bool prefix_lookups = false;
 };
 
 // What one iteration's steps hand each other.
 struct LoopStep {
+  std::vector<LoopSeqPtr> lookups;    // step 0: offered to the target's prefix cache
+  std::vector<int32_t> lookup_cached;  // [lookups]: tokens it held of each
   Schedule sched;
   std::vector<LoopSeqPtr> seqs;       // [plans]: the planned sequences
   std::vector<DraftOutput> drafts;    // [plans]
@@ -125,6 +138,8 @@ class SpecLoop {
   LoopSeq* Find(SeqId id) const;
 
   // The steps, in order (see the top of this file).
+  void PlanLookups(const SchedulerConfig& config, LoopStep& step);
+  absl::Status Lookup(LoopStep& step);
   void Schedule(const SchedulerConfig& config, LoopStep& step);
   absl::Status Draft(LoopStep& step);
   absl::Status Target(LoopStep& step);
@@ -144,9 +159,13 @@ class SpecLoop {
   // Step 1's parts: k per sequence that may verify this step (running, then the admissible
   // head of the queue), from the fixed k's and each drafter's policy.
   std::vector<int32_t> DecideK(const SchedulerConfig& config, size_t admissible);
-  SchedulerState Snapshot(absl::Span<const int32_t> k, size_t admissible) const;
+  SchedulerState Snapshot(absl::Span<const int32_t> k, size_t admissible,
+                          int32_t block_size) const;
   bool Drafts(const LoopSeq& s) const;  // its drafter exists and is available
   void Commit(LoopStep& step, size_t p, LoopClient& client);
+  void ApplyLookups(LoopStep& step);  // step 0's results, at the start of Schedule
+  // Where `s`'s prefill ends (scheduler.cc PrefillEnd): what a lookup may offer.
+  static int32_t PrefillEnd(const LoopSeq& s);
 
   LoopOptions options_;
   TargetExecutor* target_;

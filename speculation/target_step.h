@@ -31,6 +31,9 @@ struct TargetCall {
   // target service) rebuild it from `num_prompt`.
   const sampling::PenaltyState* history = nullptr;
   int32_t num_prompt = 0;  // prompt tokens among x_1..x_n
+  // Prefix caching: x_1..x_start, which the runner takes from its prefix cache (the sequence
+  // starts over holding them) rather than holding them already. Empty: it holds them.
+  absl::Span<const int32_t> cached_prefix;
 };
 
 // What came of one TargetCall.
@@ -39,6 +42,13 @@ struct TargetOutcome {
   // the loop recomputes the sequence from its history.
   bool needs_prefill = false;
   sampling::VerifyResult verified;  // with emit: the emitted tokens (accepted drafts + one)
+};
+
+// A sequence about to be (re)prefilled, looked up in the target's prefix cache: `tokens` are
+// its committed tokens up to where its prefill ends.
+struct PrefixLookup {
+  SeqId seq = 0;
+  absl::Span<const int32_t> tokens;
 };
 
 // Runs target steps. Not thread-safe: the loop calls it from one thread.
@@ -51,6 +61,19 @@ class TargetExecutor {
                            std::vector<TargetOutcome>& out) = 0;
   // Frees the sequences' KV (finished, cancelled, preempted).
   virtual void Release(absl::Span<const SeqId> seqs) = 0;
+  // Prefix caching: how many leading tokens of each lookup's tokens the target's cache holds
+  // now (a whole number of blocks, fewer than tokens.size()); nothing changes. cached:
+  // [lookups.size()]. Without a cache: all 0.
+  virtual absl::Status LookupPrefixes(absl::Span<const PrefixLookup> lookups,
+                                     std::vector<int32_t>& cached) {
+    cached.assign(lookups.size(), 0);
+    return absl::OkStatus();
+  }
+  // The target's prefix cache as last reported: distinct blocks its sequences share from it
+  // (the scheduler takes them from the capacity once instead of charging every sequence) and
+  // cached blocks no sequence uses (counted as free: a prefix found among them costs memory).
+  virtual int32_t adopted_blocks() const { return 0; }
+  virtual int32_t evictable_blocks() const { return 0; }
 };
 
 }  // namespace specd::spec

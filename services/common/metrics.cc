@@ -100,8 +100,27 @@ Metrics::Metrics(MetricsRole role)
                               .Register(*service_registry_)),
       service_kv_blocks(BuildGauge()
                             .Name("specd_service_kv_blocks")
-                            .Help("KV cache blocks by component and state (used/free)")
+                            .Help("KV cache blocks by component and state: used (by "
+                                  "sequences), free (incl. evictable), cached (in the prefix "
+                                  "cache), evictable (cached, unused), shared (adopted from it)")
                             .Register(*service_registry_)),
+      service_prefix_lookups(BuildCounter()
+                                 .Name("specd_service_prefix_cache_lookups_total")
+                                 .Help("Sequences looked up in the prefix cache, by component")
+                                 .Register(*service_registry_)),
+      service_prefix_tokens(BuildCounter()
+                                .Name("specd_service_prefix_cache_tokens_total")
+                                .Help("Prompt tokens the lookups could have found (kind=queried, "
+                                      "whole blocks) and found (kind=hit), by component")
+                                .Register(*service_registry_)),
+      service_prefix_hit_rate(BuildGauge()
+                                  .Name("specd_service_prefix_cache_hit_rate")
+                                  .Help("Hit tokens / queried tokens since start, by component")
+                                  .Register(*service_registry_)),
+      service_prefix_evictions(BuildCounter()
+                                   .Name("specd_service_prefix_cache_evictions_total")
+                                   .Help("Cached blocks evicted for new ones, by component")
+                                   .Register(*service_registry_)),
       role_(role) {}
 #undef reg
 #undef SPECD_HIST

@@ -61,6 +61,10 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& service_step_latency;   // {component}
   prometheus::Family<prometheus::Histogram>& service_step_tokens;    // {component}
   prometheus::Family<prometheus::Gauge>& service_kv_blocks;          // {component, state}
+  prometheus::Family<prometheus::Counter>& service_prefix_lookups;   // {component}
+  prometheus::Family<prometheus::Counter>& service_prefix_tokens;    // {component, kind}
+  prometheus::Family<prometheus::Gauge>& service_prefix_hit_rate;    // {component}
+  prometheus::Family<prometheus::Counter>& service_prefix_evictions; // {component}
 
  private:
   const std::shared_ptr<prometheus::Registry>& served() const {

@@ -10,12 +10,15 @@
 
 namespace specd::services {
 
-enum class Op : int32_t { kForward, kAddSequence, kRelease, kTruncate, kStop };
+enum class Op : int32_t {
+  kForward, kAddSequence, kRelease, kTruncate, kAdoptPrefix, kPublish, kDropCache, kStop
+};
 
 struct ModelHost::Command {
   Op op = Op::kStop;
   engine::SeqId seq = 0;
-  int32_t tokens = 0, slices = 0, rows = 0;  // kForward: sizes of the batch that follows
+  // kForward: sizes of the batch that follows; kAdoptPrefix / kPublish: `tokens` ids follow.
+  int32_t tokens = 0, slices = 0, rows = 0;
   int64_t length = 0;                        // kTruncate
 };
 
@@ -66,6 +69,19 @@ absl::Status CheckForward(const engine::LlamaModel& model, const engine::Forward
   return model.Validate(batch, kv);
 }
 
+// What a cached block's KV depends on besides its tokens: the weights (file, layers run) and
+// the slice of heads this rank holds. Mixed into every block hash.
+uint64_t CacheSalt(const gguf::GgufFile& file, const ModelHostOptions& options,
+                   const engine::Communicator& comm) {
+  const std::string id = absl::StrCat(std::filesystem::path(options.model_path).filename().string(),
+                                      "|", file.tensors().size(), "|", options.num_layers, "|",
+                                      static_cast<int>(options.kv_dtype), "|", comm.rank(), "/",
+                                      comm.world_size());
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const gguf::GgufFile* borrow,
                                 const ModelHostOptions& options, engine::Communicator* comm,
                                 int32_t threads) {
@@ -80,8 +96,11 @@ absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const gguf::GgufFile
       engine::LlamaModel::Load(file, s.backend.get(), comm, mo);
   if (!model.ok()) return model.status();
   s.model = std::move(*model);
-  absl::StatusOr<std::unique_ptr<engine::PagedKvCache>> kv = engine::PagedKvCache::Create(
-      s.model->MakeKvCacheConfig(options.kv_blocks, options.kv_block_size, options.kv_dtype));
+  engine::KvCacheConfig kc =
+      s.model->MakeKvCacheConfig(options.kv_blocks, options.kv_block_size, options.kv_dtype);
+  kc.prefix_caching = options.prefix_caching;
+  kc.cache_salt = CacheSalt(file, options, *comm);
+  absl::StatusOr<std::unique_ptr<engine::PagedKvCache>> kv = engine::PagedKvCache::Create(kc);
   if (!kv.ok()) return kv.status();
   s.kv = std::move(*kv);
   return s;
@@ -224,6 +243,25 @@ void ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
       case Op::kTruncate:
         st = rank->kv->Truncate(c.seq, c.length);
         break;
+      case Op::kAdoptPrefix:
+      case Op::kPublish: {
+        batch.tokens.resize(c.tokens);
+        if (!comm.Broadcast(batch.tokens.data(), c.tokens * sizeof(int32_t), 0).ok()) return;
+        if (c.op == Op::kPublish) {
+          st = rank->kv->Publish(c.seq, batch.tokens);
+          break;
+        }
+        absl::StatusOr<int64_t> adopted = rank->kv->AdoptPrefix(c.seq, batch.tokens);
+        // Every rank holds the same blocks, so every rank adopts as many; a difference is a bug.
+        st = !adopted.ok()          ? adopted.status()
+             : *adopted != c.length ? absl::InternalError(absl::StrCat(
+                                          "adopted ", *adopted, " tokens, rank 0 ", c.length))
+                                    : absl::OkStatus();
+        break;
+      }
+      case Op::kDropCache:
+        rank->kv->DropCache();
+        continue;  // cannot fail: nothing to report
       case Op::kForward: {
         batch.tokens.resize(c.tokens);
         batch.slices.resize(c.slices);
@@ -291,6 +329,56 @@ absl::Status ModelHost::Truncate(engine::SeqId seq, int64_t length) {
   return ranks_.empty() ? st : GatherStatus(*comm_, st);
 }
 
+absl::Status ModelHost::BroadcastTokens(Command& c, absl::Span<const int32_t> tokens) {
+  if (ranks_.empty()) return absl::OkStatus();
+  c.tokens = static_cast<int32_t>(tokens.size());
+  if (absl::Status s = comm_->Broadcast(&c, sizeof(c), 0); !s.ok()) return s;
+  // The other ranks only read: const_cast only for the collective's signature.
+  return comm_->Broadcast(const_cast<int32_t*>(tokens.data()), tokens.size() * sizeof(int32_t),
+                          0);
+}
+
+absl::StatusOr<int64_t> ModelHost::AdoptPrefix(engine::SeqId seq,
+                                               absl::Span<const int32_t> prompt) {
+  // Rank 0 adopts first and tells the others how many it took, so they can check theirs.
+  // A failure here (an unknown or non-empty sequence) changed nothing on rank 0; the others
+  // are not asked.
+  absl::StatusOr<int64_t> adopted = kv_->AdoptPrefix(seq, prompt);
+  if (ranks_.empty() || !adopted.ok()) return adopted;
+  Command c;
+  c.op = Op::kAdoptPrefix;
+  c.seq = seq;
+  c.length = *adopted;
+  if (absl::Status s = BroadcastTokens(c, prompt); !s.ok()) return s;
+  absl::Status st = GatherStatus(*comm_, adopted.status());
+  if (!st.ok()) return st;
+  return adopted;
+}
+
+absl::Status ModelHost::Publish(engine::SeqId seq, absl::Span<const int32_t> committed) {
+  // Nothing new to publish (caching off, or no new full block): a no-op on every rank.
+  if (!kv_->config().prefix_caching ||
+      static_cast<int64_t>(committed.size()) / kv_->config().block_size <=
+          kv_->num_committed_blocks(seq)) {
+    return absl::OkStatus();
+  }
+  Command c;
+  c.op = Op::kPublish;
+  c.seq = seq;
+  if (absl::Status s = BroadcastTokens(c, committed); !s.ok()) return s;
+  absl::Status st = kv_->Publish(seq, committed);
+  return ranks_.empty() ? st : GatherStatus(*comm_, st);
+}
+
+void ModelHost::DropPrefixCache() {
+  Command c;
+  c.op = Op::kDropCache;
+  // Ignored: a broadcast fails only when the communicator is broken, and then every later
+  // Forward fails with that error too; rank 0's own cache is dropped regardless.
+  (void)Broadcast(c, nullptr);
+  kv_->DropCache();
+}
+
 void ModelHost::Release(engine::SeqId seq) {
   Command c;
   c.op = Op::kRelease;
@@ -319,6 +407,7 @@ specd::internal::v1::ServiceInfo ModelHost::Info() const {
   info.set_num_layers(model_->num_layers());
   info.set_model_layers(model_->config().num_layers);
   info.set_weight_bytes(model_->weight_bytes() * static_cast<uint64_t>(options_.world_size));
+  info.set_prefix_caching(kv_->config().prefix_caching);
   return info;
 }
 
@@ -327,6 +416,14 @@ specd::internal::v1::KvUsage ModelHost::Usage() const {
   u.set_used_blocks(kv_->num_used_blocks());
   u.set_free_blocks(kv_->num_free_blocks());
   u.set_num_sequences(static_cast<int32_t>(kv_->num_sequences()));
+  u.set_adopted_blocks(kv_->num_adopted_blocks());
+  u.set_cached_blocks(kv_->num_cached_blocks());
+  u.set_evictable_blocks(kv_->num_evictable_blocks());
+  const engine::PrefixCacheStats& st = kv_->prefix_stats();
+  u.set_prefix_lookups(st.lookups);
+  u.set_prefix_queried_tokens(st.queried_tokens);
+  u.set_prefix_hit_tokens(st.hit_tokens);
+  u.set_prefix_evictions(st.evictions);
   return u;
 }
 

@@ -4,7 +4,8 @@
 // Tensor parallelism: with world_size N > 1 the host is rank 0 of N ranks (threads sharing an
 // engine::ThreadGroup), each holding its slice of the heads and FFN columns and its own KV
 // cache. Rank 0 serves gRPC and drives the others through the Communicator: every call that
-// changes model state (Forward, AddSequence, Release) is broadcast first, so all ranks run
+// changes model state (Forward, AddSequence, Release, Truncate, and the prefix cache's
+// AdoptPrefix, Publish and drop) is broadcast first, so all ranks run
 // the same operations in the same order and their caches stay identical in shape. After every
 // operation each rank's status is gathered (GatherStatus): a failure on any rank fails the call
 // on rank 0 with that rank's message, and a forward is checked on every rank before any rank
@@ -45,6 +46,9 @@ struct ModelHostOptions {
   int32_t num_layers = 0;         // 0 = all (fewer: self-speculation drafts)
   int32_t world_size = 1;         // tensor-parallel ranks; `threads` are shared among them
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+  // Content-addressed KV blocks shared by sequences with the same prompt prefix
+  // (engine::PagedKvCache prefix caching), on every rank.
+  bool prefix_caching = true;
   // Tests only: every forward fails on this rank (a rank whose state went wrong); -1 = none.
   int32_t inject_forward_fault_on_rank = -1;
 };
@@ -75,6 +79,10 @@ class ModelHost final : public engine::ModelRunner {
   void FreeSequence(engine::SeqId seq) override { Release(seq); }
   // Shortens the KV of `seq` on every rank (the history is the caller's to fix).
   absl::Status Truncate(engine::SeqId seq, int64_t length) override;
+  absl::StatusOr<int64_t> AdoptPrefix(engine::SeqId seq,
+                                      absl::Span<const int32_t> prompt) override;
+  absl::Status Publish(engine::SeqId seq, absl::Span<const int32_t> committed) override;
+  void DropPrefixCache() override;
 
   specd::internal::v1::ServiceInfo Info() const;
   specd::internal::v1::KvUsage Usage() const;
@@ -87,6 +95,8 @@ class ModelHost final : public engine::ModelRunner {
   // Rank 0 side: hands `c` (and for a forward, the batch) to the other ranks.
   absl::Status Broadcast(Command& c, const engine::ForwardBatch* batch);
   static void RankLoop(Rank* rank, int32_t fault_rank);
+  // Rank 0 side of a command that carries a token list (AdoptPrefix, Publish).
+  absl::Status BroadcastTokens(Command& c, absl::Span<const int32_t> tokens);
 
   ModelHostOptions options_;
   engine::LocalCommunicator local_comm_;

@@ -42,6 +42,9 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
             "shares its target's token embeddings; the vocabularies must match");
   flags.Add("layers", env + "_LAYERS", &mo.num_layers,
             "run only the first N layers (self-speculation drafts); 0 = all");
+  flags.Add("prefix-caching", env + "_PREFIX_CACHING", &mo.prefix_caching,
+            "share the KV of repeated prompt prefixes between sequences (whole blocks, "
+            "ref-counted, evicted least recently used when memory is needed)");
   flags.Add("world-size", env + "_WORLD_SIZE", &mo.world_size,
             "tensor-parallel ranks (threads of this process; --threads are split among them)");
   flags.Add("metrics-port", env + "_METRICS_PORT", &metrics_port,

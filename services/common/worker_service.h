@@ -3,6 +3,7 @@
 #ifndef SPECD_SERVICES_COMMON_WORKER_SERVICE_H_
 #define SPECD_SERVICES_COMMON_WORKER_SERVICE_H_
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -77,16 +78,41 @@ class WorkerService final : public Base {
     r->Finish(ToGrpc(st));
     return r;
   }
-  void Kv(const specd::internal::v1::KvUsage& kv) {
-    metrics_->service_kv_blocks.Add({{"component", component_}, {"state", "used"}})
-        .Set(kv.used_blocks());
-    metrics_->service_kv_blocks.Add({{"component", component_}, {"state", "free"}})
-        .Set(kv.free_blocks());
+  void Kv(const specd::internal::v1::KvUsage& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto blocks = [&](const char* state, int32_t n) {
+      metrics_->service_kv_blocks.Add({{"component", component_}, {"state", state}}).Set(n);
+    };
+    blocks("used", kv.used_blocks());
+    blocks("free", kv.free_blocks());
+    blocks("cached", kv.cached_blocks());
+    blocks("evictable", kv.evictable_blocks());
+    blocks("shared", kv.adopted_blocks());
+    // The worker reports running totals; the counters move by what changed since the last.
+    auto advance = [](prometheus::Counter& c, int64_t total, int64_t& seen) {
+      if (total > seen) c.Increment(static_cast<double>(total - seen));
+      seen = std::max(seen, total);
+    };
+    advance(metrics_->service_prefix_lookups.Add({{"component", component_}}), kv.prefix_lookups(),
+            seen_.lookups);
+    advance(metrics_->service_prefix_tokens.Add({{"component", component_}, {"kind", "queried"}}),
+            kv.prefix_queried_tokens(), seen_.queried_tokens);
+    advance(metrics_->service_prefix_tokens.Add({{"component", component_}, {"kind", "hit"}}),
+            kv.prefix_hit_tokens(), seen_.hit_tokens);
+    advance(metrics_->service_prefix_evictions.Add({{"component", component_}}),
+            kv.prefix_evictions(), seen_.evictions);
+    if (kv.prefix_queried_tokens() > 0) {
+      metrics_->service_prefix_hit_rate.Add({{"component", component_}})
+          .Set(static_cast<double>(kv.prefix_hit_tokens()) / kv.prefix_queried_tokens());
+    }
   }
+  struct PrefixTotals {
+    int64_t lookups = 0, queried_tokens = 0, hit_tokens = 0, evictions = 0;
+  };
 
   const std::string component_;
   absl::Mutex mu_;
   std::unique_ptr<Worker> worker_ ABSL_GUARDED_BY(mu_);
+  PrefixTotals seen_ ABSL_GUARDED_BY(mu_);  // the worker's totals the counters have counted
   Metrics* metrics_;
 };
 

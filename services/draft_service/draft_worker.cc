@@ -126,6 +126,7 @@ absl::StatusOr<iv1::DraftStepResponse> DraftWorker::Step(const iv1::DraftStepReq
 
 iv1::ReleaseResponse DraftWorker::Release(const iv1::ReleaseRequest& request) {
   for (int64_t id : request.seq_ids()) drafter_->Release(id);
+  if (request.drop_prefix_cache()) host_->DropPrefixCache();
   iv1::ReleaseResponse r;
   *r.mutable_kv() = host_->Usage();
   return r;

@@ -96,6 +96,7 @@ absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
     t->mutable_tokens()->Assign(c.tokens.begin(), c.tokens.end());
     t->set_emit(c.emit);
     t->set_num_prompt_tokens(c.num_prompt);
+    t->mutable_cached_prefix()->Assign(c.cached_prefix.begin(), c.cached_prefix.end());
     services::ToProto(*c.params, t->mutable_sampling());
     for (const sampling::SparseProposal& q : c.proposals) {
       services::ToProto(q, t->add_proposals());
@@ -108,7 +109,7 @@ absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
     CountError(metrics_, "target", response.status());
     return response.status();
   }
-  RecordKv(metrics_, "target", response->kv());
+  Record(response->kv());
   absl::flat_hash_map<int64_t, const iv1::TargetSequenceResult*> result_of;
   for (const iv1::TargetSequenceResult& r : response->sequences()) result_of[r.seq_id()] = &r;
   out.assign(calls.size(), spec::TargetOutcome{});
@@ -149,7 +150,37 @@ void RemoteTarget::Release(absl::Span<const spec::SeqId> seqs) {
     CountError(metrics_, "target", kv.status());
     return;
   }
-  RecordKv(metrics_, "target", *kv);
+  Record(*kv);
+}
+
+void RemoteTarget::Record(const iv1::KvUsage& kv) {
+  RecordKv(metrics_, "target", kv);
+  adopted_blocks_.store(kv.adopted_blocks());
+  evictable_blocks_.store(kv.evictable_blocks());
+}
+
+absl::Status RemoteTarget::LookupPrefixes(absl::Span<const spec::PrefixLookup> lookups,
+                                         std::vector<int32_t>& cached) {
+  iv1::TargetStepRequest request;
+  for (const spec::PrefixLookup& l : lookups) {
+    iv1::PrefixLookup* p = request.add_prefix_lookups();
+    p->set_seq_id(l.seq);
+    p->mutable_tokens()->Assign(l.tokens.begin(), l.tokens.end());
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<iv1::TargetStepResponse> response = backend_->Step(request);
+  ObserveLatency(metrics_, "target_lookup", t0);
+  if (!response.ok()) {
+    CountError(metrics_, "target", response.status());
+    return response.status();
+  }
+  Record(response->kv());
+  if (response->prefix_cached_size() != static_cast<int>(lookups.size())) {
+    return absl::InternalError(absl::StrCat("the target answered ", response->prefix_cached_size(),
+                                            " of ", lookups.size(), " prefix lookups"));
+  }
+  cached.assign(response->prefix_cached().begin(), response->prefix_cached().end());
+  return absl::OkStatus();
 }
 
 }  // namespace specd::router

@@ -63,10 +63,19 @@ class RemoteTarget final : public spec::TargetExecutor {
   absl::Status Run(absl::Span<const spec::TargetCall> calls,
                    std::vector<spec::TargetOutcome>& out) override;
   void Release(absl::Span<const spec::SeqId> seqs) override;
+  // One step that carries only the lookups (TargetStepRequest.prefix_lookups).
+  absl::Status LookupPrefixes(absl::Span<const spec::PrefixLookup> lookups,
+                             std::vector<int32_t>& cached) override;
+  int32_t adopted_blocks() const override { return adopted_blocks_.load(); }
+  int32_t evictable_blocks() const override { return evictable_blocks_.load(); }
 
  private:
+  void Record(const iv1::KvUsage& kv);  // the router's gauges and adopted_blocks_
+
   TargetBackend* backend_;
   services::Metrics* metrics_;
+  std::atomic<int32_t> adopted_blocks_{0};  // from the target's last answer
+  std::atomic<int32_t> evictable_blocks_{0};
 };
 
 }  // namespace specd::router

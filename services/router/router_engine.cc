@@ -110,6 +110,7 @@ absl::Status RouterEngine::Start() {
   lo.context_length = target_info_.context_length() - 1;
   lo.max_running = options_.scheduler.max_running;
   lo.draft_errors_fail_step = false;  // a failing draft service only means plain decoding
+  lo.prefix_lookups = target_info_.prefix_caching();
   {
     absl::MutexLock l(&mu_);
     loop_ = std::make_unique<spec::SpecLoop>(lo, &remote_target_, std::move(drafters));
@@ -334,6 +335,7 @@ void RouterEngine::Finish(const RequestPtr& r, absl::Status status) {
   c.mutable_usage()->set_prompt_tokens(r->num_prompt);
   const int32_t generated = r->generated();
   c.mutable_usage()->set_completion_tokens(generated);
+  c.mutable_usage()->set_cached_prompt_tokens(r->cached_prompt_tokens);
   specd::v1::Timings* t = c.mutable_timings();
   if (r->t_scheduled != absl::InfiniteFuture()) {
     t->set_queue_ms(absl::ToDoubleMilliseconds(r->t_scheduled - r->t_submit));
@@ -408,6 +410,7 @@ void RouterEngine::Iterate() {
   Iteration it;
   it.now = absl::Now();
   if (draft_ != nullptr && it.now >= draft_retry_at_ && !draft_available()) MaybeReconnectDraft();
+  LookupPrefixes(it);
   {
     absl::MutexLock l(&mu_);
     ExpireLocked(it);
@@ -435,6 +438,20 @@ void RouterEngine::Iterate() {
   }
   target_down_since_ = absl::InfiniteFuture();
   ApplyResults(it);
+}
+
+void RouterEngine::LookupPrefixes(Iteration& it) {
+  {
+    absl::MutexLock l(&mu_);
+    loop_->PlanLookups(SchedulerFor(draft_up_), it.step);
+  }
+  if (it.step.lookups.empty()) return;
+  // Unlocked: the call. A failure leaves them to a full prefill (and the target step that
+  // follows reports the target's state).
+  if (absl::Status st = loop_->Lookup(it.step); !st.ok()) {
+    services::LogEvent(services::LogLevel::kWarn, "prefix_lookup_failed",
+                       {{"code", absl::StatusCodeToString(st.code())}, {"error", st.message()}});
+  }
 }
 
 void RouterEngine::ExpireLocked(Iteration& it) {

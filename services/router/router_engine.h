@@ -111,6 +111,8 @@ class RouterEngine {
 
   void Loop();
   void Iterate();
+  // 0. The loop's prefix lookups (planned under the lock, the call without it).
+  void LookupPrefixes(Iteration& it) ABSL_LOCKS_EXCLUDED(mu_);
   // 1. Cancelled / expired requests out of the queues (their KV is released first).
   void ExpireLocked(Iteration& it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // 2. The loop's Schedule (k per request, THE scheduler; admit and preempt) on the services'

@@ -56,6 +56,16 @@ absl::Status TargetWorker::Validate(const iv1::TargetStepRequest& request) const
         return absl::InvalidArgumentError(absl::StrCat(where, ".tokens: id ", t, " out of range"));
       }
     }
+    if (s.cached_prefix_size() > 0 && s.cached_prefix_size() != s.start_pos()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".cached_prefix must hold the start_pos tokens before start_pos"));
+    }
+    for (int32_t t : s.cached_prefix()) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".cached_prefix: id ", t, " out of range"));
+      }
+    }
     for (const iv1::Proposal& p : s.proposals()) {
       if (p.token() < 0 || p.token() >= vocab) {
         return absl::InvalidArgumentError(
@@ -72,6 +82,22 @@ absl::Status TargetWorker::Validate(const iv1::TargetStepRequest& request) const
     }
     total_tokens += n;
   }
+  for (int i = 0; i < request.prefix_lookups_size(); ++i) {
+    const iv1::PrefixLookup& l = request.prefix_lookups(i);
+    const std::string where = absl::StrCat("prefix_lookups[", i, "]");
+    if (!seen.insert(l.seq_id()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".seq_id ", l.seq_id(), " repeated"));
+    }
+    if (l.tokens_size() > ctx) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".tokens: more than the context length ", ctx));
+    }
+    for (int32_t t : l.tokens()) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".tokens: id ", t, " out of range"));
+      }
+    }
+  }
   if (total_tokens > host_->options().max_batch_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("step has ", total_tokens,
                                                    " tokens; max_batch_tokens is ",
@@ -86,14 +112,20 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
   iv1::TargetStepResponse response;
   response.set_instance_id(host_->instance_id());
 
+  AnswerLookups(request, response);
+
   // Which sequences run; the rest need a re-prefill.
   std::vector<int> run;  // response.sequences(i) answers request.sequences(i)
   for (int i = 0; i < request.sequences_size(); ++i) {
     const iv1::TargetSequenceStep& s = request.sequences(i);
-    const std::vector<int32_t>* hist = host_->History(s.seq_id());
-    const int64_t held = hist == nullptr ? 0 : static_cast<int64_t>(hist->size());
     iv1::TargetSequenceResult* r = response.add_sequences();
     r->set_seq_id(s.seq_id());
+    if (s.cached_prefix_size() > 0 && !TakeCachedPrefix(s)) {
+      r->set_needs_prefill(true);
+      continue;
+    }
+    const std::vector<int32_t>* hist = host_->History(s.seq_id());
+    const int64_t held = hist == nullptr ? 0 : static_cast<int64_t>(hist->size());
     if (s.start_pos() > held) {
       if (hist != nullptr) host_->Release(s.seq_id());
       r->set_needs_prefill(true);
@@ -139,14 +171,17 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
   // RESOURCE_EXHAUSTED before any KV is written when blocks run out; the histories are only
   // updated after success, so new sequences never claim tokens they do not hold.
   std::vector<spec::TargetOutcome> outcomes;
-  if (absl::Status st = spec::RunVerifyStep(*host_, calls, verify_options_, buffers_, outcomes);
-      !st.ok()) {
-    return st;
+  if (!calls.empty()) {
+    if (absl::Status st = spec::RunVerifyStep(*host_, calls, verify_options_, buffers_, outcomes);
+        !st.ok()) {
+      return st;
+    }
   }
   for (size_t j = 0; j < n_run; ++j) {
     const iv1::TargetSequenceStep& s = request.sequences(run[j]);
     std::vector<int32_t>& hist = *host_->History(s.seq_id());
     hist = std::move(committed[j]);
+    if (absl::Status st = PublishCommitted(s.seq_id(), hist); !st.ok()) return st;
     if (!s.emit()) continue;
     const sampling::VerifyResult& v = outcomes[j].verified;
     iv1::TargetSequenceResult* r = response.mutable_sequences(run[j]);
@@ -172,8 +207,41 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
   return response;
 }
 
+void TargetWorker::AnswerLookups(const iv1::TargetStepRequest& request,
+                                 iv1::TargetStepResponse& response) const {
+  for (const iv1::PrefixLookup& l : request.prefix_lookups()) {
+    const absl::Span<const int32_t> tokens(l.tokens().data(), l.tokens_size());
+    response.add_prefix_cached(static_cast<int32_t>(host_->kv().CachedPrefixLength(tokens)));
+  }
+}
+
+bool TargetWorker::TakeCachedPrefix(const iv1::TargetSequenceStep& s) {
+  // The sequence starts over: whatever this service held of it goes first.
+  if (host_->History(s.seq_id()) != nullptr) host_->Release(s.seq_id());
+  if (!host_->AddSequence(s.seq_id()).ok()) return false;
+  // With the first token after the prefix, so that every block of the prefix may be taken.
+  std::vector<int32_t> lookup(s.cached_prefix().begin(), s.cached_prefix().end());
+  lookup.push_back(s.tokens(0));
+  absl::StatusOr<int64_t> adopted = host_->AdoptPrefix(s.seq_id(), lookup);
+  if (!adopted.ok() || *adopted != s.start_pos()) {  // evicted since the lookup
+    host_->Release(s.seq_id());
+    return false;
+  }
+  host_->History(s.seq_id())->assign(s.cached_prefix().begin(), s.cached_prefix().end());
+  return true;
+}
+
+absl::Status TargetWorker::PublishCommitted(int64_t seq, absl::Span<const int32_t> history) {
+  // The KV holds the committed tokens up to its length (the last emitted token is not in it
+  // yet): those are the ones other sequences may share.
+  absl::StatusOr<int64_t> held = host_->kv().Length(seq);
+  if (!held.ok()) return held.status();
+  return host_->Publish(seq, history.subspan(0, std::min<size_t>(*held, history.size())));
+}
+
 iv1::ReleaseResponse TargetWorker::Release(const iv1::ReleaseRequest& request) {
   for (int64_t id : request.seq_ids()) host_->Release(id);
+  if (request.drop_prefix_cache()) host_->DropPrefixCache();
   iv1::ReleaseResponse r;
   *r.mutable_kv() = host_->Usage();
   return r;

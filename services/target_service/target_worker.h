@@ -36,6 +36,14 @@ class TargetWorker {
 
  private:
   absl::Status Validate(const specd::internal::v1::TargetStepRequest& request) const;
+  // The request's prefix lookups: how much of each the cache holds (nothing changes).
+  void AnswerLookups(const specd::internal::v1::TargetStepRequest& request,
+                     specd::internal::v1::TargetStepResponse& response) const;
+  // A step's sequence with cached_prefix: (re)created holding it from the cache; false (and
+  // nothing held) when the cache no longer has all of it.
+  bool TakeCachedPrefix(const specd::internal::v1::TargetSequenceStep& s);
+  // Offers `seq`'s committed full blocks to the prefix cache after a step.
+  absl::Status PublishCommitted(int64_t seq, absl::Span<const int32_t> history);
 
   std::unique_ptr<ModelHost> host_;
   spec::VerifyStepOptions verify_options_;

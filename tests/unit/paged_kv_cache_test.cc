@@ -1,6 +1,7 @@
 #include "engine/paged_kv_cache.h"
 
 #include <map>
+#include <set>
 #include <memory>
 #include <random>
 #include <vector>
@@ -282,6 +283,7 @@ TEST(PrefixCacheTest, RandomStreamsKeepEveryRowAndEveryBlock) {
   }
   struct Live {
     std::vector<int32_t> tokens;  // committed
+    int64_t adopted_blocks = 0;   // leading blocks it took from the cache (and still holds)
   };
   std::map<SeqId, Live> live;
   SeqId next_id = 1;
@@ -306,6 +308,7 @@ TEST(PrefixCacheTest, RandomStreamsKeepEveryRowAndEveryBlock) {
       WriteRows(kv, id, prompt, a, prompt.size());
       ASSERT_TRUE(kv.Publish(id, prompt).ok());
       live[id].tokens = prompt;
+      live[id].adopted_blocks = a / bs;
     } else if (op <= 6) {  // a speculative step: k drafts, some accepted, one correction
       auto it = live.begin();
       std::advance(it, rng() % live.size());
@@ -326,6 +329,7 @@ TEST(PrefixCacheTest, RandomStreamsKeepEveryRowAndEveryBlock) {
       const int64_t to = rng() % (it->second.tokens.size() + 1);
       if (!kv.Truncate(it->first, to).ok()) continue;  // no block for the copy: unchanged
       it->second.tokens.resize(to);
+      it->second.adopted_blocks = std::min<int64_t>(it->second.adopted_blocks, to / bs);
       if (to == 0) {
         kv.FreeSequence(it->first);
         live.erase(it);
@@ -339,6 +343,11 @@ TEST(PrefixCacheTest, RandomStreamsKeepEveryRowAndEveryBlock) {
       kv.DropCache();
     }
     ExpectAccounted(kv);
+    std::set<int32_t> adopted;  // what sequences share rather than own, each block once
+    for (const auto& [id, s] : live) {
+      adopted.insert(kv.BlockTable(id), kv.BlockTable(id) + s.adopted_blocks);
+    }
+    ASSERT_EQ(kv.num_adopted_blocks(), static_cast<int32_t>(adopted.size())) << "step " << step;
     for (const auto& [id, s] : live) {
       ASSERT_EQ(*kv.Length(id), static_cast<int64_t>(s.tokens.size())) << "step " << step;
       ASSERT_EQ(FirstBadRow(kv, id, s.tokens, s.tokens.size()), -1)
@@ -350,6 +359,7 @@ TEST(PrefixCacheTest, RandomStreamsKeepEveryRowAndEveryBlock) {
   for (const auto& [id, s] : live) kv.FreeSequence(id);
   kv.DropCache();
   EXPECT_EQ(kv.num_used_blocks(), 0);
+  EXPECT_EQ(kv.num_adopted_blocks(), 0);
   EXPECT_EQ(kv.num_cached_blocks(), 0);
   EXPECT_EQ(kv.num_free_blocks(), kv.num_blocks());
 }

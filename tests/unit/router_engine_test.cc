@@ -33,8 +33,9 @@ std::string TinyModel(uint64_t seed) {
 }
 
 std::unique_ptr<services::ModelHost> Host(const std::string& path, int kv_blocks,
-                                          int num_layers = 0) {
+                                          int num_layers = 0, bool prefix_caching = true) {
   services::ModelHostOptions o;
+  o.prefix_caching = prefix_caching;
   o.model_path = path;
   o.num_layers = num_layers;
   o.threads = 1;
@@ -105,12 +106,12 @@ class RouterEngineTest : public ::testing::Test {
             const std::string* draft_model = nullptr, const std::string* target_model = nullptr,
             int draft_layers = 0, const tok::Tokenizer* tokenizer = nullptr) {
     auto t = std::make_unique<LocalTargetBackend>(std::make_unique<services::TargetWorker>(
-        Host(target_model ? *target_model : *target_path_, target_blocks)));
+        Host(target_model ? *target_model : *target_path_, target_blocks, 0, prefix_caching_)));
     target_ = t.get();
     std::unique_ptr<LocalDraftBackend> d;
     if (with_draft) {
-      d = std::make_unique<LocalDraftBackend>(std::make_unique<services::DraftWorker>(
-          Host(draft_model ? *draft_model : *draft_path_, 256, draft_layers)));
+      d = std::make_unique<LocalDraftBackend>(std::make_unique<services::DraftWorker>(Host(
+          draft_model ? *draft_model : *draft_path_, 256, draft_layers, prefix_caching_)));
       draft_ = d.get();
     }
     if (options.scheduler.max_batch_tokens > 128) options.scheduler.max_batch_tokens = 128;
@@ -146,6 +147,7 @@ class RouterEngineTest : public ::testing::Test {
     return sink;
   }
 
+  bool prefix_caching_ = true;  // on both services, as they ship
   static std::string* target_path_;
   static std::string* draft_path_;
   static gguf::GgufFile* file_;
@@ -456,6 +458,80 @@ TEST_F(RouterEngineTest, TargetRestartRePrefillsSeededOutputUnchanged) {
   ASSERT_TRUE(sink->status().ok()) << sink->status();
   EXPECT_EQ(sink->tokens(), baseline->tokens());
   EXPECT_EQ(sink->text(), baseline->text());
+}
+
+// Prefix caching changes nothing in the output, token for token: greedy and seeded sampled,
+// with and without speculation (draft model, n-gram), for prompts that share a prefix at a
+// block boundary, one token off it, and differ inside a block; one after another (every hit
+// possible) and all at once. The usage reports the cached prompt tokens.
+TEST_F(RouterEngineTest, PrefixCacheOnEqualsOffTokenForToken) {
+  const std::vector<int32_t> base = Prompt(64, 3);  // 4 blocks of 16
+  std::vector<std::vector<int32_t>> prompts;
+  prompts.push_back(base);                                            // the whole prefix
+  prompts.push_back(base);                                            // again
+  prompts.push_back(std::vector<int32_t>(base.begin(), base.begin() + 48));  // at a boundary
+  prompts.push_back(std::vector<int32_t>(base.begin(), base.begin() + 49));  // one past it
+  prompts.push_back(std::vector<int32_t>(base.begin(), base.begin() + 47));  // one short
+  std::vector<int32_t> longer = base;
+  for (int i = 0; i < 21; ++i) longer.push_back(7 + i);
+  prompts.push_back(longer);
+  std::vector<int32_t> inside = base;
+  inside[40] = 5;  // differs inside block 2
+  prompts.push_back(inside);
+  std::vector<ValidatedRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (int variant = 0; variant < 4; ++variant) {
+      ValidatedRequest r =
+          Req(prompts[i], 24,
+              variant == 3 ? SpecMode::kNgram : (variant == 0 ? SpecMode::kOff : SpecMode::kDraft),
+              variant == 2 ? 3 : 0);
+      if (variant >= 2) {  // seeded sampled
+        r.params.temperature = 0.9f;
+        r.params.top_p = 0.95f;
+        r.params.seed = 77 + i;
+      }
+      requests.push_back(r);
+    }
+  }
+  auto run_each = [&](bool caching, std::vector<int32_t>* cached) {
+    prefix_caching_ = caching;
+    Make();
+    std::vector<std::vector<int32_t>> out;
+    for (const ValidatedRequest& r : requests) {
+      auto sink = Run(r);
+      sink->Wait();
+      EXPECT_TRUE(sink->status().ok()) << sink->status();
+      out.push_back(sink->tokens());
+      if (cached != nullptr) cached->push_back(sink->completion().usage().cached_prompt_tokens());
+    }
+    engine_->Stop();
+    return out;
+  };
+  std::vector<int32_t> cached_off, cached_on;
+  const auto off = run_each(false, &cached_off);
+  const auto on = run_each(true, &cached_on);
+  ASSERT_EQ(on.size(), off.size());
+  int64_t total_cached = 0;
+  for (size_t i = 0; i < on.size(); ++i) {
+    EXPECT_EQ(on[i], off[i]) << "request " << i;
+    EXPECT_EQ(cached_off[i], 0);
+    EXPECT_EQ(cached_on[i] % 16, 0);
+    EXPECT_LT(cached_on[i], static_cast<int32_t>(requests[i].prompt.size()));
+    total_cached += cached_on[i];
+  }
+  EXPECT_EQ(cached_on[0], 0) << "nothing is cached before the first request";
+  EXPECT_EQ(cached_on[4], 48) << "the second identical prompt: 3 blocks (the last token computes)";
+  EXPECT_GT(total_cached, 1000);
+  // All at once, caching on: the same tokens.
+  prefix_caching_ = true;
+  Make();
+  std::vector<std::shared_ptr<Collect>> sinks;
+  for (const ValidatedRequest& r : requests) sinks.push_back(Run(r));
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    sinks[i]->Wait();
+    ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
+    EXPECT_EQ(sinks[i]->tokens(), off[i]) << "concurrent request " << i;
+  }
 }
 
 // A seeded sampled request with adaptive k gives the same tokens alone and in a loaded batch

@@ -45,6 +45,7 @@ struct Sim {
       EXPECT_NE(it, state.running.end());
       SeqView v = *it;
       v.target_pos = 0;
+      v.cached_blocks = 0;
       state.running.erase(it);
       state.waiting.insert(state.waiting.begin(), v);
       ++preemptions;
@@ -69,13 +70,14 @@ struct Sim {
       SeqView* v = Find(p.id);
       EXPECT_EQ(p.start, v->target_pos);
       blocks += BlocksFor(v->committed + p.k, config.block_size);
-      if (p.emit && v->pinned_k && v->committed - v->target_pos == 1) {
+      if (p.emit && v->pinned_k && v->has_output && v->committed - v->target_pos == 1) {
         ++pinned_rows;
         EXPECT_EQ(p.k, v->want_k) << "pinned k changed for " << p.id << " at " << iterations;
       }
       if (p.emit) {
         v->committed += 1 + p.k;
         v->target_pos = v->committed - 1;
+        v->has_output = true;
       } else {
         v->target_pos = p.end;
       }
@@ -298,12 +300,67 @@ TEST(SchedulerTest, LocalDraftsNeedNoDraftService) {
   SchedulerConfig c;
   c.draft_blocks = 0;
   SchedulerState st;
-  st.running.push_back({1, 10, 9, 4, /*local_drafts=*/true});
-  st.running.push_back({2, 10, 9, 4, /*local_drafts=*/false});
+  st.running.push_back({1, 10, 9, 4, /*local_drafts=*/true, false, /*has_output=*/true});
+  st.running.push_back({2, 10, 9, 4, /*local_drafts=*/false, false, /*has_output=*/true});
   Schedule s = ScheduleIteration(st, c);
   ASSERT_EQ(s.plans.size(), 2u);
   EXPECT_EQ(s.plans[0].k, 4);
   EXPECT_EQ(s.plans[1].k, 0);
+}
+
+
+// A prompt's first token comes from a prompt chunk's row (no drafts), however the prompt was
+// cut: a chunk ending one token short (budget) or a cached prefix leaving one token.
+TEST(SchedulerTest, OneTokenLeftOfAPromptIsAChunkNotADecodeRow) {
+  SchedulerConfig c;
+  c.draft_blocks = 1024;
+  SchedulerState st;
+  st.running.push_back({1, 33, 32, /*want_k=*/4, false, /*pinned_k=*/true});
+  Schedule s = ScheduleIteration(st, c);
+  ASSERT_EQ(s.plans.size(), 1u);
+  EXPECT_TRUE(s.plans[0].emit);
+  EXPECT_EQ(s.plans[0].k, 0) << "no drafts before the first token";
+  st.running[0].has_output = true;  // after a token came out it is a decode row
+  s = ScheduleIteration(st, c);
+  ASSERT_EQ(s.plans.size(), 1u);
+  EXPECT_EQ(s.plans[0].k, 4);
+}
+
+// With the target's prefix cache: a prefill starts past the cached prefix, the token budget
+// pays only for what is computed, and KV charges only the uncached blocks (shared blocks come
+// out of the capacity once; cached blocks no one holds are charged when taken).
+TEST(SchedulerTest, CachedPrefixesAreChargedOnlyForWhatIsComputed) {
+  SchedulerConfig c;
+  c.block_size = 16;
+  c.max_batch_tokens = 64;
+  c.target_blocks = 10;
+  c.draft_blocks = 1024;
+  SchedulerState st;
+  // Three requests of 100 prompt tokens, 96 of them cached on the target (6 blocks).
+  for (int64_t id = 1; id <= 3; ++id) {
+    st.waiting.push_back({id, 100, 96, 0, false, false, false, /*cached_blocks=*/6});
+  }
+  // Blocks held by the running set (here none) plus the 6 shared ones.
+  c.target_adopted_blocks = 6;
+  Schedule s = ScheduleIteration(st, c);
+  // Each needs 7 blocks, 6 of them shared: 1 private block each fits in 10 - 6 = 4.
+  EXPECT_EQ(s.admit, (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_EQ(s.plans.size(), 3u);
+  for (const SeqPlan& p : s.plans) {
+    EXPECT_EQ(p.start, 96);
+    EXPECT_EQ(p.end, 100);
+    EXPECT_TRUE(p.emit);
+  }
+  // The same prefix cached but held by no one (evictable): the first to take it pays for its
+  // 6 blocks (free memory until then), the others 1 each.
+  c.target_adopted_blocks = 0;
+  c.target_evictable_blocks = 6;
+  s = ScheduleIteration(st, c);
+  EXPECT_EQ(s.admit, (std::vector<int64_t>{1, 2, 3}))
+      << "only the first pays for the evictable blocks: 7 + 1 + 1 <= 10";
+  c.target_blocks = 8;
+  s = ScheduleIteration(st, c);
+  EXPECT_EQ(s.admit, (std::vector<int64_t>{1, 2})) << "7 + 1 = 8 fits, a third does not";
 }
 
 }  // namespace

@@ -249,6 +249,71 @@ TEST_F(WorkersTest, FailingRankFailsTheStepWithItsMessage) {
   }
 }
 
+// Prefix caching on the target (one rank and two: every rank adopts and publishes the same):
+// a lookup changes nothing; a step with cached_prefix takes the blocks and answers exactly as
+// a full prefill did; once the cache is dropped the same step needs a prefill.
+TEST_F(WorkersTest, CachedPrefixIsTakenByTheStepAndADroppedOneNeedsPrefill) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(5 + (i * 13) % 190);  // 2 full blocks + 8
+  const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + 32);
+  const std::vector<int32_t> rest(prompt.begin() + 32, prompt.end());
+  for (int world : {1, 2}) {
+    SCOPED_TRACE(world);
+    TargetWorker target(Host(*target_path_, 64, world));
+    EXPECT_TRUE(target.Info().prefix_caching());
+    iv1::TargetStepRequest full;
+    AddTarget(full, 1, 0, prompt, true, prompt.size());
+    auto first = target.Step(full);
+    ASSERT_TRUE(first.ok()) << first.status();
+    iv1::ReleaseRequest rel;
+    rel.add_seq_ids(1);
+    EXPECT_EQ(target.Release(rel).kv().cached_blocks(), 2) << "the 2 full blocks stay cached";
+
+    iv1::TargetStepRequest lookup;
+    iv1::PrefixLookup* l = lookup.add_prefix_lookups();
+    l->set_seq_id(2);
+    l->mutable_tokens()->Assign(prompt.begin(), prompt.end());
+    auto found = target.Step(lookup);
+    ASSERT_TRUE(found.ok()) << found.status();
+    ASSERT_EQ(found->prefix_cached_size(), 1);
+    EXPECT_EQ(found->prefix_cached(0), 32);
+    EXPECT_EQ(found->kv().num_sequences(), 0) << "a lookup holds nothing";
+
+    iv1::TargetStepRequest cached;
+    AddTarget(cached, 2, 32, rest, true, prompt.size())
+        ->mutable_cached_prefix()->Assign(prefix.begin(), prefix.end());
+    auto second = target.Step(cached);
+    ASSERT_TRUE(second.ok()) << second.status();
+    ASSERT_FALSE(second->sequences(0).needs_prefill());
+    ASSERT_EQ(second->sequences(0).tokens_size(), 1);
+    EXPECT_EQ(second->sequences(0).tokens(0).token(), first->sequences(0).tokens(0).token());
+    EXPECT_EQ(second->sequences(0).tokens(0).logprob(), first->sequences(0).tokens(0).logprob())
+        << "the cached KV is the KV a prefill computes, bit for bit";
+    EXPECT_EQ(second->kv().adopted_blocks(), 2);
+    EXPECT_EQ(second->kv().prefix_hit_tokens(), 32);
+
+    iv1::ReleaseRequest drop;
+    drop.add_seq_ids(2);
+    drop.set_drop_prefix_cache(true);
+    const iv1::KvUsage after = target.Release(drop).kv();
+    EXPECT_EQ(after.cached_blocks(), 0);
+    EXPECT_EQ(after.used_blocks(), 0);
+    EXPECT_EQ(after.adopted_blocks(), 0);
+    iv1::TargetStepRequest stale;
+    AddTarget(stale, 3, 32, rest, true, prompt.size())
+        ->mutable_cached_prefix()->Assign(prefix.begin(), prefix.end());
+    auto gone = target.Step(stale);
+    ASSERT_TRUE(gone.ok()) << gone.status();
+    EXPECT_TRUE(gone->sequences(0).needs_prefill());
+    EXPECT_EQ(gone->kv().num_sequences(), 0);
+    // A cached_prefix that is not the tokens before start_pos is the router's bug.
+    iv1::TargetStepRequest bad;
+    AddTarget(bad, 4, 31, rest, true, prompt.size())
+        ->mutable_cached_prefix()->Assign(prefix.begin(), prefix.end());
+    EXPECT_EQ(target.Step(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST_F(WorkersTest, UnknownSequenceNeedsPrefillAndReleaseFreesBlocks) {
   TargetWorker target(Host(*target_path_));
   iv1::TargetStepRequest req;

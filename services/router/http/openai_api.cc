@@ -357,7 +357,9 @@ namespace {
 json Usage(const v1::Completion& c) {
   return {{"prompt_tokens", c.usage().prompt_tokens()},
           {"completion_tokens", c.usage().completion_tokens()},
-          {"total_tokens", c.usage().prompt_tokens() + c.usage().completion_tokens()}};
+          {"total_tokens", c.usage().prompt_tokens() + c.usage().completion_tokens()},
+          // OpenAI's field for prompt tokens served from the prompt cache.
+          {"prompt_tokens_details", {{"cached_tokens", c.usage().cached_prompt_tokens()}}}};
 }
 
 // Per request, what speculation did: users of every serving system ask for this.
