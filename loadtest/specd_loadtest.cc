@@ -55,6 +55,8 @@ struct Config {
   int32_t in_process_draft_layers = 0, threads = 1, max_batch_tokens = 512;
   int32_t vocab_size = 5000;  // from the server's model info
   int32_t concurrency = 4, requests = 32, prompt_tokens = 64, max_new_tokens = 64, k = 0;
+  int32_t shared_prefix_tokens = 0;  // random prompts: the same leading ids in every request
+  int32_t conversations = 4;         // multiturn: request i is turn i / C of conversation i % C
   double qps = 2, duration_s = 30, temperature = 0;
 };
 
@@ -67,14 +69,45 @@ specd::v1::SpeculationMode SpecMode(const std::string& name) {
   return mode;
 }
 
+// Multi-turn chat: every conversation shares one long system prompt (~500 tokens) and resends
+// its whole history each turn (earlier user turns and canned assistant answers), so a prefix
+// cache sees what chat traffic gives it.
+void MultiTurnChat(const Config& c, int index, specd::v1::ChatMessages* chat) {
+  const auto& set = specd::loadtest::BuiltinPrompts();
+  std::string system =
+      "You are a careful assistant for a team that writes software and documentation. Answer "
+      "briefly and precisely; say when you do not know. Some examples of what users ask:\n";
+  for (size_t i = 0; system.size() < 2200 && i < set.size(); ++i) {
+    system += "- " + set[(i * 5) % set.size()] + "\n";
+  }
+  auto add = [chat](const char* role, const std::string& content) {
+    specd::v1::ChatMessage* m = chat->add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  };
+  add("system", system);
+  const int conv = index % std::max(1, c.conversations);
+  const int turn = index / std::max(1, c.conversations);
+  for (int t = 0; t <= turn; ++t) {
+    add("user", set[(conv * 7 + t * 3) % set.size()]);
+    if (t < turn) add("assistant", "Here is a short answer. " + set[(conv + t + 11) % set.size()]);
+  }
+}
+
 specd::v1::GenerateRequest MakeRequest(const Config& c, int index) {
   specd::v1::GenerateRequest r;
-  if (c.prompts == "builtin") {
+  if (c.prompts == "multiturn") {
+    MultiTurnChat(c, index, r.mutable_chat());
+  } else if (c.prompts == "builtin") {
     const auto& set = specd::loadtest::BuiltinPrompts();
     specd::v1::ChatMessage* m = r.mutable_chat()->add_messages();
     m->set_role("user");
     m->set_content(set[index % set.size()]);
   } else {
+    std::mt19937 shared(12345);
+    for (int i = 0; i < c.shared_prefix_tokens; ++i) {
+      r.mutable_tokens()->add_ids(3 + shared() % std::max(1, c.vocab_size - 3));
+    }
     std::mt19937 gen(index);
     for (int i = 0; i < c.prompt_tokens; ++i) {
       r.mutable_tokens()->add_ids(3 + gen() % std::max(1, c.vocab_size - 3));
@@ -214,7 +247,10 @@ std::string HttpBody(const Config& c, int index, std::string* path) {
                       {"speculation", {{"mode", c.spec}, {"k", c.k}}}};
   if (g.has_chat()) {
     *path = "/v1/chat/completions";
-    j["messages"] = {{{"role", "user"}, {"content", g.chat().messages(0).content()}}};
+    j["messages"] = nlohmann::json::array();
+    for (const specd::v1::ChatMessage& m : g.chat().messages()) {
+      j["messages"].push_back({{"role", m.role()}, {"content", m.content()}});
+    }
   } else {
     *path = "/v1/completions";
     j["prompt"] = std::vector<int32_t>(g.tokens().ids().begin(), g.tokens().ids().end());
@@ -339,9 +375,14 @@ int main(int argc, char** argv) {
   f.Add("qps-sweep", "SPECD_LOADTEST_QPS_SWEEP", &c.qps_sweep, "open loop: comma-separated rates");
   f.Add("duration-s", "SPECD_LOADTEST_DURATION_S", &c.duration_s, "open loop: seconds per point");
   f.Add("prompts", "SPECD_LOADTEST_PROMPTS", &c.prompts,
-        "builtin (chat prompts of varied length, loadtest/prompt_set.cc) or random (token ids)");
+        "builtin (chat prompts of varied length, loadtest/prompt_set.cc), multiturn (a shared "
+        "system prompt and a growing history per conversation) or random (token ids)");
   f.Add("prompt-tokens", "SPECD_LOADTEST_PROMPT_TOKENS", &c.prompt_tokens,
-        "random prompts: length in tokens");
+        "random prompts: length in tokens (after the shared prefix)");
+  f.Add("shared-prefix-tokens", "SPECD_LOADTEST_SHARED_PREFIX_TOKENS", &c.shared_prefix_tokens,
+        "random prompts: this many leading token ids the same in every request");
+  f.Add("conversations", "SPECD_LOADTEST_CONVERSATIONS", &c.conversations,
+        "multiturn prompts: conversations (request i is turn i / N of conversation i % N)");
   f.Add("max-new-tokens", "SPECD_LOADTEST_MAX_NEW_TOKENS", &c.max_new_tokens, "tokens out");
   f.Add("temperature", "SPECD_LOADTEST_TEMPERATURE", &c.temperature, "0 = greedy");
   f.Add("spec", "SPECD_LOADTEST_SPEC", &c.spec,
@@ -366,8 +407,9 @@ int main(int argc, char** argv) {
                  f.Usage().c_str());
     return 2;
   }
-  if (c.prompts != "builtin" && c.prompts != "random") {
-    std::fprintf(stderr, "specd-loadtest: --prompts must be builtin or random, got '%s'\n",
+  if (c.prompts != "builtin" && c.prompts != "random" && c.prompts != "multiturn") {
+    std::fprintf(stderr,
+                 "specd-loadtest: --prompts must be builtin, multiturn or random, got '%s'\n",
                  c.prompts.c_str());
     return 2;
   }

@@ -1,5 +1,7 @@
 #include "services/router/remote_backends.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "services/common/proto_convert.h"
@@ -37,7 +39,10 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
                                     absl::Span<spec::DraftOutput> out) {
   iv1::DraftStepRequest request;
   for (const spec::DraftInput& d : in) {
-    const int32_t start = static_cast<int32_t>(std::max<int64_t>(CachedLength(d.seq), 0));
+    // From what the service holds, but at least the last token: a sequence drafted in a step
+    // whose target answer was lost (needs_prefill) comes back with nothing new.
+    const int32_t start = static_cast<int32_t>(std::clamp<int64_t>(
+        CachedLength(d.seq), 0, static_cast<int64_t>(d.tokens.size()) - 1));
     iv1::DraftSequenceStep* s = request.add_sequences();
     s->set_seq_id(d.seq);
     s->set_start_pos(start);

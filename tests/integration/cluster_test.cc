@@ -353,6 +353,25 @@ TEST_F(ClusterTest, OverloadIsResourceExhaustedWithin50ms) {
   EXPECT_EQ(slow_refusals.load(), 0);
 }
 
+// The same long prompt twice: the second is served from both services' prefix caches (its
+// usage says how many prompt tokens), with the same output token for token.
+TEST_F(ClusterTest, RepeatedPromptComesFromThePrefixCache) {
+  Cluster& c = *cluster_;
+  EXPECT_TRUE(c.TargetInfo().prefix_caching());
+  EXPECT_TRUE(c.DraftInfo().prefix_caching());
+  const auto prompt = Prompt(150, 9);
+  GenerateResponse first, second;
+  ASSERT_TRUE(Unary(c, Req(prompt, 24, specd::v1::SPECULATION_MODE_DRAFT, 3), &first).ok());
+  ASSERT_TRUE(Unary(c, Req(prompt, 24, specd::v1::SPECULATION_MODE_DRAFT, 3), &second).ok());
+  EXPECT_EQ(first.completion().usage().cached_prompt_tokens(), 0);
+  // 150 tokens = 9 full blocks of 16 and 6 more: all 9 blocks come from the cache.
+  EXPECT_EQ(second.completion().usage().cached_prompt_tokens(), 144);
+  EXPECT_EQ(second.completion().usage().prompt_tokens(), 150);
+  EXPECT_EQ(std::vector<int32_t>(second.token_ids().begin(), second.token_ids().end()),
+            std::vector<int32_t>(first.token_ids().begin(), first.token_ids().end()));
+  EXPECT_EQ(second.token_ids_size(), 24);
+}
+
 TEST_F(ClusterTest, MetricsCountersMoved) {
   Cluster& c = *cluster_;
   const std::string m = c.RouterMetrics();
@@ -386,6 +405,16 @@ TEST_F(ClusterTest, MetricsCountersMoved) {
         << component;
     EXPECT_GT(value(w, "specd_service_kv_blocks{component=\"" + component + "\",state=\"free\"}"), 0)
         << component;
+    // The prefix cache on both services (RepeatedPromptComesFromThePrefixCache ran before).
+    EXPECT_GT(value(w, "specd_service_prefix_cache_lookups_total{component=\"" + component + "\"}"),
+              0) << component << "\n" << w;
+    EXPECT_GE(value(w, "specd_service_prefix_cache_tokens_total{component=\"" + component +
+                           "\",kind=\"hit\"}"),
+              144) << component;
+    EXPECT_GT(value(w, "specd_service_prefix_cache_hit_rate{component=\"" + component + "\"}"), 0)
+        << component;
+    EXPECT_GT(value(w, "specd_service_kv_blocks{component=\"" + component + "\",state=\"cached\"}"),
+              0) << component;
     EXPECT_EQ(w.find("specd_router_"), std::string::npos)
         << component << " exports the router's families";
   }
@@ -396,13 +425,15 @@ TEST_F(ClusterTest, MetricsCountersMoved) {
 TEST_F(ClusterTest, KillDraftUnderLoadZeroFailedThenResumes) {
   Cluster& c = *cluster_;
   const auto prompt = Prompt(20, 5);
-  const auto want = ReferenceGreedy(c.target_model, prompt, 80);
-  std::atomic<int> failed{0}, mismatched{0};
+  const auto want = ReferenceGreedy(c.target_model, prompt, 240);
+  std::atomic<int> failed{0}, mismatched{0}, after_kill{0};
+  std::atomic<bool> killed{false};
   std::vector<std::thread> threads;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&] {
       GenerateResponse u;
-      grpc::Status s = Unary(c, Req(prompt, 80, specd::v1::SPECULATION_MODE_DRAFT, 3), &u);
+      grpc::Status s = Unary(c, Req(prompt, 240, specd::v1::SPECULATION_MODE_DRAFT, 3), &u);
+      if (killed.load()) ++after_kill;
       if (!s.ok()) {
         ++failed;
       } else if (std::vector<int32_t>(u.token_ids().begin(), u.token_ids().end()) != want) {
@@ -410,9 +441,11 @@ TEST_F(ClusterTest, KillDraftUnderLoadZeroFailedThenResumes) {
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   c.draft->Signal(SIGKILL);
+  killed.store(true);
   for (auto& t : threads) t.join();
+  EXPECT_GT(after_kill.load(), 0) << "every request ended before the kill: no load to test";
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(mismatched.load(), 0);
   // Bring it back: the router starts drafting again.
@@ -457,6 +490,11 @@ TEST_F(ClusterTest, TargetRestartRePrefillsWithSeededOutputUnchanged) {
 // once it is back (issue 16's first item; the router probes the target every 500 ms).
 TEST_F(ClusterTest, RouterHealthFollowsTheTarget) {
   Cluster& c = *cluster_;
+  // The test before restarted the target: the router's probe sees it back within 500 ms.
+  for (int i = 0; i < 50 && c.Health(c.router_addr) !=
+                                grpc::health::v1::HealthCheckResponse::SERVING; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   ASSERT_EQ(c.Health(c.router_addr), grpc::health::v1::HealthCheckResponse::SERVING);
   c.target->Signal(SIGKILL);
   c.target->Wait(5);

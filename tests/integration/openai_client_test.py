@@ -66,6 +66,20 @@ def main_checks(args):
     check(streamed == text, "streamed chat text == unary chat text (greedy)")
     check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 24,
           "include_usage: the last chunk carries usage")
+    # A long system prompt sent twice: the second time its prompt tokens come from the prefix
+    # cache, reported where OpenAI reports cached prompt tokens.
+    system = {"role": "system",
+              "content": "You answer questions about the sea, ships and weather. " * 4}
+    cached = []
+    for _ in range(2):
+        r = client.chat.completions.create(model=model, messages=[system] + msgs, max_tokens=4,
+                                           temperature=0, extra_body={"ignore_eos": True})
+        details = r.usage.prompt_tokens_details
+        cached.append(details.cached_tokens if details is not None else None)
+        prompt_tokens = r.usage.prompt_tokens
+    check(cached[0] == 0 and cached[1] is not None and 16 <= cached[1] < prompt_tokens
+          and cached[1] % 16 == 0,
+          f"usage.prompt_tokens_details.cached_tokens: {cached} of {prompt_tokens} prompt tokens")
     finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     check(finish == ["length"], f"one finish_reason in the stream: {finish}")
 

@@ -3,6 +3,7 @@
 // paths (draft down and back, target restart).
 #include <algorithm>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -458,6 +459,17 @@ TEST_F(RouterEngineTest, TargetRestartRePrefillsSeededOutputUnchanged) {
   ASSERT_TRUE(sink->status().ok()) << sink->status();
   EXPECT_EQ(sink->tokens(), baseline->tokens());
   EXPECT_EQ(sink->text(), baseline->text());
+  // The re-prefill looked in the new process's cache, which held nothing of the old one's; the
+  // prompt it computed there is what the next identical request finds.
+  absl::StatusOr<iv1::KvUsage> fresh = target_->Release({});
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->prefix_hit_tokens(), 0);
+  EXPECT_GT(fresh->cached_blocks(), 0);
+  auto again = Run(sampled(prompt));
+  again->Wait();
+  EXPECT_EQ(again->tokens(), baseline->tokens());
+  EXPECT_EQ(again->completion().usage().cached_prompt_tokens(), 16);
+  EXPECT_GE(target_->Release({})->prefix_hit_tokens(), 16);
 }
 
 // Prefix caching changes nothing in the output, token for token: greedy and seeded sampled,
@@ -532,6 +544,96 @@ TEST_F(RouterEngineTest, PrefixCacheOnEqualsOffTokenForToken) {
     ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
     EXPECT_EQ(sinks[i]->tokens(), off[i]) << "concurrent request " << i;
   }
+}
+
+// Random request streams against the same streams without the cache: prompts sharing
+// prefixes of random length, greedy and seeded sampled, no speculation / draft model (adaptive
+// and fixed k, partial acceptance) / n-gram, a KV pool small enough to preempt, and cancels.
+// Every completed request's tokens equal the no-cache run's; a cancelled one's are a prefix of
+// them; afterwards no block is referenced on either service and every block is free or cached.
+TEST_F(RouterEngineTest, RandomStreamsWithTheCacheEqualTheSameWithout) {
+  std::mt19937 rng(17);
+  std::vector<std::vector<int32_t>> bases;
+  for (int b = 0; b < 3; ++b) bases.push_back(Prompt(70, 40 + b));
+  struct Item {
+    ValidatedRequest request;
+    bool cancel = false;
+  };
+  std::vector<Item> items;
+  for (int i = 0; i < 2000; ++i) {
+    Item it;
+    const auto& base = bases[rng() % bases.size()];
+    std::vector<int32_t> prompt(base.begin(), base.begin() + 1 + rng() % base.size());
+    for (int t = static_cast<int>(rng() % 4); t > 0; --t) prompt.push_back(3 + rng() % 200);
+    const int mode = static_cast<int>(rng() % 4);
+    it.request = Req(prompt, 4 + static_cast<int>(rng() % 16),
+                     mode == 0 ? SpecMode::kOff : mode == 3 ? SpecMode::kNgram : SpecMode::kDraft,
+                     mode == 2 ? 3 : 0);
+    if (rng() % 2 == 0) {
+      it.request.params.temperature = 0.8f;
+      it.request.params.seed = 1000 + i;
+    }
+    it.cancel = rng() % 10 == 0;
+    items.push_back(std::move(it));
+  }
+  RouterOptions o;
+  o.scheduler.max_batch_tokens = 48;
+  auto run = [&](bool caching, bool cancels) {
+    SCOPED_TRACE(caching ? "cache on" : "cache off");
+    prefix_caching_ = caching;
+    Make(o, /*target_blocks=*/20);
+    std::vector<std::shared_ptr<Collect>> sinks(items.size());
+    for (size_t start = 0; start < items.size(); start += 24) {  // waves of 24 at once
+      std::vector<int64_t> ids;
+      for (size_t i = start; i < std::min(items.size(), start + 24); ++i) {
+        sinks[i] = std::make_shared<Collect>();
+        auto id = engine_->Submit(items[i].request, sinks[i]);
+        EXPECT_TRUE(id.ok()) << id.status();
+        ids.push_back(id.ok() ? *id : -1);
+      }
+      for (size_t i = start; i < std::min(items.size(), start + 24); ++i) {
+        if (cancels && items[i].cancel) {
+          absl::SleepFor(absl::Microseconds(rng() % 3000));
+          engine_->Cancel(ids[i - start]);
+        }
+      }
+      for (size_t i = start; i < std::min(items.size(), start + 24); ++i) sinks[i]->Wait();
+    }
+    // Nothing referenced once everything ended; every block free or only cached.
+    for (int i = 0; i < 100 && target_->Info().kv_used_blocks() > 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    const iv1::ServiceInfo t = target_->Info();
+    EXPECT_EQ(t.kv_used_blocks(), 0);
+    EXPECT_EQ(t.num_sequences(), 0);
+    EXPECT_EQ(draft_->Info().kv_used_blocks(), 0);
+    EXPECT_EQ(draft_->Info().num_sequences(), 0);
+    engine_->Stop();
+    return sinks;
+  };
+  const auto off = run(false, false);
+  const int64_t preempted_before = static_cast<int64_t>(metrics_.router_preemptions.Value());
+  const auto on = run(true, true);
+  EXPECT_GT(static_cast<int64_t>(metrics_.router_preemptions.Value()), preempted_before)
+      << "the pool should be small enough to preempt";
+  int completed = 0, cancelled = 0, cached = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    ASSERT_TRUE(off[i]->status().ok()) << off[i]->status();
+    const std::vector<int32_t> want = off[i]->tokens(), got = on[i]->tokens();
+    if (on[i]->status().ok()) {
+      ++completed;
+      EXPECT_EQ(got, want) << "request " << i;
+      cached += on[i]->completion().usage().cached_prompt_tokens() > 0;
+    } else {
+      EXPECT_EQ(on[i]->status().code(), absl::StatusCode::kCancelled) << on[i]->status();
+      ++cancelled;
+      ASSERT_LE(got.size(), want.size());
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "cancelled request " << i;
+    }
+  }
+  EXPECT_GT(completed, 1700);
+  EXPECT_GT(cancelled, 0);
+  EXPECT_GT(cached, 500) << "the streams should share prefixes";
 }
 
 // A seeded sampled request with adaptive k gives the same tokens alone and in a loaded batch
