@@ -196,9 +196,9 @@ SchedulerState SpecLoop::Snapshot(absl::Span<const int32_t> k, size_t admissible
                                   int32_t block_size) const {
   auto view = [&](const LoopSeq& s, int32_t want) {
     const bool local = Drafts(s) && !drafters_[s.drafter].drafter->runs_model();
-    return SeqView{s.id,        s.n(),         s.target_pos,
-                   want,        local,         s.pinned(),
-                   s.generated() > 0, s.target_cached / std::max(1, block_size)};
+    SeqView v{s.id, s.n(), s.target_pos, want, local, s.pinned(), s.generated() > 0};
+    v.cached_blocks = s.target_cached / std::max(1, block_size);
+    return v;
   };
   SchedulerState state;
   for (size_t i = 0; i < running_.size(); ++i) state.running.push_back(view(*running_[i], k[i]));

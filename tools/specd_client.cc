@@ -14,6 +14,8 @@
 #include "absl/strings/ascii.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "specd/internal/v1/draft.grpc.pb.h"
+#include "specd/internal/v1/target.grpc.pb.h"
 #include "specd/v1/generation.grpc.pb.h"
 
 namespace specd {
@@ -21,8 +23,11 @@ namespace specd {
 namespace {
 
 constexpr char kClientUsage[] =
-    "usage: specd client generate|tokenize|health|info [--server ADDR] [options]\n"
-    "  --server ADDR      router address (default $SPECD_SERVER or localhost:50051)\n"
+    "usage: specd client generate|tokenize|health|info|drop-prefix-cache [--server ADDR] "
+    "[options]\n"
+    "  --server ADDR      router address (default $SPECD_SERVER or localhost:50051);\n"
+    "                     drop-prefix-cache: a target or draft service's address (admin: "
+    "evicts every cached prefix block no sequence uses)\n"
     "  -p, --prompt TEXT  prompt text\n"
     "  --chat             send the prompt as a user chat message\n"
     "  -n N               max new tokens (default 128)\n"
@@ -110,6 +115,22 @@ int RunClient(int argc, char** argv) {
     if (!st.ok()) return Fail(st);
     std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()).c_str());
     return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+  }
+  if (cmd == "drop-prefix-cache") {
+    // The same admin call on either model service: try the target's, then the draft's.
+    specd::internal::v1::ReleaseRequest req;
+    req.set_drop_prefix_cache(true);
+    specd::internal::v1::ReleaseResponse resp;
+    grpc::Status st = specd::internal::v1::Target::NewStub(channel)->Release(&ctx, req, &resp);
+    if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      grpc::ClientContext draft_ctx;
+      draft_ctx.set_deadline(ctx.deadline());
+      st = specd::internal::v1::Draft::NewStub(channel)->Release(&draft_ctx, req, &resp);
+    }
+    if (!st.ok()) return Fail(st);
+    std::printf("cached blocks: %d, free blocks: %d, used blocks: %d\n", resp.kv().cached_blocks(),
+                resp.kv().free_blocks(), resp.kv().used_blocks());
+    return 0;
   }
   auto stub = specd::v1::Generation::NewStub(channel);
   if (cmd == "info") {

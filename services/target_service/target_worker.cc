@@ -120,9 +120,13 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
     const iv1::TargetSequenceStep& s = request.sequences(i);
     iv1::TargetSequenceResult* r = response.add_sequences();
     r->set_seq_id(s.seq_id());
-    if (s.cached_prefix_size() > 0 && !TakeCachedPrefix(s)) {
-      r->set_needs_prefill(true);
-      continue;
+    if (s.cached_prefix_size() > 0) {
+      absl::StatusOr<bool> taken = TakeCachedPrefix(s);
+      if (!taken.ok()) return taken.status();
+      if (!*taken) {
+        r->set_needs_prefill(true);
+        continue;
+      }
     }
     const std::vector<int32_t>* hist = host_->History(s.seq_id());
     const int64_t held = hist == nullptr ? 0 : static_cast<int64_t>(hist->size());
@@ -215,17 +219,18 @@ void TargetWorker::AnswerLookups(const iv1::TargetStepRequest& request,
   }
 }
 
-bool TargetWorker::TakeCachedPrefix(const iv1::TargetSequenceStep& s) {
+absl::StatusOr<bool> TargetWorker::TakeCachedPrefix(const iv1::TargetSequenceStep& s) {
   // The sequence starts over: whatever this service held of it goes first.
   if (host_->History(s.seq_id()) != nullptr) host_->Release(s.seq_id());
-  if (!host_->AddSequence(s.seq_id()).ok()) return false;
+  if (absl::Status st = host_->AddSequence(s.seq_id()); !st.ok()) return st;
   // With the first token after the prefix, so that every block of the prefix may be taken.
   std::vector<int32_t> lookup(s.cached_prefix().begin(), s.cached_prefix().end());
   lookup.push_back(s.tokens(0));
   absl::StatusOr<int64_t> adopted = host_->AdoptPrefix(s.seq_id(), lookup);
-  if (!adopted.ok() || *adopted != s.start_pos()) {  // evicted since the lookup
+  if (!adopted.ok() || *adopted != s.start_pos()) {
     host_->Release(s.seq_id());
-    return false;
+    if (!adopted.ok()) return adopted.status();  // a failing rank: the step fails with it
+    return false;                                // evicted since the lookup
   }
   host_->History(s.seq_id())->assign(s.cached_prefix().begin(), s.cached_prefix().end());
   return true;

@@ -40,8 +40,8 @@ class TargetWorker {
   void AnswerLookups(const specd::internal::v1::TargetStepRequest& request,
                      specd::internal::v1::TargetStepResponse& response) const;
   // A step's sequence with cached_prefix: (re)created holding it from the cache; false (and
-  // nothing held) when the cache no longer has all of it.
-  bool TakeCachedPrefix(const specd::internal::v1::TargetSequenceStep& s);
+  // nothing held) when the cache no longer has all of it; an error when a rank fails.
+  absl::StatusOr<bool> TakeCachedPrefix(const specd::internal::v1::TargetSequenceStep& s);
   // Offers `seq`'s committed full blocks to the prefix cache after a step.
   absl::Status PublishCommitted(int64_t seq, absl::Span<const int32_t> history);
 

@@ -6,7 +6,7 @@ if(NOT SPECD_CORE_ONLY)
   specd_test(cluster_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_test.cc
     DEPS specd_cluster_harness specd_engine specd_sampling LABELS integration TIMEOUT 300)
-  add_dependencies(cluster_test specd-target specd-draft specd-router)
+  add_dependencies(cluster_test specd-target specd-draft specd-router specd)
   specd_test(cluster_load_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_load_test.cc
     DEPS specd_cluster_harness specd_testing LABELS integration TIMEOUT 180)
