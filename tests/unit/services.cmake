@@ -15,6 +15,12 @@ if(NOT SPECD_CORE_ONLY)
     DEPS specd_local_backends specd_testing LABELS services TIMEOUT 600)
 endif()
 if(NOT SPECD_CORE_ONLY)
+  # The real default model (label model): prefix caching on == off through the router.
+  specd_test(prefix_cache_model_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/prefix_cache_model_test.cc
+    DEPS specd_local_backends LABELS model TIMEOUT 600)
+endif()
+if(NOT SPECD_CORE_ONLY)
   specd_test(router_validation_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/router_validation_test.cc
     DEPS specd_router_core specd_testing LABELS services)
