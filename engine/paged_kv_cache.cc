@@ -131,24 +131,32 @@ absl::Status PagedKvCache::AllocateBlocks(int32_t count, std::vector<int32_t>* o
   return allocator_.Allocate(count, out);
 }
 
-int64_t PagedKvCache::CachedPrefixLength(absl::Span<const int32_t> prompt) const {
+int32_t PagedKvCache::MatchPrefix(absl::Span<const int32_t> prompt,
+                                  std::vector<std::pair<int32_t, uint64_t>>* found) const {
   if (!config_.prefix_caching || prompt.empty()) return 0;
   const int32_t bs = config_.block_size;
-  const int64_t candidates = (static_cast<int64_t>(prompt.size()) - 1) / bs;
+  // Keep the last prompt token to compute: its logits give the first output.
+  const int64_t candidates = std::min<int64_t>((static_cast<int64_t>(prompt.size()) - 1) / bs,
+                                               config_.max_blocks_per_seq);
   uint64_t chain = config_.cache_salt;
-  int64_t i = 0;
-  for (; i < candidates && i < config_.max_blocks_per_seq; ++i) {
-    const absl::Span<const int32_t> ids = prompt.subspan(i * bs, bs);
+  int32_t matched = 0;
+  for (; matched < candidates; ++matched) {
+    const absl::Span<const int32_t> ids = prompt.subspan(static_cast<int64_t>(matched) * bs, bs);
     const uint64_t h = BlockHash(chain, ids);
-    auto found = by_hash_.find(h);
-    if (found == by_hash_.end() ||
+    auto it = by_hash_.find(h);
+    if (it == by_hash_.end() ||
         !std::equal(ids.begin(), ids.end(),
-                    block_tokens_.begin() + static_cast<int64_t>(found->second) * bs)) {
-      break;
+                    block_tokens_.begin() + static_cast<int64_t>(it->second) * bs)) {
+      break;  // not cached, or a 64-bit collision: a miss either way
     }
+    if (found != nullptr) found->emplace_back(it->second, h);
     chain = h;
   }
-  return i * bs;
+  return matched;
+}
+
+int64_t PagedKvCache::CachedPrefixLength(absl::Span<const int32_t> prompt) const {
+  return static_cast<int64_t>(MatchPrefix(prompt, nullptr)) * config_.block_size;
 }
 
 absl::StatusOr<int64_t> PagedKvCache::AdoptPrefix(SeqId seq, absl::Span<const int32_t> prompt) {
@@ -161,27 +169,17 @@ absl::StatusOr<int64_t> PagedKvCache::AdoptPrefix(SeqId seq, absl::Span<const in
         absl::StrFormat("sequence %d: AdoptPrefix needs an empty sequence", seq));
   }
   const int32_t bs = config_.block_size;
-  // Keep the last prompt token to compute: its logits give the first output.
-  const int64_t candidates = prompt.empty() ? 0 : (static_cast<int64_t>(prompt.size()) - 1) / bs;
   ++stats_.lookups;
-  stats_.queried_tokens += candidates * bs;
-  uint64_t chain = config_.cache_salt;
-  for (int64_t i = 0; i < candidates && i < config_.max_blocks_per_seq; ++i) {
-    const absl::Span<const int32_t> ids = prompt.subspan(i * bs, bs);
-    const uint64_t h = BlockHash(chain, ids);
-    auto found = by_hash_.find(h);
-    if (found == by_hash_.end()) break;
-    const int32_t b = found->second;
-    if (!std::equal(ids.begin(), ids.end(), block_tokens_.begin() + static_cast<int64_t>(b) * bs)) {
-      break;  // a 64-bit collision: treat as a miss
-    }
+  stats_.queried_tokens += prompt.empty() ? 0 : (static_cast<int64_t>(prompt.size()) - 1) / bs * bs;
+  std::vector<std::pair<int32_t, uint64_t>> found;
+  MatchPrefix(prompt, &found);
+  for (const auto& [b, h] : found) {
     if (allocator_.ref_count(b) == 1) lru_.erase({last_use_[b], b});  // in use again
     allocator_.Retain(b);
     last_use_[b] = ++tick_;
     if (adopt_refs_[b]++ == 0) ++num_adopted_;
     s.blocks.push_back(b);
     s.hashes.push_back(h);
-    chain = h;
   }
   s.adopted = static_cast<int32_t>(s.blocks.size());
   s.length = static_cast<int64_t>(s.blocks.size()) * bs;

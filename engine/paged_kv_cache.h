@@ -133,6 +133,10 @@ class PagedKvCache {
   explicit PagedKvCache(const KvCacheConfig& config);
 
   uint64_t BlockHash(uint64_t prev, absl::Span<const int32_t> tokens) const;
+  // THE lookup: how many of `prompt`'s leading full blocks (never the one with its last token)
+  // are published, with each one's block and chain hash appended to `found` (if not null).
+  int32_t MatchPrefix(absl::Span<const int32_t> prompt,
+                      std::vector<std::pair<int32_t, uint64_t>>* found) const;
   // Allocates `count` blocks into `out`, evicting cached ones when the free list is short.
   absl::Status AllocateBlocks(int32_t count, std::vector<int32_t>* out);
   // A sequence lets go of `block`: a cached block left to the cache alone becomes evictable.

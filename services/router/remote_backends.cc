@@ -107,14 +107,8 @@ absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
       services::ToProto(q, t->add_proposals());
     }
   }
-  const absl::Time t0 = absl::Now();
-  absl::StatusOr<iv1::TargetStepResponse> response = backend_->Step(request);
-  ObserveLatency(metrics_, "target", t0);
-  if (!response.ok()) {
-    CountError(metrics_, "target", response.status());
-    return response.status();
-  }
-  Record(response->kv());
+  absl::StatusOr<iv1::TargetStepResponse> response = CallStep(request, "target");
+  if (!response.ok()) return response.status();
   absl::flat_hash_map<int64_t, const iv1::TargetSequenceResult*> result_of;
   for (const iv1::TargetSequenceResult& r : response->sequences()) result_of[r.seq_id()] = &r;
   out.assign(calls.size(), spec::TargetOutcome{});
@@ -158,6 +152,19 @@ void RemoteTarget::Release(absl::Span<const spec::SeqId> seqs) {
   Record(*kv);
 }
 
+absl::StatusOr<iv1::TargetStepResponse> RemoteTarget::CallStep(
+    const iv1::TargetStepRequest& request, const char* hop) {
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<iv1::TargetStepResponse> response = backend_->Step(request);
+  ObserveLatency(metrics_, hop, t0);
+  if (!response.ok()) {
+    CountError(metrics_, "target", response.status());
+    return response.status();
+  }
+  Record(response->kv());
+  return response;
+}
+
 void RemoteTarget::Record(const iv1::KvUsage& kv) {
   RecordKv(metrics_, "target", kv);
   adopted_blocks_.store(kv.adopted_blocks());
@@ -172,14 +179,8 @@ absl::Status RemoteTarget::LookupPrefixes(absl::Span<const spec::PrefixLookup> l
     p->set_seq_id(l.seq);
     p->mutable_tokens()->Assign(l.tokens.begin(), l.tokens.end());
   }
-  const absl::Time t0 = absl::Now();
-  absl::StatusOr<iv1::TargetStepResponse> response = backend_->Step(request);
-  ObserveLatency(metrics_, "target_lookup", t0);
-  if (!response.ok()) {
-    CountError(metrics_, "target", response.status());
-    return response.status();
-  }
-  Record(response->kv());
+  absl::StatusOr<iv1::TargetStepResponse> response = CallStep(request, "target_lookup");
+  if (!response.ok()) return response.status();
   if (response->prefix_cached_size() != static_cast<int>(lookups.size())) {
     return absl::InternalError(absl::StrCat("the target answered ", response->prefix_cached_size(),
                                             " of ", lookups.size(), " prefix lookups"));

@@ -70,7 +70,10 @@ class RemoteTarget final : public spec::TargetExecutor {
   int32_t evictable_blocks() const override { return evictable_blocks_.load(); }
 
  private:
-  void Record(const iv1::KvUsage& kv);  // the router's gauges and adopted_blocks_
+  // One Target.Step: its latency under `hop`, errors counted, the KV usage recorded.
+  absl::StatusOr<iv1::TargetStepResponse> CallStep(const iv1::TargetStepRequest& request,
+                                                   const char* hop);
+  void Record(const iv1::KvUsage& kv);  // the router's gauges and the cache counts
 
   TargetBackend* backend_;
   services::Metrics* metrics_;
