@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,7 +34,53 @@ constexpr char kClientUsage[] =
     "  -n N               max new tokens (default 128)\n"
     "  --temp T  --top-k K  --top-p P  --seed S  --stop STR (repeatable)  --ignore-eos\n"
     "  --spec off|auto|draft|ngram|self  -k K (draft tokens per step, 0 = adaptive)\n"
-    "  --timeout S        deadline in seconds (default 300)\n";
+    "  --timeout S        deadline in seconds (default 300)\n"
+    "  --tls-ca FILE      speak TLS, verifying the server against this CA (PEM)\n"
+    "  --tls-cert FILE --tls-key FILE  client certificate (mutual TLS)\n"
+    "  --tls-server-name NAME  the name the server's certificate carries, when it differs\n"
+    "                     from --server's host (e.g. a probe dialling localhost)\n";
+
+// A whole (PEM) file, or exits 2 naming the flag: the client is a command-line tool.
+std::string ReadPemOrExit(const char* flag, const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    std::fprintf(stderr, "specd client: %s: cannot read %s\n", flag, path.c_str());
+    std::exit(2);
+  }
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+
+struct ClientTls {
+  std::string ca, cert, key, server_name;  // file paths, and the certificate name to expect
+};
+
+// Plaintext without --tls-ca; TLS (and a client certificate with --tls-cert/--tls-key).
+std::shared_ptr<grpc::Channel> MakeClientChannel(const std::string& server, const ClientTls& tls) {
+  if (tls.ca.empty()) {
+    if (!tls.cert.empty() || !tls.key.empty()) {
+      std::fprintf(stderr, "specd client: --tls-cert/--tls-key need --tls-ca\n");
+      std::exit(2);
+    }
+    return grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  }
+  if (tls.cert.empty() != tls.key.empty()) {
+    std::fprintf(stderr, "specd client: --tls-cert and --tls-key go together\n");
+    std::exit(2);
+  }
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ReadPemOrExit("--tls-ca", tls.ca);
+  if (!tls.cert.empty()) {
+    o.pem_cert_chain = ReadPemOrExit("--tls-cert", tls.cert);
+    o.pem_private_key = ReadPemOrExit("--tls-key", tls.key);
+  }
+  grpc::ChannelArguments args;
+  if (!tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
+  return grpc::CreateCustomChannel(server, grpc::SslCredentials(o), args);
+}
 
 int Fail(const grpc::Status& s) {
   std::fprintf(stderr, "specd client: %d %s\n", s.error_code(), s.error_message().c_str());
@@ -53,6 +100,7 @@ int RunClient(int argc, char** argv) {
   std::string prompt;
   bool chat = false;
   double timeout_s = 300;
+  ClientTls tls;
   specd::v1::GenerateRequest req;
   auto* s = req.mutable_sampling();
   for (int i = 1; i < argc; ++i) {
@@ -99,12 +147,20 @@ int RunClient(int argc, char** argv) {
       req.mutable_speculation()->set_num_draft_tokens(std::atoi(next()));
     } else if (f == "--timeout") {
       timeout_s = std::strtod(next(), nullptr);
+    } else if (f == "--tls-ca") {
+      tls.ca = next();
+    } else if (f == "--tls-cert") {
+      tls.cert = next();
+    } else if (f == "--tls-key") {
+      tls.key = next();
+    } else if (f == "--tls-server-name") {
+      tls.server_name = next();
     } else {
       std::fprintf(stderr, "specd client: unknown flag %s\n%s", argv[i], kClientUsage);
       return 2;
     }
   }
-  auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  auto channel = MakeClientChannel(server, tls);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));

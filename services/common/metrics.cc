@@ -46,6 +46,8 @@ Metrics::Metrics(MetricsRole role)
                                    "Request accepted to first scheduled", LatencyBuckets())),
       router_running(SPECD_GAUGE("specd_router_running_sequences", "Sequences running")),
       router_waiting(SPECD_GAUGE("specd_router_waiting_requests", "Requests queued")),
+      router_queue_limit(SPECD_GAUGE("specd_router_queue_limit",
+                                     "Most requests that may wait (--max-queue)")),
       router_batch_size(SPECD_HIST("specd_router_batch_size_sequences",
                                    "Sequences in one target step", CountBuckets())),
       router_step_tokens(SPECD_HIST("specd_router_step_tokens", "Tokens in one target step",

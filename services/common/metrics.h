@@ -41,6 +41,7 @@ class Metrics {
   prometheus::Histogram& router_queue_time;
   prometheus::Gauge& router_running;
   prometheus::Gauge& router_waiting;
+  prometheus::Gauge& router_queue_limit;  // --max-queue: the alert rules' saturation ratio
   prometheus::Histogram& router_batch_size;
   prometheus::Histogram& router_step_tokens;
   prometheus::Counter& router_prompt_tokens;

@@ -73,6 +73,7 @@ RouterEngine::RouterEngine(const RouterOptions& options, std::unique_ptr<TargetB
       remote_target_(target_.get(), metrics),
       ngram_(MakeNgram()) {
   if (draft_ != nullptr) remote_draft_ = std::make_unique<RemoteDrafter>(draft_.get(), metrics);
+  metrics_->router_queue_limit.Set(options_.scheduler.max_queue);
 }
 
 RouterEngine::~RouterEngine() { Stop(); }

@@ -28,5 +28,5 @@ if(NOT SPECD_CORE_ONLY)
   specd_test(cluster_tls_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_tls_test.cc
     DEPS specd_cluster_harness LABELS integration TIMEOUT 180)
-  add_dependencies(cluster_tls_test specd-target specd-draft specd-router)
+  add_dependencies(cluster_tls_test specd-target specd-draft specd-router specd)
 endif()

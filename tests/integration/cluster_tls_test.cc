@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
@@ -83,6 +84,43 @@ TEST(ClusterTlsTest, MutualTlsOnEveryHopRefusesStrangers) {
   EXPECT_NE(ReadLog(c.dir + "/draft.log").find(" transport=mtls"), std::string::npos);
   EXPECT_NE(ReadLog(c.dir + "/router.log").find(" transport=tls "), std::string::npos);
   EXPECT_NE(ReadLog(c.dir + "/router.log").find(" upstream_transport=mtls"), std::string::npos);
+}
+
+// `specd client health` over TLS: the Helm chart's probe when TLS is on (the kubelet's own
+// gRPC probe cannot speak TLS). Exit 0 and SERVING with a certificate the service admits,
+// non-zero with one it refuses or without TLS.
+TEST(ClusterTlsTest, ClientHealthProbeSpeaksMutualTls) {
+  ClusterOptions o;
+  o.mtls = true;
+  o.with_draft = false;
+  Cluster c(o);
+  ASSERT_TRUE(c.WaitHealthy(c.target_addr, 30)) << ReadLog(c.dir + "/target.log");
+  const char* b = std::getenv("SPECD_BINARY_DIR");
+  const std::string specd = std::string(b != nullptr ? b : ".") + "/tools/specd";
+  const TestPki& pki = c.pki;
+  auto probe = [&](const std::vector<std::string>& tls, const std::string& log) {
+    std::vector<std::string> argv = {specd, "client", "health", "--server", c.target_addr,
+                                     "--timeout", "5"};
+    argv.insert(argv.end(), tls.begin(), tls.end());
+    Process p(argv, c.dir + "/" + log);
+    return p.Wait(30);
+  };
+  const int ok = probe({"--tls-ca", pki.Pem("internal_ca"), "--tls-cert",
+                        pki.Pem("router_client"), "--tls-key", pki.Key("router_client"),
+                        "--tls-server-name", "localhost"},
+                       "probe_ok.log");
+  EXPECT_TRUE(WIFEXITED(ok) && WEXITSTATUS(ok) == 0) << ReadLog(c.dir + "/probe_ok.log");
+  EXPECT_NE(ReadLog(c.dir + "/probe_ok.log").find("SERVING"), std::string::npos);
+  const int intruder = probe({"--tls-ca", pki.Pem("internal_ca"), "--tls-cert",
+                              pki.Pem("intruder_client"), "--tls-key",
+                              pki.Key("intruder_client"), "--tls-server-name", "localhost"},
+                             "probe_intruder.log");
+  EXPECT_TRUE(WIFEXITED(intruder) && WEXITSTATUS(intruder) != 0);
+  const int plaintext = probe({}, "probe_plaintext.log");
+  EXPECT_TRUE(WIFEXITED(plaintext) && WEXITSTATUS(plaintext) != 0);
+  const int half = probe({"--tls-cert", pki.Pem("router_client")}, "probe_half.log");
+  EXPECT_TRUE(WIFEXITED(half) && WEXITSTATUS(half) == 2);
+  EXPECT_NE(ReadLog(c.dir + "/probe_half.log").find("--tls-ca"), std::string::npos);
 }
 
 // A half-configured TLS flag set is refused at start, naming the flag.
