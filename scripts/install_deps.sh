@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every build/test dependency from Debian packages. Idempotent: skips apt when all
-# packages are already present.
+# Installs every build/test dependency from Debian packages (prometheus: the monitoring test
+# scrapes a running cluster with a real Prometheus and checks rules with promtool).
+# Idempotent: skips apt when all packages are already present.
 set -euo pipefail
 
 PACKAGES=(
@@ -10,6 +11,7 @@ PACKAGES=(
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev
   libpcre2-dev libsimde-dev nlohmann-json3-dev libboost1.74-dev
   clang-14 libclang-rt-14-dev
+  prometheus
 )
 
 missing=()

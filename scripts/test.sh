@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/fetch_model.sh
 SPECD_PYTHON=$(scripts/python_env.sh)
-export SPECD_PYTHON
+SPECD_TOOLS_BIN=$(scripts/install_deploy_tools.sh)  # helm, kubectl (the Helm chart test)
+export SPECD_PYTHON SPECD_TOOLS_BIN
 JOBS=${JOBS:-$(nproc)}
 
 echo "== sanitizer build (ASan+UBSan, clang, core libraries + fuzzers)"
