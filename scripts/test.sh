@@ -9,6 +9,7 @@ scripts/install_deps.sh
 scripts/fetch_model.sh
 SPECD_PYTHON=$(scripts/python_env.sh)
 SPECD_TOOLS_BIN=$(scripts/install_deploy_tools.sh)  # helm, kubectl (the Helm chart test)
+scripts/install_container_tools.sh                    # podman, debootstrap (the container test)
 export SPECD_PYTHON SPECD_TOOLS_BIN
 JOBS=${JOBS:-$(nproc)}
 

@@ -7,3 +7,11 @@ if(NOT SPECD_CORE_ONLY)
       ${PROJECT_SOURCE_DIR}/tests/deploy/helm_chart_test.py ${PROJECT_BINARY_DIR})
   set_tests_properties(helm_chart_test PROPERTIES LABELS "integration;deploy" TIMEOUT 400)
 endif()
+# The container image (tests/deploy/container_test.sh): podman and debootstrap from
+# scripts/install_container_tools.sh; root, as debootstrap and rootful podman need it.
+if(NOT SPECD_CORE_ONLY)
+  add_test(NAME container_test
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/deploy/container_test.sh ${PROJECT_BINARY_DIR})
+  set_tests_properties(container_test PROPERTIES LABELS "integration;deploy" TIMEOUT 900
+    RUN_SERIAL TRUE)
+endif()
