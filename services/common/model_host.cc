@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/gloo_communicator.h"
 
 namespace specd::services {
 
@@ -157,9 +158,23 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
   }
   const int32_t N = options.world_size;
   const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const int32_t threads = std::max(1, (options.threads > 0 ? options.threads : cores) / N);
+  // Thread ranks share this process's cores; a rank process has its own.
+  const int32_t threads = std::max(
+      1, (options.threads > 0 ? options.threads : cores) / (options.rendezvous.empty() ? N : 1));
   engine::Communicator* comm0 = &h->local_comm_;
-  if (N > 1) {
+  if (N > 1 && !options.rendezvous.empty()) {
+    // Rank processes: this one is rank 0; the others run ServeRank in their own processes.
+    if (options.rank != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", options.rank, ": only rank 0 hosts the model service (ServeRank runs the others)"));
+    }
+    absl::StatusOr<std::unique_ptr<engine::GlooCommunicator>> comm =
+        engine::GlooCommunicator::Connect(MakeGlooOptions(options));
+    if (!comm.ok()) return comm.status();
+    h->comm_ = std::move(*comm);
+    comm0 = h->comm_.get();
+    h->group_running_ = true;  // the rank processes now wait for commands
+  } else if (N > 1) {
     h->group_ = std::make_unique<engine::ThreadGroup>(N);
     h->comm_ = h->group_->Rank(0);
     comm0 = h->comm_.get();
@@ -171,7 +186,7 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
   h->backend_ = std::move(shard->backend);
   h->model_ = std::move(shard->model);
   h->kv_ = std::move(shard->kv);
-  for (int32_t r = 1; r < N; ++r) {
+  for (int32_t r = 1; r < N && h->group_ != nullptr; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->comm = h->group_->Rank(r);
     absl::StatusOr<Shard> s =
@@ -183,8 +198,13 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
     rank->logits.resize(static_cast<size_t>(options.max_batch_tokens) * rank->model->vocab_size());
     h->ranks_.push_back(std::move(rank));
   }
+  h->group_running_ = !h->ranks_.empty() || h->group_running_;
   for (auto& rank : h->ranks_) {
-    rank->thread = std::thread(&ModelHost::RankLoop, rank.get(), options.inject_forward_fault_on_rank);
+    rank->thread = std::thread([r = rank.get(), fault = options.inject_forward_fault_on_rank] {
+      // Ignored: a thread rank ends on a broken communicator, which rank 0's next collective
+      // reports to its caller.
+      (void)RankLoop(r, fault);
+    });
   }
   for (int32_t id = 0; id < h->tokenizer_->vocab_size(); ++id) {
     if (h->tokenizer_->IsEndOfGeneration(id)) h->eos_ids_.push_back(id);
@@ -195,7 +215,9 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
 }
 
 ModelHost::~ModelHost() {
-  if (ranks_.empty()) return;
+  if (!group_running_) return;  // one rank, or a load that failed before the ranks ran
+  // A stop on purpose: the rank processes end now, which is not a lost rank.
+  if (auto* gloo = dynamic_cast<engine::GlooCommunicator*>(comm_.get())) gloo->Disarm();
   Command stop;
   stop.op = Op::kStop;
   // Ignored: a failing broadcast fails on the receiving ranks too, and their loops return on
@@ -205,7 +227,7 @@ ModelHost::~ModelHost() {
 }
 
 absl::Status ModelHost::Broadcast(Command& c, const engine::ForwardBatch* batch) {
-  if (ranks_.empty()) return absl::OkStatus();
+  if (Single()) return absl::OkStatus();
   if (absl::Status s = comm_->Broadcast(&c, sizeof(c), 0); !s.ok()) return s;
   if (c.op != Op::kForward) return absl::OkStatus();
   // The other ranks read from rank 0's buffers: const_cast only for the collective's signature.
@@ -222,18 +244,26 @@ absl::Status ModelHost::Broadcast(Command& c, const engine::ForwardBatch* batch)
 }
 
 // Ranks > 0: wait for rank 0's command, do the same on this shard, report the status. A
-// broken communicator ends the loop (rank 0's next collective then fails too).
-void ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
+// broken communicator ends the loop with its error (rank 0's next collective fails too);
+// rank 0's stop ends it with OK.
+absl::Status ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
   engine::ForwardBatch batch;
   engine::Communicator& comm = *rank->comm;
+  auto* gloo = dynamic_cast<engine::GlooCommunicator*>(&comm);
   const bool fault = comm.rank() == fault_rank;
   for (;;) {
     Command c;
-    if (!comm.Broadcast(&c, sizeof(c), 0).ok()) return;
+    // A rank process waits for the next command as long as the service is idle; rank 0's
+    // death reaches it through the communicator's liveness line instead of a timeout.
+    absl::Status got = gloo != nullptr
+                           ? gloo->BroadcastWithTimeout(&c, sizeof(c), 0, std::chrono::hours(24 * 365))
+                           : comm.Broadcast(&c, sizeof(c), 0);
+    if (!got.ok()) return got;
     absl::Status st;
     switch (c.op) {
       case Op::kStop:
-        return;
+        if (gloo != nullptr) gloo->Disarm();
+        return absl::OkStatus();
       case Op::kAddSequence:
         st = rank->kv->AddSequence(c.seq);
         break;
@@ -246,7 +276,10 @@ void ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
       case Op::kAdoptPrefix:
       case Op::kPublish: {
         batch.tokens.resize(c.tokens);
-        if (!comm.Broadcast(batch.tokens.data(), c.tokens * sizeof(int32_t), 0).ok()) return;
+        if (absl::Status b = comm.Broadcast(batch.tokens.data(), c.tokens * sizeof(int32_t), 0);
+            !b.ok()) {
+          return b;
+        }
         if (c.op == Op::kPublish) {
           st = rank->kv->Publish(c.seq, batch.tokens);
           break;
@@ -266,11 +299,14 @@ void ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
         batch.tokens.resize(c.tokens);
         batch.slices.resize(c.slices);
         batch.logit_rows.resize(c.rows);
-        if (!comm.Broadcast(batch.tokens.data(), c.tokens * sizeof(int32_t), 0).ok() ||
-            !comm.Broadcast(batch.slices.data(), c.slices * sizeof(engine::SequenceSlice), 0)
-                 .ok() ||
-            !comm.Broadcast(batch.logit_rows.data(), c.rows * sizeof(int32_t), 0).ok()) {
-          return;
+        const std::pair<void*, size_t> parts[] = {
+            {batch.tokens.data(), c.tokens * sizeof(int32_t)},
+            {batch.slices.data(), c.slices * sizeof(engine::SequenceSlice)},
+            {batch.logit_rows.data(), c.rows * sizeof(int32_t)}};
+        for (const auto& [data, bytes] : parts) {
+          if (absl::Status b = comm.Broadcast(data, static_cast<int64_t>(bytes), 0); !b.ok()) {
+            return b;
+          }
         }
         st = GatherStatus(comm, CheckForward(*rank->model, batch, *rank->kv, fault));
         if (!st.ok()) continue;  // every rank skips this forward
@@ -279,9 +315,54 @@ void ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
       }
     }
     if (absl::Status gathered = GatherStatus(comm, st); !gathered.ok()) {
-      // Rank 0 returns it to its caller; this rank waits for the next command.
+      // An operation's failure is rank 0's to return to its caller; this rank goes on. Only
+      // a broken communicator ends the loop (the next collective reports it).
     }
   }
+}
+
+engine::GlooOptions ModelHost::MakeGlooOptions(const ModelHostOptions& options) {
+  engine::GlooOptions g;
+  g.rank = options.rank;
+  g.world_size = options.world_size;
+  g.rendezvous = options.rendezvous;
+  g.bind_address = options.tp_bind_address;
+  g.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.tp_timeout_s * 1000));
+  g.connect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options.tp_connect_timeout_s * 1000));
+  g.on_broken = options.on_group_broken;
+  return g;
+}
+
+absl::Status ModelHost::ServeRank(const ModelHostOptions& options) {
+  if (options.world_size < 2 || options.rank < 1 || options.rank >= options.world_size ||
+      options.rendezvous.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a rank process needs --rank in [1, --world-size) and --rendezvous; got rank ",
+        options.rank, " of ", options.world_size));
+  }
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(options.model_path);
+  if (!file.ok()) return file.status();
+  std::unique_ptr<gguf::GgufFile> borrow;
+  if (!options.borrow_path.empty()) {
+    absl::StatusOr<std::unique_ptr<gguf::GgufFile>> b = gguf::GgufFile::Open(options.borrow_path);
+    if (!b.ok()) return b.status();
+    borrow = std::move(*b);
+  }
+  absl::StatusOr<std::unique_ptr<engine::GlooCommunicator>> comm =
+      engine::GlooCommunicator::Connect(MakeGlooOptions(options));
+  if (!comm.ok()) return comm.status();
+  Rank rank;
+  rank.comm = std::move(*comm);
+  const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int32_t threads = options.threads > 0 ? options.threads : cores;
+  absl::StatusOr<Shard> shard = LoadShard(**file, borrow.get(), options, rank.comm.get(), threads);
+  if (!shard.ok()) return shard.status();
+  rank.backend = std::move(shard->backend);
+  rank.model = std::move(shard->model);
+  rank.kv = std::move(shard->kv);
+  rank.logits.resize(static_cast<size_t>(options.max_batch_tokens) * rank.model->vocab_size());
+  return RankLoop(&rank, options.inject_forward_fault_on_rank);
 }
 
 absl::Status ModelHost::Forward(const engine::ForwardBatch& batch, float* logits) {
@@ -291,7 +372,7 @@ absl::Status ModelHost::Forward(const engine::ForwardBatch& batch, float* logits
   c.slices = static_cast<int32_t>(batch.slices.size());
   c.rows = static_cast<int32_t>(batch.logit_rows.size());
   const bool fault = options_.inject_forward_fault_on_rank == 0;
-  if (ranks_.empty()) {
+  if (Single()) {
     if (fault) return CheckForward(*model_, batch, *kv_, fault);
     return model_->Forward(batch, *kv_, logits);
   }
@@ -313,7 +394,7 @@ absl::Status ModelHost::AddSequence(engine::SeqId seq) {
   c.seq = seq;
   if (absl::Status s = Broadcast(c, nullptr); !s.ok()) return s;
   absl::Status st = kv_->AddSequence(seq);
-  if (!ranks_.empty()) st = GatherStatus(*comm_, st);
+  if (!Single()) st = GatherStatus(*comm_, st);
   if (!st.ok()) return st;
   history_[seq].clear();
   return absl::OkStatus();
@@ -326,11 +407,11 @@ absl::Status ModelHost::Truncate(engine::SeqId seq, int64_t length) {
   c.length = length;
   if (absl::Status s = Broadcast(c, nullptr); !s.ok()) return s;
   absl::Status st = kv_->Truncate(seq, length);
-  return ranks_.empty() ? st : GatherStatus(*comm_, st);
+  return Single() ? st : GatherStatus(*comm_, st);
 }
 
 absl::Status ModelHost::BroadcastTokens(Command& c, absl::Span<const int32_t> tokens) {
-  if (ranks_.empty()) return absl::OkStatus();
+  if (Single()) return absl::OkStatus();
   c.tokens = static_cast<int32_t>(tokens.size());
   if (absl::Status s = comm_->Broadcast(&c, sizeof(c), 0); !s.ok()) return s;
   // The other ranks only read: const_cast only for the collective's signature.
@@ -344,7 +425,7 @@ absl::StatusOr<int64_t> ModelHost::AdoptPrefix(engine::SeqId seq,
   // A failure here (an unknown or non-empty sequence) changed nothing on rank 0; the others
   // are not asked.
   absl::StatusOr<int64_t> adopted = kv_->AdoptPrefix(seq, prompt);
-  if (ranks_.empty() || !adopted.ok()) return adopted;
+  if (Single() || !adopted.ok()) return adopted;
   Command c;
   c.op = Op::kAdoptPrefix;
   c.seq = seq;
@@ -367,7 +448,7 @@ absl::Status ModelHost::Publish(engine::SeqId seq, absl::Span<const int32_t> com
   c.seq = seq;
   if (absl::Status s = BroadcastTokens(c, committed); !s.ok()) return s;
   absl::Status st = kv_->Publish(seq, committed);
-  return ranks_.empty() ? st : GatherStatus(*comm_, st);
+  return Single() ? st : GatherStatus(*comm_, st);
 }
 
 void ModelHost::DropPrefixCache() {

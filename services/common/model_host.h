@@ -1,9 +1,10 @@
 // What the draft and target services share: a GGUF model with its tokenizer, backend, paged
 // KV cache, and the committed-token history of every sequence the router has placed here.
 //
-// Tensor parallelism: with world_size N > 1 the host is rank 0 of N ranks (threads sharing an
-// engine::ThreadGroup), each holding its slice of the heads and FFN columns and its own KV
-// cache. Rank 0 serves gRPC and drives the others through the Communicator: every call that
+// Tensor parallelism: with world_size N > 1 the host is rank 0 of N ranks, each holding its
+// slice of the heads and FFN columns and its own KV cache: threads of this process sharing an
+// engine::ThreadGroup, or (with `rendezvous`) processes joined by an engine::GlooCommunicator,
+// where ranks 1..N-1 run ServeRank. Both give bitwise the same results. Rank 0 serves gRPC and drives the others through the Communicator: every call that
 // changes model state (Forward, AddSequence, Release, Truncate, and the prefix cache's
 // AdoptPrefix, Publish and drop) is broadcast first, so all ranks run
 // the same operations in the same order and their caches stay identical in shape. After every
@@ -14,6 +15,7 @@
 #define SPECD_SERVICES_COMMON_MODEL_HOST_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/communicator.h"
+#include "engine/gloo_communicator.h"
 #include "engine/llama_model.h"
 #include "engine/model_runner.h"
 #include "engine/paged_kv_cache.h"
@@ -44,7 +47,19 @@ struct ModelHostOptions {
   int32_t kv_block_size = 16;
   int32_t max_batch_tokens = 512;
   int32_t num_layers = 0;         // 0 = all (fewer: self-speculation drafts)
-  int32_t world_size = 1;         // tensor-parallel ranks; `threads` are shared among them
+  int32_t world_size = 1;         // tensor-parallel ranks; thread ranks share `threads`
+  // Rank processes (empty rendezvous: thread ranks): this process is rank `rank`; rank 0
+  // serves the rendezvous store at host:port, and every rank's Gloo pairs bind
+  // `tp_bind_address` (an address the other ranks reach: 127.0.0.1 within one pod).
+  int32_t rank = 0;
+  std::string rendezvous;
+  std::string tp_bind_address = "127.0.0.1";
+  double tp_timeout_s = 10;           // a collective slower than this fails the group
+  double tp_connect_timeout_s = 120;  // how long ranks wait for each other at start
+  // Rank processes: the group broke (a rank's process ended, or a collective failed or timed
+  // out); see engine::GlooOptions::on_broken. The services log it and exit non-zero: a group
+  // cannot go on without a rank.
+  std::function<void(const std::string& reason)> on_group_broken;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   // Content-addressed KV blocks shared by sequences with the same prompt prefix
   // (engine::PagedKvCache prefix caching), on every rank.
@@ -56,6 +71,9 @@ struct ModelHostOptions {
 class ModelHost final : public engine::ModelRunner {
  public:
   static absl::StatusOr<std::unique_ptr<ModelHost>> Load(const ModelHostOptions& options);
+  // A rank process 1..N-1 (options.rank, options.rendezvous): joins rank 0, loads its shard
+  // and does what rank 0 broadcasts until rank 0 stops the group (OK) or the group breaks.
+  static absl::Status ServeRank(const ModelHostOptions& options);
   ~ModelHost() override;
 
   // One forward on every rank (logits from rank 0): the only way to run the model. A failure
@@ -94,7 +112,11 @@ class ModelHost final : public engine::ModelRunner {
   struct Command;        // what rank 0 broadcasts before each state change
   // Rank 0 side: hands `c` (and for a forward, the batch) to the other ranks.
   absl::Status Broadcast(Command& c, const engine::ForwardBatch* batch);
-  static void RankLoop(Rank* rank, int32_t fault_rank);
+  static absl::Status RankLoop(Rank* rank, int32_t fault_rank);
+  static engine::GlooOptions MakeGlooOptions(const ModelHostOptions& options);
+  bool Single() const { return options_.world_size == 1; }
+  // Ranks 1..N-1 run (threads started, or rank processes joined): the destructor stops them.
+  bool group_running_ = false;
   // Rank 0 side of a command that carries a token list (AdoptPrefix, Publish).
   absl::Status BroadcastTokens(Command& c, absl::Span<const int32_t> tokens);
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -46,7 +47,18 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
             "share the KV of repeated prompt prefixes between sequences (whole blocks, "
             "ref-counted, evicted least recently used when memory is needed)");
   flags.Add("world-size", env + "_WORLD_SIZE", &mo.world_size,
-            "tensor-parallel ranks (threads of this process; --threads are split among them)");
+            "tensor-parallel ranks: threads of this process (--threads are split among them), "
+            "or with --rendezvous one process per rank");
+  flags.Add("rank", env + "_RANK", &mo.rank,
+            "with --rendezvous: this process's rank; 0 serves gRPC and drives ranks 1..N-1, "
+            "which only compute (no gRPC)");
+  flags.Add("rendezvous", env + "_RENDEZVOUS", &mo.rendezvous,
+            "host:port where rank 0 serves the rank processes' rendezvous (empty: thread ranks)");
+  flags.Add("tp-bind-address", env + "_TP_BIND_ADDRESS", &mo.tp_bind_address,
+            "address this rank's tensor-parallel connections bind, reachable by the other "
+            "ranks (127.0.0.1 when they share a host or pod; else this pod's IP)");
+  flags.Add("tp-timeout-s", env + "_TP_TIMEOUT_S", &mo.tp_timeout_s,
+            "a collective slower than this breaks the group (the process exits non-zero)");
   flags.Add("metrics-port", env + "_METRICS_PORT", &metrics_port,
             "Prometheus /metrics HTTP port (0 = off)");
   flags.Add("metrics-address", env + "_METRICS_ADDRESS", &metrics_address,
@@ -66,6 +78,25 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   if (absl::Status s = grpc_settings.LoadTls(); !s.ok()) {
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), std::string(s.message()).c_str());
     return 2;
+  }
+  // A group cannot go on without a rank: exit loudly, so that the pod restarts and the router
+  // re-prefills on the new target (as for any target restart).
+  mo.on_group_broken = [component](const std::string& reason) {
+    LogEvent(LogLevel::kError, "group_broken", {{"reason", reason}});
+    std::fprintf(stderr, "specd-%s: %s; exiting\n", component.c_str(), reason.c_str());
+    std::fflush(stderr);
+    std::_Exit(3);
+  };
+  if (mo.rank > 0) {
+    LogEvent(LogLevel::kInfo, "rank_start",
+             {{"rank", mo.rank}, {"world_size", mo.world_size}, {"rendezvous", mo.rendezvous}});
+    if (absl::Status s = ModelHost::ServeRank(mo); !s.ok()) {
+      std::fprintf(stderr, "specd-%s: rank %d: %s\n", component.c_str(), mo.rank,
+                   s.ToString().c_str());
+      return 1;
+    }
+    LogEvent(LogLevel::kInfo, "rank_stop", {{"rank", mo.rank}});
+    return 0;
   }
   auto host = ModelHost::Load(mo);
   if (!host.ok()) {

@@ -164,7 +164,12 @@ class ChartRenderTest(unittest.TestCase):
                                 self.assertIn("memory", c["resources"][part])
                             for m in c.get("volumeMounts", []):
                                 self.assertIn(m["name"], volumes)
-                            if kind == "containers":
+                            if kind == "containers" and c["name"].startswith("target-rank-"):
+                                # A rank process serves nothing: rank 0 watches it (a rank
+                                # that dies or hangs takes the group down, and it restarts).
+                                self.assertIn("--rendezvous=127.0.0.1:29500", c["args"])
+                                self.assertNotIn("ports", c)
+                            elif kind == "containers":
                                 ports = {p["containerPort"] for p in c["ports"]}
                                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                                     self.assertIn(probe, c)
@@ -265,10 +270,20 @@ class ChartRenderTest(unittest.TestCase):
     def test_gpu_and_tls_values(self):
         gpu = self.rendered["gpu-tp2"]
         target = next(w for w in by_kind(gpu, "StatefulSet"))
-        c = target["spec"]["template"]["spec"]["containers"][0]
-        self.assertEqual(c["resources"]["limits"]["nvidia.com/gpu"], 2)
-        self.assertTrue(c["image"].endswith("-cuda"))
-        self.assertIn("--world-size=2", c["args"])
+        containers = target["spec"]["template"]["spec"]["containers"]
+        # One rank process per container, one GPU each, meeting at rank 0's rendezvous.
+        self.assertEqual([c["name"] for c in containers], ["target", "target-rank-1"])
+        for rank, c in enumerate(containers):
+            self.assertEqual(c["resources"]["limits"]["nvidia.com/gpu"], 1)
+            self.assertTrue(c["image"].endswith("-cuda"))
+            self.assertIn("--world-size=2", c["args"])
+            self.assertIn(f"--rank={rank}", c["args"])
+        threads = helm_template(["target.gpu.enabled=true", "target.worldSize=2",
+                                 "target.tensorParallel=threads"])
+        c = by_kind(threads, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"]
+        self.assertEqual(len(c), 1)
+        self.assertEqual(c[0]["resources"]["limits"]["nvidia.com/gpu"], 2)
+        self.assertFalse([a for a in c[0]["args"] if a.startswith("--rank")])
         self.assertNotIn("initContainers", target["spec"]["template"]["spec"])
         self.assertEqual(target["spec"]["template"]["spec"]["volumes"][0]
                          ["persistentVolumeClaim"]["claimName"], "models")
@@ -294,7 +309,7 @@ class ChartClusterTest(unittest.TestCase):
         cls.procs = {}
         cls.ports = {k: free_port() for k in (
             "router", "http", "router_metrics", "target", "target_metrics", "draft",
-            "draft_metrics")}
+            "draft_metrics", "rendezvous")}
         # Binaries where the chart's binDir says they are (the image's /opt/specd/bin).
         bindir = os.path.join(cls.tmp, "bin")
         os.makedirs(bindir)
@@ -309,7 +324,9 @@ class ChartClusterTest(unittest.TestCase):
                     f"target.grpcPort={p['target']}", f"target.metricsPort={p['target_metrics']}",
                     f"draft.grpcPort={p['draft']}", f"draft.metricsPort={p['draft_metrics']}",
                     "target.threads=1", "draft.threads=1", "drainGraceSeconds=5",
-                    "router.maxQueue=64"]
+                    "router.maxQueue=64",
+                    # the default model's 9 heads / 3 KV heads: three rank processes
+                    "target.worldSize=3", f"target.rendezvousPort={p['rendezvous']}"]
         cls.docs = helm_template(cls.sets)
         cls.fullname = "cell-specd"
         for component in ("target", "draft", "router"):
@@ -327,24 +344,31 @@ class ChartClusterTest(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
-    def container(cls, component, docs=None):
+    def containers(cls, component, docs=None):
         for w in workloads(docs or cls.docs):
             if w["metadata"]["name"] == f"{cls.fullname}-{component}":
-                return w["spec"]["template"]["spec"]["containers"][0]
+                return w["spec"]["template"]["spec"]["containers"]
         raise KeyError(component)
 
     @classmethod
-    def command_line(cls, component, docs=None):
-        """The container's command + args, with the Services' DNS names made loopback."""
-        c = cls.container(component, docs)
+    def container(cls, component, docs=None):
+        return cls.containers(component, docs)[0]
+
+    @classmethod
+    def command_line(cls, component, docs=None, index=0):
+        """A container's command + args, with the Services' DNS names made loopback."""
+        c = cls.containers(component, docs)[index]
         argv = c["command"] + c["args"]
         return [re.sub(rf"{cls.fullname}-(router|draft|target):", "127.0.0.1:", a) for a in argv]
 
     @classmethod
     def start(cls, component):
-        with open(os.path.join(cls.tmp, f"{component}.log"), "w") as log:
-            cls.procs[component] = subprocess.Popen(cls.command_line(component), stdout=log,
-                                                    stderr=subprocess.STDOUT)
+        """Every container of the component's pod (the target's rank containers too)."""
+        for i, c in enumerate(cls.containers(component)):
+            name = component if i == 0 else c["name"]
+            with open(os.path.join(cls.tmp, f"{name}.log"), "w") as log:
+                cls.procs[name] = subprocess.Popen(cls.command_line(component, index=i),
+                                                   stdout=log, stderr=subprocess.STDOUT)
 
     @classmethod
     def log(cls, component):
@@ -456,11 +480,14 @@ class ChartClusterTest(unittest.TestCase):
             prom_log.close()
 
     def test_zz_sigterm_drains_and_every_service_exits_zero(self):
-        # Last (unittest runs tests in name order): the kubelet's stop, for every container.
-        for component in ("router", "draft", "target"):
-            proc = self.procs[component]
+        # Last (unittest runs tests in name order): the kubelet's stop, for every container at
+        # once (rank processes end when rank 0 stops the group).
+        self.assertEqual(sorted(self.procs), ["draft", "router", "target", "target-rank-1",
+                                              "target-rank-2"])
+        for proc in self.procs.values():
             proc.send_signal(signal.SIGTERM)
-            self.assertEqual(proc.wait(timeout=60), 0, self.log(component))
+        for name, proc in self.procs.items():
+            self.assertEqual(proc.wait(timeout=60), 0, self.log(name))
 
     @staticmethod
     def query(api, q):

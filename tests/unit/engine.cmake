@@ -13,3 +13,9 @@ set_tests_properties(llama_model_test_vnni_emulated PROPERTIES
 specd_test(tiny_model_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/tiny_model_test.cc
   DEPS specd_testing specd_engine specd_tokenizer LABELS core)
+# Rank processes' communicator (Gloo over TCP): not in the sanitizer (core) tree.
+if(NOT SPECD_CORE_ONLY)
+  specd_test(gloo_communicator_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/gloo_communicator_test.cc
+    DEPS specd_gloo_comm LABELS unit TIMEOUT 120)
+endif()

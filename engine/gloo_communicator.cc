@@ -1,0 +1,159 @@
+#include "engine/gloo_communicator.h"
+
+#include <cstdint>
+#include <exception>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gloo/broadcast.h"
+#include "gloo/gather.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace specd::engine {
+
+namespace {
+
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  int p = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &p) || p <= 0 || p > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous address must be host:port, got \"", address, "\""));
+  }
+  *host = address.substr(0, colon);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);  // [v6]:port
+  }
+  *port = p;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
+    const GlooOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is not in [0, world size ", options.world_size, ")"));
+  }
+  std::string host;
+  int port = 0;
+  if (absl::Status s = SplitHostPort(options.rendezvous, &host, &port); !s.ok()) return s;
+  std::unique_ptr<GlooCommunicator> c(new GlooCommunicator(options));
+  if (options.rank == 0) {
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
+        TcpStoreServer::Start(options.bind_address, port);
+    if (!server.ok()) return server.status();
+    c->server_ = std::move(*server);
+  }
+  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+      TcpStore::Connect(options.rank == 0 ? options.bind_address : host, port, options.rank,
+                        options.connect_timeout);
+  if (!store.ok()) return store.status();
+  c->store_ = std::move(*store);
+  try {
+    gloo::transport::tcp::attr attr(options.bind_address.c_str());
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
+    context->setTimeout(options.connect_timeout);
+    context->connectFullMesh(*c->store_, device);
+    context->setTimeout(options.timeout);
+    c->context_ = std::move(context);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", options.rank, " of ", options.world_size,
+                                               ": joining the group: ", e.what()));
+  }
+  // The liveness line (tcp_store.h): from now on a peer process that ends is reported.
+  GlooCommunicator* self = c.get();
+  PeerLostHandler lost = [self](int rank) {
+    self->Broken(absl::StrCat("rank ", rank, "'s process is gone (its connection closed)"));
+  };
+  if (c->server_ != nullptr) {
+    c->server_->Arm(lost);
+  } else {
+    c->store_->WatchServer(lost);
+  }
+  return c;
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  Disarm();
+  context_.reset();  // closes the pairs
+  store_.reset();
+  server_.reset();
+}
+
+void GlooCommunicator::Disarm() {
+  armed_ = false;
+  if (server_ != nullptr) server_->Disarm();
+  if (store_ != nullptr) store_->Disarm();
+}
+
+void GlooCommunicator::Broken(const std::string& reason) {
+  if (!armed_ || reported_.exchange(true) || !options_.on_broken) return;
+  options_.on_broken(absl::StrCat("tensor-parallel group (rank ", options_.rank, " of ",
+                                  options_.world_size, "): ", reason));
+}
+
+absl::Status GlooCommunicator::Failed(const char* op, const std::exception& e) {
+  failed_ = true;
+  failure_ = absl::StrCat(op, " on rank ", options_.rank, " of ", options_.world_size, ": ",
+                          e.what());
+  Broken(failure_);
+  return absl::UnavailableError(failure_);
+}
+
+absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t n) {
+  if (options_.world_size == 1 || n == 0) return absl::OkStatus();
+  if (failed_) return absl::UnavailableError(failure_);
+  try {
+    // data: [n] partial sums -> rank 0's gathered_: [world_size, n]
+    gloo::GatherOptions gather(context_);
+    gather.setInput(data, static_cast<size_t>(n));
+    if (options_.rank == 0) {
+      gathered_.resize(static_cast<size_t>(n) * options_.world_size);
+      gather.setOutput(gathered_.data(), gathered_.size());
+    }
+    gather.setRoot(0);
+    gloo::gather(gather);
+  } catch (const std::exception& e) {
+    return Failed("AllReduceSum (gather)", e);
+  }
+  if (options_.rank == 0) {
+    // The thread ranks' order: 0 + rank 0 + rank 1 + ... (bitwise the same results).
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = 0.0f;
+      for (int r = 0; r < options_.world_size; ++r) sum += gathered_[r * n + i];
+      data[i] = sum;
+    }
+  }
+  return Broadcast(data, n * static_cast<int64_t>(sizeof(float)), 0);
+}
+
+absl::Status GlooCommunicator::Broadcast(void* data, int64_t bytes, int root) {
+  return BroadcastWithTimeout(data, bytes, root, options_.timeout);
+}
+
+absl::Status GlooCommunicator::BroadcastWithTimeout(void* data, int64_t bytes, int root,
+                                                    std::chrono::milliseconds timeout) {
+  if (root < 0 || root >= options_.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Broadcast: root ", root, " of ", options_.world_size));
+  }
+  if (options_.world_size == 1 || bytes == 0) return absl::OkStatus();
+  if (failed_) return absl::UnavailableError(failure_);
+  try {
+    gloo::BroadcastOptions b(context_);
+    b.setOutput(static_cast<uint8_t*>(data), static_cast<size_t>(bytes));
+    b.setRoot(root);
+    b.setTimeout(timeout);
+    gloo::broadcast(b);
+  } catch (const std::exception& e) {
+    return Failed("Broadcast", e);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace specd::engine
