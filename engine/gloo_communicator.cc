@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <exception>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gloo/broadcast.h"
 #include "gloo/gather.h"
@@ -11,26 +10,6 @@
 #include "gloo/transport/tcp/device.h"
 
 namespace specd::engine {
-
-namespace {
-
-absl::Status SplitHostPort(const std::string& address, std::string* host, int* port) {
-  const size_t colon = address.rfind(':');
-  int p = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &p) || p <= 0 || p > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rendezvous address must be host:port, got \"", address, "\""));
-  }
-  *host = address.substr(0, colon);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);  // [v6]:port
-  }
-  *port = p;
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     const GlooOptions& options) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
@@ -85,6 +86,22 @@ absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, bool passiv
 }
 
 }  // namespace
+
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  int p = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &p) || p <= 0 || p > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous address must be host:port, got \"", address, "\""));
+  }
+  *host = address.substr(0, colon);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);  // [v6]:port
+  }
+  *port = p;
+  return absl::OkStatus();
+}
 
 // --- server ---
 

@@ -25,6 +25,9 @@
 
 namespace specd::engine {
 
+// "host:port" (or "[v6]:port") -> host, port; INVALID_ARGUMENT naming the address otherwise.
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
+
 // Called (from a store thread) with the rank whose connection closed while armed.
 using PeerLostHandler = std::function<void(int rank)>;
 

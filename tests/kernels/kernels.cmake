@@ -18,3 +18,10 @@ if(SPECD_HAVE_CUDA)
     DEPS specd_kernels_cuda specd_kernels_ref LABELS gpu)
   set_tests_properties(cuda_ops_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
 endif()
+# NCCL rank processes at world size 1 (only with the CUDA toolkit; skipped without a GPU).
+if(SPECD_HAVE_CUDA AND NOT SPECD_CORE_ONLY)
+  specd_test(nccl_communicator_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/kernels/nccl_communicator_test.cc
+    DEPS specd_nccl_comm LABELS gpu)
+  set_tests_properties(nccl_communicator_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
+endif()
