@@ -7,12 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "engine/gloo_communicator.h"
 
 namespace specd::services {
 
 enum class Op : int32_t {
-  kForward, kAddSequence, kRelease, kTruncate, kAdoptPrefix, kPublish, kDropCache, kStop
+  kForward, kAddSequence, kRelease, kTruncate, kAdoptPrefix, kPublish, kDropCache, kStop,
+  kHeartbeat  // rank processes, idle: a rank that hung fails the round trip (tp_timeout_s)
 };
 
 struct ModelHost::Command {
@@ -211,11 +213,47 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
   }
   std::random_device rd;
   h->instance_id_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  if (N > 1 && !options.rendezvous.empty()) {
+    h->heartbeat_ = std::thread(&ModelHost::HeartbeatLoop, h.get());
+  }
   return h;
+}
+
+ModelHost::GroupOp::GroupOp(ModelHost* host) : host_(host) {
+  host_->group_mu_.Lock();
+  host_->last_group_op_ = absl::Now();
+}
+
+ModelHost::GroupOp::~GroupOp() { host_->group_mu_.Unlock(); }
+
+// Rank processes: while no operation has gone to the group for a second, a heartbeat does. A
+// rank that died is noticed by the liveness line already; this catches one that hangs: the
+// round trip times out (tp_timeout_s), which breaks the group loudly (on_group_broken).
+void ModelHost::HeartbeatLoop() {
+  absl::MutexLock l(&group_mu_);
+  for (;;) {
+    const absl::Time due = last_group_op_ + absl::Seconds(1);
+    group_mu_.AwaitWithDeadline(absl::Condition(&stopping_), due);
+    if (stopping_) return;
+    if (absl::Now() < last_group_op_ + absl::Seconds(1)) continue;  // an operation came
+    last_group_op_ = absl::Now();
+    Command c;
+    c.op = Op::kHeartbeat;
+    absl::Status st = Broadcast(c, nullptr);
+    if (st.ok()) st = GatherStatus(*comm_, absl::OkStatus());
+    if (!st.ok()) return;  // the communicator reported it (on_group_broken)
+  }
 }
 
 ModelHost::~ModelHost() {
   if (!group_running_) return;  // one rank, or a load that failed before the ranks ran
+  if (heartbeat_.joinable()) {
+    {
+      absl::MutexLock l(&group_mu_);
+      stopping_ = true;
+    }
+    heartbeat_.join();
+  }
   // A stop on purpose: the rank processes end now, which is not a lost rank.
   if (auto* gloo = dynamic_cast<engine::GlooCommunicator*>(comm_.get())) gloo->Disarm();
   Command stop;
@@ -295,6 +333,8 @@ absl::Status ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
       case Op::kDropCache:
         rank->kv->DropCache();
         continue;  // cannot fail: nothing to report
+      case Op::kHeartbeat:
+        break;  // answered by the status round trip below
       case Op::kForward: {
         batch.tokens.resize(c.tokens);
         batch.slices.resize(c.slices);
@@ -366,6 +406,7 @@ absl::Status ModelHost::ServeRank(const ModelHostOptions& options) {
 }
 
 absl::Status ModelHost::Forward(const engine::ForwardBatch& batch, float* logits) {
+  GroupOp op(this);
   Command c;
   c.op = Op::kForward;
   c.tokens = static_cast<int32_t>(batch.tokens.size());
@@ -389,6 +430,7 @@ std::vector<int32_t>* ModelHost::History(engine::SeqId seq) {
 }
 
 absl::Status ModelHost::AddSequence(engine::SeqId seq) {
+  GroupOp op(this);
   Command c;
   c.op = Op::kAddSequence;
   c.seq = seq;
@@ -401,6 +443,7 @@ absl::Status ModelHost::AddSequence(engine::SeqId seq) {
 }
 
 absl::Status ModelHost::Truncate(engine::SeqId seq, int64_t length) {
+  GroupOp op(this);
   Command c;
   c.op = Op::kTruncate;
   c.seq = seq;
@@ -421,6 +464,7 @@ absl::Status ModelHost::BroadcastTokens(Command& c, absl::Span<const int32_t> to
 
 absl::StatusOr<int64_t> ModelHost::AdoptPrefix(engine::SeqId seq,
                                                absl::Span<const int32_t> prompt) {
+  GroupOp op(this);
   // Rank 0 adopts first and tells the others how many it took, so they can check theirs.
   // A failure here (an unknown or non-empty sequence) changed nothing on rank 0; the others
   // are not asked.
@@ -437,6 +481,7 @@ absl::StatusOr<int64_t> ModelHost::AdoptPrefix(engine::SeqId seq,
 }
 
 absl::Status ModelHost::Publish(engine::SeqId seq, absl::Span<const int32_t> committed) {
+  GroupOp op(this);
   // Nothing new to publish (caching off, or no new full block): a no-op on every rank.
   if (!kv_->config().prefix_caching ||
       static_cast<int64_t>(committed.size()) / kv_->config().block_size <=
@@ -452,6 +497,7 @@ absl::Status ModelHost::Publish(engine::SeqId seq, absl::Span<const int32_t> com
 }
 
 void ModelHost::DropPrefixCache() {
+  GroupOp op(this);
   Command c;
   c.op = Op::kDropCache;
   // Ignored: a broadcast fails only when the communicator is broken, and then every later
@@ -461,6 +507,7 @@ void ModelHost::DropPrefixCache() {
 }
 
 void ModelHost::Release(engine::SeqId seq) {
+  GroupOp op(this);
   Command c;
   c.op = Op::kRelease;
   c.seq = seq;

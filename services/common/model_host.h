@@ -23,6 +23,8 @@
 
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/communicator.h"
@@ -117,6 +119,20 @@ class ModelHost final : public engine::ModelRunner {
   bool Single() const { return options_.world_size == 1; }
   // Ranks 1..N-1 run (threads started, or rank processes joined): the destructor stops them.
   bool group_running_ = false;
+  // Every operation that goes to the group holds group_mu_ (the heartbeat must not interleave
+  // with one): a scoped guard at the top of each public operation.
+  class GroupOp {
+   public:
+    explicit GroupOp(ModelHost* host) ABSL_EXCLUSIVE_LOCK_FUNCTION(host->group_mu_);
+    ~GroupOp() ABSL_UNLOCK_FUNCTION();
+   private:
+    ModelHost* host_;
+  };
+  void HeartbeatLoop();
+  absl::Mutex group_mu_;
+  absl::Time last_group_op_ ABSL_GUARDED_BY(group_mu_);
+  bool stopping_ ABSL_GUARDED_BY(group_mu_) = false;
+  std::thread heartbeat_;  // rank processes only
   // Rank 0 side of a command that carries a token list (AdoptPrefix, Publish).
   absl::Status BroadcastTokens(Command& c, absl::Span<const int32_t> tokens);
 

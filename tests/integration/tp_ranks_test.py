@@ -9,7 +9,9 @@ TCP), through real routers on loopback:
   top-2 logprobs are within TIE_TOLERANCE (the all-reduce changes the summation order);
 - kill -9 of one rank process under load: rank 0 exits non-zero within seconds (the others
   follow), the router reports NOT_SERVING, and once the group is restarted with the same
-  command lines every request in flight completes (the router re-prefills) — none fails.
+  command lines every request in flight completes (the router re-prefills) — none fails;
+- a rank that hangs (SIGSTOP) while the service is idle: the heartbeat's round trip times out
+  and rank 0 exits non-zero within seconds; the restarted group answers.
 
 Usage: tp_ranks_test.py BUILD_DIR MODEL.gguf  (ctest: tp_ranks_test; SPECD_PYTHON = the venv
 with grpcio)
@@ -55,8 +57,9 @@ def free_port():
 class Group:
     """A target (threads, processes or one rank) and a router in front of it."""
 
-    def __init__(self, tmp, name, model, world, mode):
+    def __init__(self, tmp, name, model, world, mode, tp_timeout_s=10):
         self.tmp, self.name, self.model, self.world, self.mode = tmp, name, model, world, mode
+        self.tp_timeout_s = tp_timeout_s
         self.target_port, self.router_port = free_port(), free_port()
         self.rendezvous = f"127.0.0.1:{free_port()}"
         self.ranks, self.router = [], None
@@ -66,7 +69,8 @@ class Group:
                 f"127.0.0.1:{self.target_port}", "--model", self.model, "--threads", "1",
                 "--calibrate=false", "--kv-blocks", "256", "--world-size", str(self.world)]
         if self.mode == "processes":
-            argv += ["--rank", str(rank), "--rendezvous", self.rendezvous, "--tp-timeout-s", "10"]
+            argv += ["--rank", str(rank), "--rendezvous", self.rendezvous, "--tp-timeout-s",
+                     str(self.tp_timeout_s)]
         return argv
 
     def spawn(self, argv, log):
@@ -142,8 +146,8 @@ class TpRanksTest(unittest.TestCase):
         for g in cls.groups:
             g.stop()
 
-    def start(self, name, model, world, mode):
-        g = Group(self.tmp, name, model, world, mode)
+    def start(self, name, model, world, mode, **kw):
+        g = Group(self.tmp, name, model, world, mode, **kw)
         self.groups.append(g)
         g.start()
         return g
@@ -231,6 +235,31 @@ class TpRanksTest(unittest.TestCase):
         self.assertEqual(results, [96] * 4)
         print(f"kill -9 rank 2: rank 0 exited {rc0} after {down_s:.1f} s; after the restart "
               f"{len(results)}/4 requests completed, {len(errors)} failed", file=sys.stderr)
+
+    def test_a_hung_rank_takes_the_group_down_even_when_idle(self):
+        g = self.start("hang", MODEL, 3, "processes", tp_timeout_s=2)
+        g.wait_healthy()
+        time.sleep(1.5)  # idle: only heartbeats go to the group
+        hung = g.ranks[1]
+        hung.send_signal(signal.SIGSTOP)  # alive, connections open, but answers nothing
+        t0 = time.time()
+        try:
+            rc0 = g.ranks[0].wait(timeout=20)
+        finally:
+            hung.send_signal(signal.SIGKILL)
+            hung.wait()
+        down_s = time.time() - t0
+        self.assertNotEqual(rc0, 0)
+        self.assertLess(down_s, 8, "heartbeat (1 s) + --tp-timeout-s (2 s), with slack")
+        self.assertIn("group_broken", g.log("rank0"))
+        self.assertNotEqual(g.ranks[2].wait(timeout=15), 0, "rank 2 follows rank 0")
+        g.start_target()
+        g.wait_healthy()
+        r = g.client().generate(chat=[("user", "Hi")], speculation="off", max_new_tokens=8,
+                                temperature=0, ignore_eos=True)
+        self.assertEqual(len(r.token_ids), 8)
+        print(f"SIGSTOP rank 1 while idle: rank 0 exited {rc0} after {down_s:.1f} s; the "
+              f"restarted group answers", file=sys.stderr)
 
 
 if __name__ == "__main__":
