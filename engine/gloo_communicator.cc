@@ -13,74 +13,43 @@ namespace specd::engine {
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     const GlooOptions& options) {
-  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", options.rank, " is not in [0, world size ", options.world_size, ")"));
-  }
-  std::string host;
-  int port = 0;
-  if (absl::Status s = SplitHostPort(options.rendezvous, &host, &port); !s.ok()) return s;
   std::unique_ptr<GlooCommunicator> c(new GlooCommunicator(options));
-  if (options.rank == 0) {
-    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
-        TcpStoreServer::Start(options.bind_address, port);
-    if (!server.ok()) return server.status();
-    c->server_ = std::move(*server);
-  }
-  absl::StatusOr<std::unique_ptr<TcpStore>> store =
-      TcpStore::Connect(options.rank == 0 ? options.bind_address : host, port, options.rank,
-                        options.connect_timeout);
-  if (!store.ok()) return store.status();
-  c->store_ = std::move(*store);
+  absl::StatusOr<std::unique_ptr<Rendezvous>> rendezvous =
+      Rendezvous::Join(options.rank, options.world_size, options.rendezvous,
+                       options.bind_address, options.connect_timeout, options.on_broken);
+  if (!rendezvous.ok()) return rendezvous.status();
+  c->rendezvous_ = std::move(*rendezvous);
   try {
     gloo::transport::tcp::attr attr(options.bind_address.c_str());
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
     context->setTimeout(options.connect_timeout);
-    context->connectFullMesh(*c->store_, device);
+    context->connectFullMesh(c->rendezvous_->store(), device);
     context->setTimeout(options.timeout);
     c->context_ = std::move(context);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", options.rank, " of ", options.world_size,
                                                ": joining the group: ", e.what()));
   }
-  // The liveness line (tcp_store.h): from now on a peer process that ends is reported.
-  GlooCommunicator* self = c.get();
-  PeerLostHandler lost = [self](int rank) {
-    self->Broken(absl::StrCat("rank ", rank, "'s process is gone (its connection closed)"));
-  };
-  if (c->server_ != nullptr) {
-    c->server_->Arm(lost);
-  } else {
-    c->store_->WatchServer(lost);
-  }
+  c->rendezvous_->Arm("Gloo");  // from now on a peer process that ends is reported
   return c;
 }
 
 GlooCommunicator::~GlooCommunicator() {
   Disarm();
   context_.reset();  // closes the pairs
-  store_.reset();
-  server_.reset();
+  rendezvous_.reset();
 }
 
 void GlooCommunicator::Disarm() {
-  armed_ = false;
-  if (server_ != nullptr) server_->Disarm();
-  if (store_ != nullptr) store_->Disarm();
-}
-
-void GlooCommunicator::Broken(const std::string& reason) {
-  if (!armed_ || reported_.exchange(true) || !options_.on_broken) return;
-  options_.on_broken(absl::StrCat("tensor-parallel group (rank ", options_.rank, " of ",
-                                  options_.world_size, "): ", reason));
+  if (rendezvous_ != nullptr) rendezvous_->Disarm();
 }
 
 absl::Status GlooCommunicator::Failed(const char* op, const std::exception& e) {
   failed_ = true;
   failure_ = absl::StrCat(op, " on rank ", options_.rank, " of ", options_.world_size, ": ",
                           e.what());
-  Broken(failure_);
+  rendezvous_->ReportBroken("Gloo", failure_);
   return absl::UnavailableError(failure_);
 }
 

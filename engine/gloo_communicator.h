@@ -65,15 +65,11 @@ class GlooCommunicator final : public Communicator {
  private:
   explicit GlooCommunicator(const GlooOptions& options) : options_(options) {}
   absl::Status Failed(const char* op, const std::exception& e);
-  void Broken(const std::string& reason);
 
   GlooOptions options_;
-  std::unique_ptr<TcpStoreServer> server_;  // rank 0
-  std::unique_ptr<TcpStore> store_;
+  std::unique_ptr<Rendezvous> rendezvous_;
   std::shared_ptr<gloo::Context> context_;
   std::atomic<bool> failed_{false};
-  std::atomic<bool> armed_{true};
-  std::atomic<bool> reported_{false};
   std::string failure_;
   std::vector<float> gathered_;  // rank 0: [world_size, n]
 };

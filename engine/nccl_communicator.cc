@@ -22,40 +22,29 @@ cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
     const NcclOptions& options) {
-  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", options.rank, " is not in [0, world size ", options.world_size, ")"));
-  }
-  std::string host;
-  int port = 0;
-  if (absl::Status s = SplitHostPort(options.rendezvous, &host, &port); !s.ok()) return s;
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(options));
+  // Options are checked (by Join) before the GPU is touched.
+  absl::StatusOr<std::unique_ptr<Rendezvous>> rendezvous =
+      Rendezvous::Join(options.rank, options.world_size, options.rendezvous,
+                       options.bind_address, options.connect_timeout, options.on_broken);
+  if (!rendezvous.ok()) return rendezvous.status();
+  c->rendezvous_ = std::move(*rendezvous);
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA device ", options.device, ": ", cudaGetErrorString(e)));
   }
-  if (options.rank == 0) {
-    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
-        TcpStoreServer::Start(options.bind_address, port);
-    if (!server.ok()) return server.status();
-    c->server_ = std::move(*server);
-  }
-  absl::StatusOr<std::unique_ptr<TcpStore>> store =
-      TcpStore::Connect(options.rank == 0 ? options.bind_address : host, port, options.rank,
-                        options.connect_timeout);
-  if (!store.ok()) return store.status();
-  c->store_ = std::move(*store);
   ncclUniqueId id;
   try {
     // Rank 0 makes the group's id; the others read it from the store.
+    TcpStore& store = c->rendezvous_->store();
     if (options.rank == 0) {
       if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
         return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
       }
-      c->store_->set(kUniqueIdKey, std::vector<char>(reinterpret_cast<char*>(&id),
-                                                     reinterpret_cast<char*>(&id) + sizeof id));
+      store.set(kUniqueIdKey, std::vector<char>(reinterpret_cast<char*>(&id),
+                                                reinterpret_cast<char*>(&id) + sizeof id));
     } else {
-      const std::vector<char> got = c->store_->get(kUniqueIdKey);
+      const std::vector<char> got = store.get(kUniqueIdKey);
       if (got.size() != sizeof id) return absl::InternalError("rendezvous: bad NCCL unique id");
       std::memcpy(&id, got.data(), sizeof id);
     }
@@ -69,38 +58,19 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
                                                ": ncclCommInitRank: ", ncclGetErrorString(r)));
   }
   c->comm_ = comm;
-  NcclCommunicator* self = c.get();
-  PeerLostHandler lost = [self](int rank) {
-    self->Broken(absl::StrCat("rank ", rank, "'s process is gone (its connection closed)"));
-  };
-  if (c->server_ != nullptr) {
-    c->server_->Arm(lost);
-  } else {
-    c->store_->WatchServer(lost);
-  }
+  c->rendezvous_->Arm("NCCL");
   return c;
 }
 
 NcclCommunicator::~NcclCommunicator() {
   Disarm();
-  if (comm_ != nullptr) {
-    // A failed communicator was aborted already; a healthy one is destroyed (collective-free).
-    if (!failed_) ncclCommDestroy(Comm(comm_));
-  }
-  store_.reset();
-  server_.reset();
+  // A failed communicator was aborted already; a healthy one is destroyed (collective-free).
+  if (comm_ != nullptr && !failed_) ncclCommDestroy(Comm(comm_));
+  rendezvous_.reset();
 }
 
 void NcclCommunicator::Disarm() {
-  armed_ = false;
-  if (server_ != nullptr) server_->Disarm();
-  if (store_ != nullptr) store_->Disarm();
-}
-
-void NcclCommunicator::Broken(const std::string& reason) {
-  if (!armed_ || reported_.exchange(true) || !options_.on_broken) return;
-  options_.on_broken(absl::StrCat("tensor-parallel group (rank ", options_.rank, " of ",
-                                  options_.world_size, ", NCCL): ", reason));
+  if (rendezvous_ != nullptr) rendezvous_->Disarm();
 }
 
 absl::Status NcclCommunicator::Finish(const char* op) {
@@ -125,7 +95,7 @@ absl::Status NcclCommunicator::Finish(const char* op) {
       ncclCommAbort(Comm(comm_));
       failure_ = absl::StrCat(op, " on rank ", options_.rank, " of ", options_.world_size, ": ",
                               why);
-      Broken(failure_);
+      rendezvous_->ReportBroken("NCCL", failure_);
       return absl::UnavailableError(failure_);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));

@@ -52,15 +52,11 @@ class NcclCommunicator final : public Communicator {
  private:
   explicit NcclCommunicator(const NcclOptions& options) : options_(options) {}
   absl::Status Finish(const char* op);  // waits (or not) and turns NCCL/CUDA errors into Status
-  void Broken(const std::string& reason);
 
   NcclOptions options_;
-  std::unique_ptr<TcpStoreServer> server_;  // rank 0
-  std::unique_ptr<TcpStore> store_;
-  void* comm_ = nullptr;                    // ncclComm_t
+  std::unique_ptr<Rendezvous> rendezvous_;
+  void* comm_ = nullptr;  // ncclComm_t
   std::atomic<bool> failed_{false};
-  std::atomic<bool> armed_{true};
-  std::atomic<bool> reported_{false};
   std::string failure_;
 };
 

@@ -338,4 +338,62 @@ void TcpStore::WatchServer(PeerLostHandler handler) {
   });
 }
 
+// --- rendezvous ---
+
+absl::StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Join(int rank, int world_size,
+                                                             const std::string& address,
+                                                             const std::string& bind_address,
+                                                             std::chrono::milliseconds timeout,
+                                                             BrokenHandler on_broken) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in [0, world size ", world_size, ")"));
+  }
+  std::string host;
+  int port = 0;
+  if (absl::Status s = SplitHostPort(address, &host, &port); !s.ok()) return s;
+  std::unique_ptr<Rendezvous> r(new Rendezvous(rank, world_size, std::move(on_broken)));
+  if (rank == 0) {
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
+        TcpStoreServer::Start(bind_address, port);
+    if (!server.ok()) return server.status();
+    r->server_ = std::move(*server);
+  }
+  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+      TcpStore::Connect(rank == 0 ? bind_address : host, port, rank, timeout);
+  if (!store.ok()) return store.status();
+  r->store_ = std::move(*store);
+  return r;
+}
+
+Rendezvous::~Rendezvous() {
+  Disarm();
+  store_.reset();
+  server_.reset();
+}
+
+void Rendezvous::Arm(const std::string& what) {
+  what_ = what;
+  PeerLostHandler lost = [this](int rank) {
+    ReportBroken(what_, absl::StrCat("rank ", rank, "'s process is gone (its connection closed)"));
+  };
+  if (server_ != nullptr) {
+    server_->Arm(lost);
+  } else {
+    store_->WatchServer(lost);
+  }
+}
+
+void Rendezvous::Disarm() {
+  armed_ = false;
+  if (server_ != nullptr) server_->Disarm();
+  if (store_ != nullptr) store_->Disarm();
+}
+
+void Rendezvous::ReportBroken(const std::string& what, const std::string& reason) {
+  if (!armed_ || reported_.exchange(true) || !on_broken_) return;
+  on_broken_(absl::StrCat("tensor-parallel group (rank ", rank_, " of ", world_size_, ", ", what,
+                          "): ", reason));
+}
+
 }  // namespace specd::engine

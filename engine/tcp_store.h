@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <thread>
@@ -87,6 +88,40 @@ class TcpStore final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
   std::atomic<bool> armed_{false};
   std::thread watch_thread_;
+};
+
+// What every rank-process communicator (Gloo, NCCL) starts from: rank 0 serves the store, every
+// rank joins it, and once the communicator is up, Arm() turns the connections into the
+// group's liveness line. ReportBroken() calls the handler at most once, never after Disarm().
+class Rendezvous {
+ public:
+  using BrokenHandler = std::function<void(const std::string& reason)>;
+  // INVALID_ARGUMENT for a rank outside [0, world_size) or an address that is not host:port.
+  static absl::StatusOr<std::unique_ptr<Rendezvous>> Join(int rank, int world_size,
+                                                          const std::string& address,
+                                                          const std::string& bind_address,
+                                                          std::chrono::milliseconds timeout,
+                                                          BrokenHandler on_broken);
+  ~Rendezvous();
+
+  TcpStore& store() { return *store_; }
+  // `what` names the communicator in reports ("Gloo", "NCCL").
+  void Arm(const std::string& what);
+  void Disarm();
+  // "tensor-parallel group (rank r of n, <what>): <reason>" to the handler, once.
+  void ReportBroken(const std::string& what, const std::string& reason);
+
+ private:
+  Rendezvous(int rank, int world_size, BrokenHandler on_broken)
+      : rank_(rank), world_size_(world_size), on_broken_(std::move(on_broken)) {}
+
+  const int rank_, world_size_;
+  BrokenHandler on_broken_;
+  std::unique_ptr<TcpStoreServer> server_;  // rank 0
+  std::unique_ptr<TcpStore> store_;
+  std::atomic<bool> armed_{true};
+  std::atomic<bool> reported_{false};
+  std::string what_;
 };
 
 }  // namespace specd::engine

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/free_port.h"
 #include "testing/tiny_model.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -20,7 +21,6 @@
 
 namespace specd::testing {
 
-int FreeTcpPort();
 
 class Process {
  public:

@@ -22,6 +22,6 @@ endif()
 if(SPECD_HAVE_CUDA AND NOT SPECD_CORE_ONLY)
   specd_test(nccl_communicator_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/kernels/nccl_communicator_test.cc
-    DEPS specd_nccl_comm LABELS gpu)
+    DEPS specd_nccl_comm specd_testing LABELS gpu)
   set_tests_properties(nccl_communicator_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
 endif()

@@ -5,28 +5,14 @@
 #include "engine/nccl_communicator.h"
 
 #include <cuda_runtime.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "testing/free_port.h"
 
 namespace specd::engine {
 namespace {
-
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 bool HaveGpu() {
   int n = 0;
@@ -49,7 +35,7 @@ TEST(NcclCommunicatorTest, BadOptionsAreRefusedByName) {
 TEST(NcclCommunicatorTest, WorldSizeOneOnTheDevice) {
   if (!HaveGpu()) GTEST_SKIP() << "NOT RUN: no CUDA device";
   NcclOptions o;
-  o.rendezvous = "127.0.0.1:" + std::to_string(FreePort());
+  o.rendezvous = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
   auto c = NcclCommunicator::Connect(o);
   ASSERT_TRUE(c.ok()) << c.status();
   for (int64_t n : {1, 577, 1 << 20}) {

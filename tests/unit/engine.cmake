@@ -17,5 +17,5 @@ specd_test(tiny_model_test
 if(NOT SPECD_CORE_ONLY)
   specd_test(gloo_communicator_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/gloo_communicator_test.cc
-    DEPS specd_gloo_comm LABELS unit TIMEOUT 120)
+    DEPS specd_gloo_comm specd_testing LABELS unit TIMEOUT 120)
 endif()

@@ -4,9 +4,6 @@
 // loudly (on_broken, UNAVAILABLE) instead of hanging it; a stop on purpose does not.
 #include "engine/gloo_communicator.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -20,21 +17,10 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/thread_communicator.h"
 #include "gtest/gtest.h"
+#include "testing/free_port.h"
 
 namespace specd::engine {
 namespace {
-
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 struct Broken {
   absl::Mutex mu;
@@ -56,7 +42,7 @@ struct Broken {
 // Connects `world` ranks (threads) through one rendezvous; every rank's on_broken records.
 std::vector<std::unique_ptr<GlooCommunicator>> Group(int world, Broken* broken,
                                                      std::chrono::milliseconds timeout) {
-  const std::string rendezvous = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
   std::vector<std::unique_ptr<GlooCommunicator>> comms(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -208,7 +194,7 @@ TEST(GlooCommunicatorTest, BadOptionsAreRefusedByName) {
   EXPECT_NE(c.status().message().find("host:port"), std::string::npos);
   // Rank 1 with nobody serving the rendezvous: a clear deadline, not a hang.
   o.rank = 1;
-  o.rendezvous = "127.0.0.1:" + std::to_string(FreePort());
+  o.rendezvous = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
   o.connect_timeout = std::chrono::milliseconds(500);
   c = GlooCommunicator::Connect(o);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded) << c.status();
