@@ -27,6 +27,8 @@ struct ModelHost::Command {
 
 struct ModelHost::Rank {
   std::unique_ptr<engine::Communicator> comm;
+  // Rank processes: the longest rank 0 may stay silent (heartbeat + the collective timeout).
+  std::chrono::milliseconds command_wait{0};
   std::unique_ptr<engine::Backend> backend;
   std::unique_ptr<engine::LlamaModel> model;
   std::unique_ptr<engine::PagedKvCache> kv;
@@ -291,10 +293,11 @@ absl::Status ModelHost::RankLoop(Rank* rank, int32_t fault_rank) {
   const bool fault = comm.rank() == fault_rank;
   for (;;) {
     Command c;
-    // A rank process waits for the next command as long as the service is idle; rank 0's
-    // death reaches it through the communicator's liveness line instead of a timeout.
+    // A rank process hears from rank 0 at least once a second while idle (the heartbeat) and
+    // more often while busy, so a longer silence means rank 0 hangs: the wait times out and
+    // the group breaks. (Rank 0's death reaches it at once through the liveness line.)
     absl::Status got = gloo != nullptr
-                           ? gloo->BroadcastWithTimeout(&c, sizeof(c), 0, std::chrono::hours(24 * 365))
+                           ? gloo->BroadcastWithTimeout(&c, sizeof(c), 0, rank->command_wait)
                            : comm.Broadcast(&c, sizeof(c), 0);
     if (!got.ok()) return got;
     absl::Status st;
@@ -394,6 +397,8 @@ absl::Status ModelHost::ServeRank(const ModelHostOptions& options) {
   if (!comm.ok()) return comm.status();
   Rank rank;
   rank.comm = std::move(*comm);
+  rank.command_wait =
+      std::chrono::milliseconds(static_cast<int64_t>((options.tp_timeout_s + 5) * 1000));
   const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   const int32_t threads = options.threads > 0 ? options.threads : cores;
   absl::StatusOr<Shard> shard = LoadShard(**file, borrow.get(), options, rank.comm.get(), threads);

@@ -12,7 +12,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "$1" && pwd)
 cd "$ROOT"
 MODEL=SmolLM2-135M-Instruct.Q4_1.gguf
-IMAGE=localhost/specd:ci
+# SPECD_IMAGE: run an image built already (e.g. the full multi-stage build, --target runtime)
+IMAGE=${SPECD_IMAGE:-localhost/specd:ci}
 BASE=debian:bookworm-slim
 PORT_ROUTER=${PORT_ROUTER:-56051} PORT_TARGET=${PORT_TARGET:-56052} PORT_DRAFT=${PORT_DRAFT:-56053}
 RUN="podman run -d --health-interval disable --network host --read-only --tmpfs /tmp --cap-drop ALL \
@@ -35,12 +36,15 @@ if ! podman image exists "$BASE"; then
   rm -rf "$rootfs" "$rootfs.log"
 fi
 
-echo "== image $IMAGE (deploy/Containerfile, target prebuilt)"
-mkdir -p .container-bin
-for b in services/specd-router services/specd-draft services/specd-target tools/specd; do
-  install -s "$BUILD/$b" .container-bin/
-done
-podman build -q --format docker --network host -f deploy/Containerfile --target prebuilt -t "$IMAGE" . >/dev/null
+if [ -z "${SPECD_IMAGE:-}" ]; then
+  echo "== image $IMAGE (deploy/Containerfile, target prebuilt)"
+  mkdir -p .container-bin
+  for b in services/specd-router services/specd-draft services/specd-target tools/specd; do
+    install -s "$BUILD/$b" .container-bin/
+  done
+  podman build -q --format docker --network host -f deploy/Containerfile --target prebuilt \
+    -t "$IMAGE" . >/dev/null
+fi
 
 user=$(podman run --rm "$IMAGE" id -u)
 [ "$user" = 10001 ] || { echo "FAIL: the image runs as uid $user, not 10001"; exit 1; }

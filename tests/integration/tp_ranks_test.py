@@ -11,7 +11,8 @@ TCP), through real routers on loopback:
   follow), the router reports NOT_SERVING, and once the group is restarted with the same
   command lines every request in flight completes (the router re-prefills) — none fails;
 - a rank that hangs (SIGSTOP) while the service is idle: the heartbeat's round trip times out
-  and rank 0 exits non-zero within seconds; the restarted group answers.
+  and rank 0 exits non-zero within seconds; the restarted group answers; and when rank 0 hangs
+  the other ranks, no longer hearing its heartbeat, exit non-zero.
 
 Usage: tp_ranks_test.py BUILD_DIR MODEL.gguf  (ctest: tp_ranks_test; SPECD_PYTHON = the venv
 with grpcio)
@@ -260,6 +261,19 @@ class TpRanksTest(unittest.TestCase):
         self.assertEqual(len(r.token_ids), 8)
         print(f"SIGSTOP rank 1 while idle: rank 0 exited {rc0} after {down_s:.1f} s; the "
               f"restarted group answers", file=sys.stderr)
+        # Rank 0 hangs: the other ranks stop hearing the heartbeat and leave.
+        g.ranks[0].send_signal(signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            rcs = [g.ranks[r].wait(timeout=30) for r in (1, 2)]
+        finally:
+            g.ranks[0].send_signal(signal.SIGKILL)
+            g.ranks[0].wait()
+        left_s = time.time() - t0
+        self.assertTrue(all(rc != 0 for rc in rcs), rcs)
+        self.assertLess(left_s, 15, "--tp-timeout-s (2 s) + 5 s of silence, with slack")
+        print(f"SIGSTOP rank 0: ranks 1 and 2 exited {rcs} after {left_s:.1f} s",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
