@@ -16,6 +16,12 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
+  // Planned once at load: a backend may keep a weight matrix in a layout of its own kernels.
+  // It returns the buffer holding that copy and points w->packed into it (the caller keeps the
+  // buffer as long as the weights); nullptr: nothing to pack, w unchanged. Results never
+  // depend on whether a weight was packed.
+  virtual std::unique_ptr<uint8_t[]> PackWeight(kernels::WeightMatrix* /*w*/) { return nullptr; }
+
   // x: [T, w.cols] -> y: [T, w.rows]
   virtual void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) = 0;
   // ys[i] = ws[i] x for n weights sharing the input x: [T, cols]; bitwise the same as n

@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const gguf::GgufFil
     st = m->ReencodeWeights(*options.reencode_weights);
     if (!st.ok()) return st;
   }
+  if (!options.exact_activations) m->PackWeights();
 
   const int64_t T = options.max_batch_tokens;
   const int64_t D = m->config_.embedding_dim;
@@ -298,6 +299,16 @@ absl::Status LlamaModel::ReencodeWeights(gguf::GgmlType type) {
     }
   }
   return st;
+}
+
+void LlamaModel::PackWeights() {
+  auto pack = [&](WeightMatrix& w) {
+    if (std::unique_ptr<uint8_t[]> buf = backend_->PackWeight(&w)) owned_weights_.push_back(std::move(buf));
+  };
+  for (LayerWeights& w : weights_.layers) {
+    for (WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) pack(*m);
+  }
+  pack(weights_.output);
 }
 
 KvCacheConfig LlamaModel::MakeKvCacheConfig(int32_t num_blocks, int32_t block_size,

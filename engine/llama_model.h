@@ -97,6 +97,7 @@ class LlamaModel {
   LlamaModel() = default;
   absl::Status LoadWeights(const gguf::GgufFile& file, int rank, int world);
   absl::Status ReencodeWeights(gguf::GgmlType type);  // options_.reencode_weights
+  void PackWeights();  // the backend's own layout of each matrix, where it has one
   absl::Status LoadHeadTokenIds(const gguf::GgufFile& file);  // output_token_ids, if present
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) {
     if (options_.exact_activations) {
@@ -122,7 +123,7 @@ class LlamaModel {
   Communicator* comm_ = nullptr;
   int32_t local_heads_ = 0, local_kv_heads_ = 0, local_ffn_ = 0;
   uint64_t weight_bytes_ = 0;
-  std::vector<std::unique_ptr<uint8_t[]>> owned_weights_;  // re-encoded weights, if any
+  std::vector<std::unique_ptr<uint8_t[]>> owned_weights_;  // re-encoded and packed weights
 
   // Workspace, sized once for max_batch_tokens: no allocation on the hot path.
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_, act_, head_in_;

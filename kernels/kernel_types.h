@@ -17,6 +17,9 @@ struct WeightMatrix {
   int64_t rows;        // out features (ggml ne1)
   int64_t cols;        // in features (ggml ne0), contiguous
   uint64_t row_bytes;  // stride between rows in bytes
+  // Optional: the same matrix repacked for a backend's kernels (kernels/cpu: PackWeight's
+  // layout), made once at load by whoever owns it. Kernels that do not read it use `data`.
+  const uint8_t* packed = nullptr;
 };
 
 enum class KvDtype { kF16, kBF16, kF32 };

@@ -134,7 +134,8 @@ int Main(int argc, char** argv) {
                   c / wblk);
     }
   }
-  // Streaming from DRAM: 576 x 1536 Q4_1 (and the Q8_0 head), T = 1, one and two threads.
+  // Streaming from DRAM: 576 x 1536 Q4_1 (and the Q8_0 head), T = 1, 5 (a verify row group) and
+  // 16, one and two threads.
   cpu::ThreadPool pool2(2);
   struct Stream {
     TypeSpec s;
@@ -149,7 +150,7 @@ int Main(int argc, char** argv) {
     for (int64_t c = 0; c < copies; ++c) std::memcpy(all.data() + c * one.size(), one.data(), one.size());
     for (int threads : {1, 2}) {
       cpu::ThreadPool& pool = threads == 1 ? pool1 : pool2;
-      for (int64_t T : {1, 16}) {
+      for (int64_t T : {1, 5, 16}) {
         int64_t i = 0;
         const uint64_t c = MinCycles(std::max(8, reps / 4), [&] {
           const WeightMatrix w{st.s.type, all.data() + (i++ % copies) * one.size(), st.rows, st.cols, rb};

@@ -165,7 +165,26 @@ struct Backend {
   void (*attention_merge)(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch);
   // dst[i] = f16(src[i]) (round to nearest even).
   void (*to_f16)(const float* src, uint16_t* dst, int64_t n);
+  // matmul_q over w.packed (PackWeight's layout, Q4_1 / Q4_0): bitwise matmul_q's y, read
+  // as a stream of whole 16-row groups; n0 a multiple of kPackRows. nullptr: no packed path
+  // (callers use matmul_q on w.data). scratch: as for matmul_q.
+  void (*matmul_q_packed)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
+                          const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y,
+                          float* scratch);
 };
+
+// The packed weight layout (cpu::PackWeight). Rows go in groups of kPackRows (the last
+// group repeats the matrix's last row); a group's blocks are contiguous, group after group:
+//   group g, block b at packed + (g * nb + b) * kPackBlockBytes:
+//     [0, 256)   4 vectors j of [16 rows][4 bytes]: bytes 4j .. 4j+3 of the row's 16 code
+//                bytes (low nibbles = codes 4j.., high nibbles = codes 16+4j..)
+//     [256, 288) the rows' f16 scales d
+//     [288, 320) the rows' f16 mins m (Q4_1; zero for Q4_0)
+// These are the vectors the unpacked kernel builds with Transpose8x16 for every block of
+// every step; packed once at load, a step reads them with plain loads.
+inline constexpr int32_t kPackRows = 16;
+inline constexpr int64_t kPackBlockBytes = 320;
+inline constexpr int64_t kPackScalesAt = 256, kPackMinsAt = 288;
 
 const Backend& GenericBackend();
 // nullptr when not compiled in. All three are built from ops_avx2.cc (see there).

@@ -200,7 +200,7 @@ void GenToF16(const float* src, uint16_t* dst, int64_t n) {
 
 const Backend kGeneric = {
     GenQuantizeAct, GenMatMulQ, GenMatMulF, GenRmsNorm, GenSwiGlu, GenSoftmax, GenAttention,
-    GenAttentionMerge, GenToF16,
+    GenAttentionMerge, GenToF16, nullptr,
 };
 
 // ------------------------------------------------------------ dispatch
@@ -299,6 +299,54 @@ const char* IsaName(Isa isa) {
   return "generic";
 }
 
+// ------------------------------------------------------------ packed weights
+
+namespace {
+
+// Bytes of a block's f16 scale (and min) before its 16 code bytes, for the packed types.
+int64_t PackHeadBytes(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_1: return 4;
+    case GgmlType::kQ4_0: return 2;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+bool PackingEnabled() {
+  const char* e = std::getenv("SPECD_KERNELS_PACK");
+  return Be().matmul_q_packed != nullptr && !(e != nullptr && std::strcmp(e, "0") == 0);
+}
+
+int64_t PackedWeightBytes(const WeightMatrix& w) {
+  if (PackHeadBytes(w.type) == 0 || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0) return 0;
+  const int64_t groups = (w.rows + internal::kPackRows - 1) / internal::kPackRows;
+  return groups * (w.cols / 32) * internal::kPackBlockBytes;
+}
+
+void PackWeight(const WeightMatrix& w, uint8_t* out) {
+  const int64_t head = PackHeadBytes(w.type), bytes = head + 16;  // a block's bytes
+  const int64_t nb = w.cols / 32, groups = (w.rows + internal::kPackRows - 1) / internal::kPackRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = out + (g * nb + b) * internal::kPackBlockBytes;
+      for (int32_t i = 0; i < internal::kPackRows; ++i) {
+        int64_t row = g * internal::kPackRows + i;
+        if (row >= w.rows) row = w.rows - 1;  // the last group repeats the last row
+        const uint8_t* blk = w.data + row * w.row_bytes + b * bytes;
+        for (int j = 0; j < 4; ++j) std::memcpy(dst + 64 * j + 4 * i, blk + head + 4 * j, 4);
+        std::memcpy(dst + internal::kPackScalesAt + 2 * i, blk, 2);
+        if (w.type == GgmlType::kQ4_1) {
+          std::memcpy(dst + internal::kPackMinsAt + 2 * i, blk + 2, 2);
+        } else {
+          std::memset(dst + internal::kPackMinsAt + 2 * i, 0, 2);
+        }
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------ ops
 
 void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, float* y) {
@@ -321,7 +369,11 @@ void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* 
   if (T <= 0) return;
   const Backend& be = Be();
   const int64_t K = ws[0].cols;
-  constexpr int64_t kTileRows = 8;  // weight rows per work unit (the quantized kernels' row group)
+  // Packed weights are read by whole 16-row groups; the others by 8-row groups.
+  bool any_packed = false;
+  for (int i = 0; i < n; ++i) any_packed |= ws[i].packed != nullptr && be.matmul_q_packed != nullptr;
+  // weight rows per work unit (the quantized kernels' row group)
+  const int64_t kTileRows = any_packed ? internal::kPackRows : 8;
   // Work units: tiles of kTileRows rows of each matrix in turn.
   int64_t tiles = 0;
   for (int i = 0; i < n; ++i) tiles += (ws[i].rows + kTileRows - 1) / kTileRows;
@@ -378,7 +430,11 @@ void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* 
     static thread_local std::vector<float> buf;
     float* scratch = Scratch(buf, scratch_n);
     for_rows(b, e, [&](int i, int64_t r0, int64_t r1) {
-      be.matmul_q(ws[i], act, act_s, act_d, T, r0, r1, ys[i], scratch);
+      if (ws[i].packed != nullptr && be.matmul_q_packed != nullptr) {
+        be.matmul_q_packed(ws[i], act, act_s, act_d, T, r0, r1, ys[i], scratch);
+      } else {
+        be.matmul_q(ws[i], act, act_s, act_d, T, r0, r1, ys[i], scratch);
+      }
     });
   }, grain);
 }

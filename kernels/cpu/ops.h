@@ -42,6 +42,19 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
                     const int32_t* positions, const int32_t* const* block_tables,
                     const PagedKvLayer& kv, float scale, float* out);
 
+// Packed weights: Q4_1 and Q4_0 matrices repacked once (at load) into the layout the MatMul
+// kernels compute in (kernels/cpu/isa_kernels.h, kPackRows-row groups whose blocks are
+// contiguous), so a step reads them with plain loads instead of transposing every block of
+// every row group again. Results are bitwise those of the unpacked matrix.
+// PackedWeightBytes: the size of w's packed copy, 0 if w's type has no packed layout.
+// PackWeight: writes it to out (64-byte aligned); set w.packed = out to use it (w.data must
+// stay valid: paths without a packed kernel, e.g. the generic ISA, read it).
+// PackingEnabled: whether the active ISA reads packed weights and SPECD_KERNELS_PACK is not
+// "0" (the switch that lets one binary measure packed against unpacked).
+int64_t PackedWeightBytes(const WeightMatrix& w);
+void PackWeight(const WeightMatrix& w, uint8_t* out);
+bool PackingEnabled();
+
 // Instruction-set path in use. The default is the best the CPU supports (AVX-512 VNNI, then
 // AVX2, then generic); SPECD_KERNELS_ISA=<IsaName> or SetIsa picks another supported one
 // (not thread-safe against running kernels). kVnniEmulated runs the AVX-512 VNNI code with

@@ -198,6 +198,16 @@ struct Y8 {
   static I Madd(I a, I b) { return _mm256_madd_epi16(a, b); }
   static I MaddUbs(I u, I v) { return _mm256_maddubs_epi16(u, v); }
   static I Shl5(I a) { return _mm256_slli_epi32(a, 5); }
+  static I And(I a, I b) { return _mm256_and_si256(a, b); }
+  static I Shr4x16(I a) { return _mm256_srli_epi16(a, 4); }
+  // Packed weights (kPackRows = 16 rows a vector there): half h, rows 8h .. 8h + 7, of the
+  // 16 lanes at p (64-byte aligned), as codes and as f16 values.
+  static I LoadPacked(const uint8_t* p, int h) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * h));
+  }
+  static F LoadPackedHalves(const uint8_t* p, int h) {
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+  }
 #if SPECD_X8_DOT
   // s + the sum of the 4 byte products u * v in each 32-bit lane (u unsigned, v signed),
   // exact in int32.
@@ -237,6 +247,21 @@ struct Z16 {
   static I Madd(I a, I b) { return simde_mm512_madd_epi16(a, b); }
   static I MaddUbs(I u, I v) { return simde_mm512_maddubs_epi16(u, v); }
   static I Shl5(I a) { return simde_mm512_slli_epi32(a, 5); }
+  static I And(I a, I b) { return simde_mm512_and_si512(a, b); }
+  static I Shr4x16(I a) { return simde_mm512_srli_epi16(a, 4); }
+  static I LoadPacked(const uint8_t* p, int) { return simde_mm512_load_si512(p); }
+#if SPECD_X8_DOT == 1
+  static F LoadPackedHalves(const uint8_t* p, int) {
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+#else
+  static F LoadPackedHalves(const uint8_t* p, int) {  // no 512-bit cvtph in SIMDe 0.7
+    alignas(64) float f[16];
+    _mm256_store_ps(f, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p))));
+    _mm256_store_ps(f + 8, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 16))));
+    return simde_mm512_load_ps(f);
+  }
+#endif
   static I Dp(I s, I u, I v) { return simde_mm512_dpbusd_epi32(s, u, v); }
 #if SPECD_X8_DOT == 1
   static void Pin(I& s) { __asm__("" : "+v"(s)); }
@@ -598,21 +623,112 @@ inline void StoreRows(float* y, typename X::F v, int64_t rows) {
   }
 }
 
+// R tokens x X::kRows rows of packed weights: gp, a 16-row group's kPackBlockBytes blocks, of
+// which half h when X is Y8 (see isa_kernels.h). Unpacking a block is an AND and a shift per
+// code vector, the scales a convert; then each (row, token) runs XStep / XFinish as TileX
+// does, so the results are TileX's bitwise.
 template <class F, class X, int R>
-inline void TokensX(const typename X::I* q, const float* dm, int64_t nb, int64_t ss, const ActBlockQ8* act,
-                    const int32_t* asum8, const float* act_s, const float* act_d, int64_t t, int64_t ldy,
-                    int64_t rows, float* y) {
+inline void PackedTileX(const uint8_t* gp, int h, int64_t nb, const ActBlockQ8* a, const int32_t* asum8,
+                        const float* const (&as)[R], const float* const (&ad)[R], typename X::F (&acc)[R]) {
+  using I = typename X::I;
+  // A decode step streams the groups: prefetch a dozen blocks (~4 KB) ahead, into the next
+  // group past the last block (groups are contiguous).
+  constexpr int64_t kAhead = 12 * kPackBlockBytes;
+  const I nibble = X::Set1(0x0F0F0F0F);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = X::ZeroF();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gp + b * kPackBlockBytes;
+    if (h == 0) {
+#pragma GCC unroll 5
+      for (int64_t off = 0; off < kPackBlockBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead + off), _MM_HINT_T0);
+      }
+    }
+    I v[8];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {  // codes 4j.. in the low nibbles, 16 + 4j.. in the high ones
+      const I c = X::LoadPacked(blk + 64 * j, h);
+      v[j] = X::And(c, nibble);
+      v[j + 4] = X::And(X::Shr4x16(c), nibble);
+    }
+    const typename X::F dw = X::LoadPackedHalves(blk + kPackScalesAt, h);
+    const typename X::F mw = F::kMin ? X::LoadPackedHalves(blk + kPackMinsAt, h) : dw;
+    I s[R];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) s[r] = XStep<F, X>(v, a[r * nb + b], s[r], j);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      acc[r] = XFinish<F, X>(s[r], v, dw, mw, ad[r][b], as[r][b], F::kAsum ? asum8[r * nb + b] : 0, acc[r]);
+    }
+  }
+}
+
+// Where a tile's weights come from: a group decoded into scratch (q, dm: see TileX), or
+// packed at load (gp, h: see PackedTileX).
+template <class X>
+struct DecodedRows {
+  const typename X::I* q;
+  const float* dm;
+  template <class F, int R>
+  void Tile(int64_t nb, const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
+            const float* const (&ad)[R], typename X::F (&acc)[R]) const {
+    TileX<F, X, R>(q, dm, nb, a, asum8, as, ad, acc);
+  }
+};
+template <class X>
+struct PackedRows {
+  const uint8_t* gp;
+  int h;
+  template <class F, int R>
+  void Tile(int64_t nb, const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
+            const float* const (&ad)[R], typename X::F (&acc)[R]) const {
+    PackedTileX<F, X, R>(gp, h, nb, a, asum8, as, ad, acc);
+  }
+};
+
+template <class F, class X, int R, class Src>
+inline void TokensX(const Src& src, int64_t nb, int64_t ss, const ActBlockQ8* act, const int32_t* asum8,
+                    const float* act_s, const float* act_d, int64_t t, int64_t ldy, int64_t rows, float* y) {
   const float* as[R];
   const float* ad[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     as[r] = act_s + (t + r) * ss;
     ad[r] = act_d + (t + r) * ss;
   }
   typename X::F out[R];
-  TileX<F, X, R>(q, dm, nb, act + t * nb, asum8 + t * nb, as, ad, out);
-#pragma GCC unroll 4
+  src.template Tile<F, R>(nb, act + t * nb, asum8 + t * nb, as, ad, out);
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) StoreRows<X>(y + (t + r) * ldy, out[r], rows);
+}
+
+// All T tokens in tiles of kMaxR, then one tile of the rest.
+template <class F, class X, int kMaxR, class Src>
+inline void AllTokensX(const Src& src, int64_t nb, const ActBlockQ8* act, const int32_t* asum8, const float* act_s,
+                       const float* act_d, int64_t T, int64_t ldy, int64_t rows, float* y) {
+  static_assert(kMaxR >= 1 && kMaxR <= 8);
+  const int64_t ss = MatMulSStride(nb);
+  int64_t t = 0;
+  for (; t + kMaxR <= T; t += kMaxR) TokensX<F, X, kMaxR>(src, nb, ss, act, asum8, act_s, act_d, t, ldy, rows, y);
+  switch (T - t) {
+#define SPECD_TOKENS_CASE(n)                                                              \
+  case n:                                                                                  \
+    if constexpr (kMaxR > n) TokensX<F, X, n>(src, nb, ss, act, asum8, act_s, act_d, t, ldy, rows, y); \
+    break;
+    SPECD_TOKENS_CASE(1)
+    SPECD_TOKENS_CASE(2)
+    SPECD_TOKENS_CASE(3)
+    SPECD_TOKENS_CASE(4)
+    SPECD_TOKENS_CASE(5)
+    SPECD_TOKENS_CASE(6)
+    SPECD_TOKENS_CASE(7)
+#undef SPECD_TOKENS_CASE
+    default: break;
+  }
 }
 
 // Decodes block b of a group's rows (X::kRows / 8 runs of F::Decode) into q[b] and dm[b].
@@ -641,7 +757,7 @@ inline void DecodeGroupBlock(const uint8_t* const (&rp)[16], int64_t b, typename
 template <class F, class X>
 inline void MatMulGroup(const WeightMatrix& w, const ActBlockQ8* act, const int32_t* asum8, const float* act_s,
                         const float* act_d, int64_t T, int64_t g, int64_t n1, float* y, void* scratch) {
-  const int64_t nb = w.cols / 32, ss = MatMulSStride(nb);
+  const int64_t nb = w.cols / 32;
   const uint64_t rb = w.row_bytes;
   const int64_t rows = n1 - g < X::kRows ? n1 - g : X::kRows;
   typename X::I* q = static_cast<typename X::I*>(scratch);
@@ -682,15 +798,7 @@ inline void MatMulGroup(const WeightMatrix& w, const ActBlockQ8* act, const int3
     }
     DecodeGroupBlock<F, X>(rp, b, q, dm, st);
   }
-  float* yg = y + g;
-  int64_t t = 0;
-  for (; t + 4 <= T; t += 4) TokensX<F, X, 4>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg);
-  switch (T - t) {
-    case 3: TokensX<F, X, 3>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
-    case 2: TokensX<F, X, 2>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
-    case 1: TokensX<F, X, 1>(q, dm, nb, ss, act, asum8, act_s, act_d, t, w.rows, rows, yg); break;
-    default: break;
-  }
+  AllTokensX<F, X, 4>(DecodedRows<X>{q, dm}, nb, act, asum8, act_s, act_d, T, w.rows, rows, y + g);
 }
 
 template <class F>
@@ -719,6 +827,45 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
 #endif
     MatMulGroup<F, Y8>(w, act, asum8, act_s, act_d, T, g, n1, y, group);
     g += 8;
+  }
+}
+
+// Rows [n0, n1) (n0 a multiple of kPackRows) from w.packed: whole 16-row groups, read in
+// file order. The VNNI backends take a group as one 512-bit vector per code vector and up to
+// 8 tokens a pass, AVX2 as two 8-row halves and up to 4 tokens a pass.
+template <class F>
+void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
+                   int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
+  const int64_t nb = w.cols / 32;
+  int32_t* asum8 = reinterpret_cast<int32_t*>(scratch);
+  if constexpr (F::kAsum) {
+    for (int64_t i = 0; i < T * nb; ++i) asum8[i] = F::ActSum(act[i]);  // exact integer sums
+  }
+#if SPECD_X8_DOT
+  using X = Z16;
+  constexpr int kMaxR = 8;
+#else
+  using X = Y8;
+  constexpr int kMaxR = 4;
+#endif
+  for (int64_t g = n0; g < n1; g += kPackRows) {
+    const uint8_t* gp = w.packed + (g / kPackRows) * nb * kPackBlockBytes;
+#pragma GCC unroll 2
+    for (int h = 0; h < kPackRows / X::kRows; ++h) {
+      const int64_t r0 = g + h * X::kRows;
+      if (r0 >= n1) break;
+      const int64_t rows = n1 - r0 < X::kRows ? n1 - r0 : X::kRows;
+      AllTokensX<F, X, kMaxR>(PackedRows<X>{gp, h}, nb, act, asum8, act_s, act_d, T, w.rows, rows, y + r0);
+    }
+  }
+}
+
+void MatMulQPacked(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
+                   int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
+  switch (w.type) {
+    case GgmlType::kQ4_0: MatMulPackedX<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_1: MatMulPackedX<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    default: return;  // ops.cc packs only these types
   }
 }
 
@@ -1203,6 +1350,7 @@ void AttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
 
 const Backend kBackend = {
     QuantizeAct, MatMulQ, MatMulF, RmsNormRows, SwiGluRange, SoftmaxRow, Attention, AttentionMerge, ToF16,
+    MatMulQPacked,
 };
 
 }  // namespace

@@ -984,6 +984,72 @@ TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
   EXPECT_GT(compared, 0);  // the emulated backend is always built on x86
 }
 
+// Packed weights (cpu::PackWeight: 16-row groups, blocks contiguous, read with plain loads)
+// give bitwise what the same matrix gives unpacked, on every SIMD path, at every T (the
+// 8- and 4-token passes and their remainders) and row count (partial last groups; thread
+// ranges of whole groups), through MatMul and through MatMulShared with packed and unpacked
+// matrices side by side; and they stay finite and within the reference's tolerance.
+TEST(CrossBackend, PackedMatMulIsBitwiseUnpacked) {
+  if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2: no packed kernels to compare";
+  std::mt19937 rng(21);
+  cpu::ThreadPool pool(3);
+  const cpu::Isa saved = cpu::ActiveIsa();
+  int compared = 0;
+  for (const TypeInfo& ti : AllTypes()) {
+    const bool packable = ti.type == GgmlType::kQ4_0 || ti.type == GgmlType::kQ4_1;
+    if (!packable) {
+      if (ti.block > 1) {
+        EXPECT_EQ(cpu::PackedWeightBytes(RandWeights(rng, ti, 16, 512).m), 0) << ti.name;
+      }
+      continue;
+    }
+    for (int64_t cols : {32, 160, 576}) {
+      for (int64_t rows : {1, 5, 15, 16, 17, 40, 67}) {
+        Weights w = RandWeights(rng, ti, rows, cols);
+        const int64_t bytes = cpu::PackedWeightBytes(w.m);
+        ASSERT_EQ(bytes, (rows + 15) / 16 * (cols / 32) * 320) << ti.name;
+        std::vector<uint8_t> buf(static_cast<size_t>(bytes) + 64);
+        auto* packed = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+        cpu::PackWeight(w.m, packed);
+        WeightMatrix wp = w.m;
+        wp.packed = packed;
+        const std::vector<float> wf = DequantAll(w.m);
+        for (int64_t T : {1, 2, 3, 4, 5, 7, 8, 9, 12, 17}) {
+          std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f), yr(T * rows);
+          ref::MatMul(w.m, x.data(), T, yr.data());
+          for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+            if (!cpu::IsaSupported(isa)) continue;
+            cpu::SetIsa(isa);
+            std::vector<float> want(T * rows), got(T * rows, -1.0f);
+            cpu::MatMul(pool, w.m, x.data(), T, want.data());
+            cpu::MatMul(pool, wp, x.data(), T, got.data());
+            ASSERT_TRUE(AllFinite(got));
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+                << cpu::IsaName(isa) << " " << ti.name << " rows=" << rows << " cols=" << cols << " T=" << T;
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t n = 0; n < rows; ++n) {
+                double mag = 0;
+                for (int64_t k = 0; k < cols; ++k) mag += std::fabs(wf[n * cols + k] * x[t * cols + k]);
+                ASSERT_NEAR(got[t * rows + n], yr[t * rows + n], 1e-5 * mag + 1e-30) << ti.name;
+              }
+            }
+            // Shared with an unpacked matrix of the same shape: each keeps its own path.
+            const WeightMatrix ws[2] = {wp, w.m};
+            std::vector<float> y0(T * rows), y1(T * rows);
+            float* ys[2] = {y0.data(), y1.data()};
+            cpu::MatMulShared(pool, ws, 2, x.data(), T, ys);
+            ASSERT_EQ(y0, want) << cpu::IsaName(isa) << " shared, packed";
+            ASSERT_EQ(y1, want) << cpu::IsaName(isa) << " shared, unpacked";
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  cpu::SetIsa(saved);
+  EXPECT_GT(compared, 0);
+}
+
 TEST(CrossBackend, GenericMatMulIsBitwiseReference) {
   std::mt19937 rng(17);
   cpu::ThreadPool pool(2);
