@@ -3,6 +3,7 @@
 // only ever looks slower).
 //
 //   kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|vnni_emulated] [--no-dram] [--type Q4_1] [-T 16]
+//                 [--packed]   (Q4_1 / Q4_0 read from cpu::PackWeight's layout, as the engine loads them)
 //
 // One thread, weights resident in L2 (a 192 x 576 matrix), so the figure is the
 // kernel's own cost, not DRAM's. For each weight type and T it prints
@@ -60,6 +61,16 @@ std::vector<uint8_t> MakeWeights(const TypeSpec& s, int64_t rows, int64_t cols, 
   return w;
 }
 
+// w packed into buf (cpu::PackWeight), or nullptr for a type without a packed layout.
+const uint8_t* Pack(const WeightMatrix& w, std::vector<uint8_t>& buf) {
+  const int64_t bytes = cpu::PackedWeightBytes(w);
+  if (bytes == 0) return nullptr;
+  buf.assign(static_cast<size_t>(bytes) + 64, 0);
+  auto* out = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+  cpu::PackWeight(w, out);
+  return out;
+}
+
 template <class F>
 uint64_t MinCycles(int reps, F&& f) {
   uint64_t best = ~uint64_t{0};
@@ -75,12 +86,15 @@ uint64_t MinCycles(int reps, F&& f) {
 int Main(int argc, char** argv) {
   int reps = 200;
   bool dram = true;
+  bool packed = false;
   std::string only_type;
   int64_t only_t = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (a == "--packed") {
+      packed = true;
     } else if (a == "--no-dram") {
       dram = false;
     } else if (a == "--type" && i + 1 < argc) {
@@ -106,7 +120,7 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|vnni_emulated] [--no-dram] "
-                   "[--type Q4_1] [-T 16]\n");
+                   "[--type Q4_1] [-T 16] [--packed]\n");
       return 2;
     }
   }
@@ -125,7 +139,9 @@ int Main(int argc, char** argv) {
     if (!only_type.empty() && only_type != s.name) continue;
     uint64_t rb;
     std::vector<uint8_t> wb = MakeWeights(s, rows, cols, &rb);
-    const WeightMatrix w{s.type, wb.data(), rows, cols, rb};
+    WeightMatrix w{s.type, wb.data(), rows, cols, rb};
+    std::vector<uint8_t> pb;
+    if (packed) w.packed = Pack(w, pb);
     for (int64_t T : {1, 2, 4, 8, 16, 64}) {
       if (only_t > 0 && T != only_t) continue;
       const uint64_t c = MinCycles(reps, [&] { cpu::MatMul(pool1, w, x.data(), T, y.data()); });
@@ -148,12 +164,18 @@ int Main(int argc, char** argv) {
     const int64_t copies = std::max<int64_t>(2, (int64_t{128} << 20) / one.size() + 1);
     std::vector<uint8_t> all(one.size() * copies);
     for (int64_t c = 0; c < copies; ++c) std::memcpy(all.data() + c * one.size(), one.data(), one.size());
+    std::vector<std::vector<uint8_t>> packs(packed ? copies : 0);
+    std::vector<const uint8_t*> packed_at(copies, nullptr);
+    for (int64_t c = 0; c < static_cast<int64_t>(packs.size()); ++c) {
+      packed_at[c] = Pack(WeightMatrix{st.s.type, all.data() + c * one.size(), st.rows, st.cols, rb}, packs[c]);
+    }
     for (int threads : {1, 2}) {
       cpu::ThreadPool& pool = threads == 1 ? pool1 : pool2;
       for (int64_t T : {1, 5, 16}) {
         int64_t i = 0;
         const uint64_t c = MinCycles(std::max(8, reps / 4), [&] {
-          const WeightMatrix w{st.s.type, all.data() + (i++ % copies) * one.size(), st.rows, st.cols, rb};
+          WeightMatrix w{st.s.type, all.data() + (i % copies) * one.size(), st.rows, st.cols, rb};
+          w.packed = packed_at[i++ % copies];
           cpu::MatMul(pool, w, x.data(), T, y.data());
         });
         const double wblk = static_cast<double>(st.rows) * (st.cols / 32);

@@ -165,7 +165,7 @@ struct Backend {
   void (*attention_merge)(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch);
   // dst[i] = f16(src[i]) (round to nearest even).
   void (*to_f16)(const float* src, uint16_t* dst, int64_t n);
-  // matmul_q over w.packed (PackWeight's layout, Q4_1 / Q4_0): bitwise matmul_q's y, read
+  // matmul_q over w.packed (PackWeight's layout: Q4_1, Q4_0, Q8_0): bitwise matmul_q's y, read
   // as a stream of whole 16-row groups; n0 a multiple of kPackRows. nullptr: no packed path
   // (callers use matmul_q on w.data). scratch: as for matmul_q.
   void (*matmul_q_packed)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
@@ -175,16 +175,30 @@ struct Backend {
 
 // The packed weight layout (cpu::PackWeight). Rows go in groups of kPackRows (the last
 // group repeats the matrix's last row); a group's blocks are contiguous, group after group:
-//   group g, block b at packed + (g * nb + b) * kPackBlockBytes:
-//     [0, 256)   4 vectors j of [16 rows][4 bytes]: bytes 4j .. 4j+3 of the row's 16 code
-//                bytes (low nibbles = codes 4j.., high nibbles = codes 16+4j..)
-//     [256, 288) the rows' f16 scales d
-//     [288, 320) the rows' f16 mins m (Q4_1; zero for Q4_0)
-// These are the vectors the unpacked kernel builds with Transpose8x16 for every block of
+// group g, block b at packed + (g * nb + b) * PackLayout::block_bytes, holding code vectors
+// of [16 rows][4 bytes] (64 bytes each, lane i = row 16g + i) and then the rows' f16 values:
+//   Q4_1, Q4_0 (320 bytes): vectors j < 4 = bytes 4j .. 4j+3 of the row's 16 code bytes (low
+//              nibbles = codes 4j.., high nibbles = codes 16+4j..); at 256 the 16 scales d,
+//              at 288 the 16 mins m (Q4_1; zero for Q4_0)
+//   Q8_0 (576 bytes): vectors j < 8 = int8 codes 4j .. 4j+3; at 512 the 16 scales d, then 32
+//              bytes of padding (every block starts on a cache line)
+// These are the vectors the unpacked kernels build with Transpose8x16 for every block of
 // every step; packed once at load, a step reads them with plain loads.
 inline constexpr int32_t kPackRows = 16;
-inline constexpr int64_t kPackBlockBytes = 320;
-inline constexpr int64_t kPackScalesAt = 256, kPackMinsAt = 288;
+struct PackLayout {
+  int64_t block_bytes;  // 0: the type has no packed layout
+  int64_t head_bytes;   // in the file's block: bytes before the codes
+  int32_t code_vectors;
+  int64_t scales_at, mins_at;  // mins_at < 0: none
+};
+inline PackLayout PackLayoutOf(gguf::GgmlType t) {
+  switch (t) {
+    case gguf::GgmlType::kQ4_1: return {320, 4, 4, 256, 288};
+    case gguf::GgmlType::kQ4_0: return {320, 2, 4, 256, -1};
+    case gguf::GgmlType::kQ8_0: return {576, 2, 8, 512, -1};
+    default: return {0, 0, 0, 0, -1};
+  }
+}
 
 const Backend& GenericBackend();
 // nullptr when not compiled in. All three are built from ops_avx2.cc (see there).

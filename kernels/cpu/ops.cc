@@ -301,47 +301,33 @@ const char* IsaName(Isa isa) {
 
 // ------------------------------------------------------------ packed weights
 
-namespace {
-
-// Bytes of a block's f16 scale (and min) before its 16 code bytes, for the packed types.
-int64_t PackHeadBytes(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ4_1: return 4;
-    case GgmlType::kQ4_0: return 2;
-    default: return 0;
-  }
-}
-
-}  // namespace
-
 bool PackingEnabled() {
   const char* e = std::getenv("SPECD_KERNELS_PACK");
   return Be().matmul_q_packed != nullptr && !(e != nullptr && std::strcmp(e, "0") == 0);
 }
 
 int64_t PackedWeightBytes(const WeightMatrix& w) {
-  if (PackHeadBytes(w.type) == 0 || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0) return 0;
+  const internal::PackLayout lay = internal::PackLayoutOf(w.type);
+  if (lay.block_bytes == 0 || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0) return 0;
   const int64_t groups = (w.rows + internal::kPackRows - 1) / internal::kPackRows;
-  return groups * (w.cols / 32) * internal::kPackBlockBytes;
+  return groups * (w.cols / 32) * lay.block_bytes;
 }
 
 void PackWeight(const WeightMatrix& w, uint8_t* out) {
-  const int64_t head = PackHeadBytes(w.type), bytes = head + 16;  // a block's bytes
+  const internal::PackLayout lay = internal::PackLayoutOf(w.type);
+  const int64_t code_bytes = 4 * lay.code_vectors, bytes = lay.head_bytes + code_bytes;  // a block's
   const int64_t nb = w.cols / 32, groups = (w.rows + internal::kPackRows - 1) / internal::kPackRows;
+  std::memset(out, 0, static_cast<size_t>(groups * nb * lay.block_bytes));
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* dst = out + (g * nb + b) * internal::kPackBlockBytes;
+      uint8_t* dst = out + (g * nb + b) * lay.block_bytes;
       for (int32_t i = 0; i < internal::kPackRows; ++i) {
         int64_t row = g * internal::kPackRows + i;
         if (row >= w.rows) row = w.rows - 1;  // the last group repeats the last row
         const uint8_t* blk = w.data + row * w.row_bytes + b * bytes;
-        for (int j = 0; j < 4; ++j) std::memcpy(dst + 64 * j + 4 * i, blk + head + 4 * j, 4);
-        std::memcpy(dst + internal::kPackScalesAt + 2 * i, blk, 2);
-        if (w.type == GgmlType::kQ4_1) {
-          std::memcpy(dst + internal::kPackMinsAt + 2 * i, blk + 2, 2);
-        } else {
-          std::memset(dst + internal::kPackMinsAt + 2 * i, 0, 2);
-        }
+        for (int j = 0; j < lay.code_vectors; ++j) std::memcpy(dst + 64 * j + 4 * i, blk + lay.head_bytes + 4 * j, 4);
+        std::memcpy(dst + lay.scales_at + 2 * i, blk, 2);
+        if (lay.mins_at >= 0) std::memcpy(dst + lay.mins_at + 2 * i, blk + 2, 2);
       }
     }
   }

@@ -42,7 +42,7 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
                     const int32_t* positions, const int32_t* const* block_tables,
                     const PagedKvLayer& kv, float scale, float* out);
 
-// Packed weights: Q4_1 and Q4_0 matrices repacked once (at load) into the layout the MatMul
+// Packed weights: Q4_1, Q4_0 and Q8_0 matrices repacked once (at load) into the layout the MatMul
 // kernels compute in (kernels/cpu/isa_kernels.h, kPackRows-row groups whose blocks are
 // contiguous), so a step reads them with plain loads instead of transposing every block of
 // every row group again. Results are bitwise those of the unpacked matrix.

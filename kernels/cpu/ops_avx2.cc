@@ -199,6 +199,8 @@ struct Y8 {
   static I MaddUbs(I u, I v) { return _mm256_maddubs_epi16(u, v); }
   static I Shl5(I a) { return _mm256_slli_epi32(a, 5); }
   static I And(I a, I b) { return _mm256_and_si256(a, b); }
+  static I Xor(I a, I b) { return _mm256_xor_si256(a, b); }
+  static I Abs8(I a) { return _mm256_abs_epi8(a); }
   static I Shr4x16(I a) { return _mm256_srli_epi16(a, 4); }
   // Packed weights (kPackRows = 16 rows a vector there): half h, rows 8h .. 8h + 7, of the
   // 16 lanes at p (64-byte aligned), as codes and as f16 values.
@@ -248,6 +250,7 @@ struct Z16 {
   static I MaddUbs(I u, I v) { return simde_mm512_maddubs_epi16(u, v); }
   static I Shl5(I a) { return simde_mm512_slli_epi32(a, 5); }
   static I And(I a, I b) { return simde_mm512_and_si512(a, b); }
+  static I Xor(I a, I b) { return simde_mm512_xor_si512(a, b); }
   static I Shr4x16(I a) { return simde_mm512_srli_epi16(a, 4); }
   static I LoadPacked(const uint8_t* p, int) { return simde_mm512_load_si512(p); }
 #if SPECD_X8_DOT == 1
@@ -332,6 +335,17 @@ struct X8Q4 {
     return j == 0 ? p : _mm256_add_epi16(s, p);
   }
 #endif
+  // A packed block (isa_kernels.h): the code words Decode transposes, split into nibbles.
+  template <class X>
+  static inline void Unpack(const uint8_t* blk, int h, typename X::I* v) {
+    const typename X::I nibble = X::Set1(0x0F0F0F0F);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {  // codes 4j.. in the low nibbles, 16 + 4j.. in the high ones
+      const typename X::I c = X::LoadPacked(blk + 64 * j, h);
+      v[j] = X::And(c, nibble);
+      v[j + 4] = X::And(X::Shr4x16(c), nibble);
+    }
+  }
   // kAsum: asum = 8 * sum(a) of the token's block, for the - 8.
   static inline int32_t ActSum(const ActBlockQ8& a) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
@@ -449,6 +463,21 @@ struct X8Q8_0 {
                    : _mm256_abs_epi8(codes[j]);
     }
     dw = mw = LowHalves(LoadWords8(hd));
+  }
+  // A packed block: the code words Decode transposes, made unsigned (VNNI) or split into
+  // magnitudes and signs (AVX2) as Decode does.
+  template <class X>
+  static inline void Unpack(const uint8_t* blk, int h, typename X::I* v) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const typename X::I c = X::LoadPacked(blk + 64 * j, h);
+      if constexpr (kVnni) {
+        v[j] = X::Xor(c, X::Set1(static_cast<int32_t>(0x80808080u)));
+      } else {
+        v[j] = X::Abs8(c);
+        v[8 + j] = c;
+      }
+    }
   }
 #if SPECD_X8_DOT
   template <class X>
@@ -623,37 +652,31 @@ inline void StoreRows(float* y, typename X::F v, int64_t rows) {
   }
 }
 
-// R tokens x X::kRows rows of packed weights: gp, a 16-row group's kPackBlockBytes blocks, of
-// which half h when X is Y8 (see isa_kernels.h). Unpacking a block is an AND and a shift per
-// code vector, the scales a convert; then each (row, token) runs XStep / XFinish as TileX
-// does, so the results are TileX's bitwise.
+// R tokens x X::kRows rows of packed weights: gp, a 16-row group's blocks in layout lay, of
+// which half h when X is Y8 (see isa_kernels.h). Unpacking a block is a load and one or two
+// ops per code vector (F::Unpack), the scales a convert; then each (row, token) runs XStep /
+// XFinish as TileX does, so the results are TileX's bitwise.
 template <class F, class X, int R>
-inline void PackedTileX(const uint8_t* gp, int h, int64_t nb, const ActBlockQ8* a, const int32_t* asum8,
-                        const float* const (&as)[R], const float* const (&ad)[R], typename X::F (&acc)[R]) {
+inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t nb, const ActBlockQ8* a,
+                        const int32_t* asum8, const float* const (&as)[R], const float* const (&ad)[R],
+                        typename X::F (&acc)[R]) {
   using I = typename X::I;
-  // A decode step streams the groups: prefetch a dozen blocks (~4 KB) ahead, into the next
+  // A decode step streams the groups: prefetch a dozen blocks (~4-7 KB) ahead, into the next
   // group past the last block (groups are contiguous).
-  constexpr int64_t kAhead = 12 * kPackBlockBytes;
-  const I nibble = X::Set1(0x0F0F0F0F);
+  const int64_t ahead = 12 * lay.block_bytes;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = X::ZeroF();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gp + b * kPackBlockBytes;
+    const uint8_t* blk = gp + b * lay.block_bytes;
     if (h == 0) {
-#pragma GCC unroll 5
-      for (int64_t off = 0; off < kPackBlockBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead + off), _MM_HINT_T0);
+      for (int64_t off = 0; off < lay.block_bytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + off), _MM_HINT_T0);
       }
     }
-    I v[8];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {  // codes 4j.. in the low nibbles, 16 + 4j.. in the high ones
-      const I c = X::LoadPacked(blk + 64 * j, h);
-      v[j] = X::And(c, nibble);
-      v[j + 4] = X::And(X::Shr4x16(c), nibble);
-    }
-    const typename X::F dw = X::LoadPackedHalves(blk + kPackScalesAt, h);
-    const typename X::F mw = F::kMin ? X::LoadPackedHalves(blk + kPackMinsAt, h) : dw;
+    I v[F::kVecs];
+    F::template Unpack<X>(blk, h, v);
+    const typename X::F dw = X::LoadPackedHalves(blk + lay.scales_at, h);
+    const typename X::F mw = F::kMin ? X::LoadPackedHalves(blk + lay.mins_at, h) : dw;
     I s[R];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
@@ -683,10 +706,11 @@ template <class X>
 struct PackedRows {
   const uint8_t* gp;
   int h;
+  PackLayout lay;
   template <class F, int R>
   void Tile(int64_t nb, const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
             const float* const (&ad)[R], typename X::F (&acc)[R]) const {
-    PackedTileX<F, X, R>(gp, h, nb, a, asum8, as, ad, acc);
+    PackedTileX<F, X, R>(gp, h, lay, nb, a, asum8, as, ad, acc);
   }
 };
 
@@ -848,14 +872,15 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
   using X = Y8;
   constexpr int kMaxR = 4;
 #endif
+  const PackLayout lay = PackLayoutOf(w.type);
   for (int64_t g = n0; g < n1; g += kPackRows) {
-    const uint8_t* gp = w.packed + (g / kPackRows) * nb * kPackBlockBytes;
+    const uint8_t* gp = w.packed + (g / kPackRows) * nb * lay.block_bytes;
 #pragma GCC unroll 2
     for (int h = 0; h < kPackRows / X::kRows; ++h) {
       const int64_t r0 = g + h * X::kRows;
       if (r0 >= n1) break;
       const int64_t rows = n1 - r0 < X::kRows ? n1 - r0 : X::kRows;
-      AllTokensX<F, X, kMaxR>(PackedRows<X>{gp, h}, nb, act, asum8, act_s, act_d, T, w.rows, rows, y + r0);
+      AllTokensX<F, X, kMaxR>(PackedRows<X>{gp, h, lay}, nb, act, asum8, act_s, act_d, T, w.rows, rows, y + r0);
     }
   }
 }
@@ -865,6 +890,7 @@ void MatMulQPacked(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
   switch (w.type) {
     case GgmlType::kQ4_0: MatMulPackedX<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     case GgmlType::kQ4_1: MatMulPackedX<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ8_0: MatMulPackedX<X8Q8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc packs only these types
   }
 }

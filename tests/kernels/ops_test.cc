@@ -996,7 +996,7 @@ TEST(CrossBackend, PackedMatMulIsBitwiseUnpacked) {
   const cpu::Isa saved = cpu::ActiveIsa();
   int compared = 0;
   for (const TypeInfo& ti : AllTypes()) {
-    const bool packable = ti.type == GgmlType::kQ4_0 || ti.type == GgmlType::kQ4_1;
+    const bool packable = ti.type == GgmlType::kQ4_0 || ti.type == GgmlType::kQ4_1 || ti.type == GgmlType::kQ8_0;
     if (!packable) {
       if (ti.block > 1) {
         EXPECT_EQ(cpu::PackedWeightBytes(RandWeights(rng, ti, 16, 512).m), 0) << ti.name;
@@ -1007,7 +1007,7 @@ TEST(CrossBackend, PackedMatMulIsBitwiseUnpacked) {
       for (int64_t rows : {1, 5, 15, 16, 17, 40, 67}) {
         Weights w = RandWeights(rng, ti, rows, cols);
         const int64_t bytes = cpu::PackedWeightBytes(w.m);
-        ASSERT_EQ(bytes, (rows + 15) / 16 * (cols / 32) * 320) << ti.name;
+        ASSERT_EQ(bytes, (rows + 15) / 16 * (cols / 32) * (ti.type == GgmlType::kQ8_0 ? 576 : 320)) << ti.name;
         std::vector<uint8_t> buf(static_cast<size_t>(bytes) + 64);
         auto* packed = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
         cpu::PackWeight(w.m, packed);
