@@ -885,16 +885,6 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
   }
 }
 
-void MatMulQPacked(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
-                   int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
-  switch (w.type) {
-    case GgmlType::kQ4_0: MatMulPackedX<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_1: MatMulPackedX<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ8_0: MatMulPackedX<X8Q8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    default: return;  // ops.cc packs only these types
-  }
-}
-
 void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
              int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
   switch (w.type) {
@@ -906,6 +896,26 @@ void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, c
     default: return;  // ops.cc only routes supported types here
   }
 }
+
+void MatMulQPacked(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
+                   int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
+#if !SPECD_X8_DOT
+  // AVX2's 16 registers hold a 4-token pass at most, and unpacking again for every pass costs
+  // more than one decode into scratch from about 16 tokens on (kernel_cycles --isa avx2
+  // --no-dram [--packed], Q4_1 at T = 64: 70.6 against 64.1 cycles per weight block).
+  if (T > 16) {
+    MatMulQ(w, act, act_s, act_d, T, n0, n1, y, scratch);
+    return;
+  }
+#endif
+  switch (w.type) {
+    case GgmlType::kQ4_0: MatMulPackedX<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_1: MatMulPackedX<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ8_0: MatMulPackedX<X8Q8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    default: return;  // ops.cc packs only these types
+  }
+}
+
 
 // ---------------------------------------------------------------- float MatMul
 
