@@ -179,9 +179,17 @@ def overload_checks(args):
     check(slowest < 0.5, f"429s under a burst come at once (slowest {slowest * 1e3:.0f} ms)")
 
     # With every running and queue slot held (2 + 2), one more request is refused within 50 ms.
-    held = [client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": f"hold {i}"}], max_tokens=400,
-        temperature=0, stream=True, extra_body={"ignore_eos": True}) for i in range(4)]
+    # The first two are read until their first chunk, so they are running (not still waiting
+    # for the scheduler, which on a loaded machine left three waiting: a 429 for the fourth).
+    def hold(i):
+        return client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": f"hold {i}"}], max_tokens=400,
+            temperature=0, stream=True, extra_body={"ignore_eos": True})
+    held = []
+    for i in range(2):
+        held.append(hold(i))
+        next(iter(held[-1]))
+    held += [hold(i) for i in range(2, 4)]
     t0 = time.time()
     try:
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
