@@ -218,10 +218,13 @@ absl::Status RunDistilled(Bench& b, const SpecBenchOptions& o) {
                          temp);
       if (!plain.ok()) return plain.status();
       Print(*plain, nullptr);
-      for (bool adaptive : {false, true}) {
+      std::vector<int> ks = o.distilled_fixed_k;
+      ks.push_back(0);  // 0: k auto (up to 8)
+      for (int k : ks) {
+        const bool adaptive = k == 0;
         auto r = b.Run(absl::StrCat("distilled, batch ", batch, ", ", t,
-                                    adaptive ? ", k auto" : ", k 4"),
-                       d->get(), adaptive ? 8 : 4, adaptive, batch, temp);
+                                    adaptive ? ", k auto" : absl::StrCat(", k ", k)),
+                       d->get(), adaptive ? 8 : k, adaptive, batch, temp);
         if (!r.ok()) return r.status();
         Print(*r, &*plain);
       }

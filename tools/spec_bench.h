@@ -26,6 +26,7 @@ struct SpecBenchOptions {
   bool distilled = true;
   bool distilled_only = false;
   std::string draft_path = "default";  // `default`: the shipped draft for the model
+  std::vector<int> distilled_fixed_k = {4};  // the fixed-k rows of the distilled section
   std::string prompts_file;  // JSONL {"prompt": ...}: e.g. tools/distill/eval_prompts.jsonl
   // (the held-out set); empty = the built-in chat prompts
 };

@@ -314,6 +314,17 @@ int Main(int argc, char** argv) {
       spec.draft_path = argv[++i];
     } else if (a == "--prompts" && i + 1 < argc) {
       spec.prompts_file = argv[++i];
+    } else if (a == "--distilled-k" && i + 1 < argc) {
+      spec.distilled_fixed_k.clear();
+      for (absl::string_view part : absl::StrSplit(argv[++i], ',')) {
+        int k = 0;
+        if (!absl::SimpleAtoi(part, &k) || k < 1 || k > 16) {
+          std::fprintf(stderr, "specd-bench: --distilled-k: expected k values in [1, 16], got %s\n",
+                       argv[i]);
+          return 2;
+        }
+        spec.distilled_fixed_k.push_back(k);
+      }
     } else if (a == "--pair-only") {
       spec.pair_only = true;
     } else if (a == "--pair-type" && i + 1 < argc) {
@@ -333,7 +344,7 @@ int Main(int argc, char** argv) {
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
                    "                    [--no-distilled | --distilled-only] [--draft FILE|default]\n"
-                   "                    [--prompts FILE.jsonl]\n"
+                   "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4]\n"
                    "  (the pairs' targets default to f16 and f32)\n");
       return 2;
     }
