@@ -113,27 +113,56 @@ absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const gguf::GgufFile
 
 }  // namespace
 
-absl::Status ModelHost::OpenBorrowFile() {
-  const std::string& path = options_.borrow_path;
-  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(path);
-  if (!file.ok()) {
-    return absl::Status(file.status().code(),
-                        absl::StrCat("--borrow-from ", path, ": ", file.status().message()));
+namespace {
+
+// What every rank of a host opens before it loads its shard: the model file, its tokenizer and
+// the file a distilled draft borrows tensors from (same vocabulary, checked). Rank 0 (Load) and
+// the other rank processes (ServeRank) both come through here, so a rank process refuses a
+// wrong --borrow-from as rank 0 does.
+struct ModelFiles {
+  std::unique_ptr<gguf::GgufFile> file;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  std::unique_ptr<gguf::GgufFile> borrow;  // options.borrow_path, if set
+};
+
+absl::StatusOr<ModelFiles> OpenModelFiles(const ModelHostOptions& options) {
+  ModelFiles m;
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(options.model_path);
+  if (!file.ok()) return file.status();
+  m.file = std::move(*file);
+  absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tk = tok::Tokenizer::FromGguf(*m.file);
+  if (!tk.ok()) return tk.status();
+  m.tokenizer = std::move(*tk);
+  if (options.borrow_path.empty()) return m;
+  const std::string& path = options.borrow_path;
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> borrow = gguf::GgufFile::Open(path);
+  if (!borrow.ok()) {
+    return absl::Status(borrow.status().code(),
+                        absl::StrCat("--borrow-from ", path, ": ", borrow.status().message()));
   }
-  absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tk = tok::Tokenizer::FromGguf(**file);
-  if (!tk.ok()) {
-    return absl::Status(tk.status().code(),
-                        absl::StrCat("--borrow-from ", path, ": ", tk.status().message()));
+  absl::StatusOr<std::unique_ptr<tok::Tokenizer>> btk = tok::Tokenizer::FromGguf(**borrow);
+  if (!btk.ok()) {
+    return absl::Status(btk.status().code(),
+                        absl::StrCat("--borrow-from ", path, ": ", btk.status().message()));
   }
-  if ((*tk)->Fingerprint() != tokenizer_->Fingerprint()) {
+  if ((*btk)->Fingerprint() != m.tokenizer->Fingerprint()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model %s and --borrow-from %s have different vocabularies (fingerprints %016x and "
         "%016x): a draft borrows tensors only from its own target",
-        options_.model_path, path, tokenizer_->Fingerprint(), (*tk)->Fingerprint()));
+        options.model_path, path, m.tokenizer->Fingerprint(), (*btk)->Fingerprint()));
   }
-  borrow_file_ = std::move(*file);
-  return absl::OkStatus();
+  m.borrow = std::move(*borrow);
+  return m;
 }
+
+// CPU threads of one rank: thread ranks share this process's cores, a rank process has its own.
+int32_t ThreadsPerRank(const ModelHostOptions& options) {
+  const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int32_t shares = options.rendezvous.empty() ? options.world_size : 1;
+  return std::max(1, (options.threads > 0 ? options.threads : cores) / shares);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOptions& options) {
   if (options.model_path.empty()) return absl::InvalidArgumentError("model path is required");
@@ -150,21 +179,13 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelHostOption
   }
   std::unique_ptr<ModelHost> h(new ModelHost());
   h->options_ = options;
-  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(options.model_path);
-  if (!file.ok()) return file.status();
-  h->file_ = std::move(*file);
-  absl::StatusOr<std::unique_ptr<tok::Tokenizer>> tk = tok::Tokenizer::FromGguf(*h->file_);
-  if (!tk.ok()) return tk.status();
-  h->tokenizer_ = std::move(*tk);
-  if (!options.borrow_path.empty()) {
-    absl::Status st = h->OpenBorrowFile();
-    if (!st.ok()) return st;
-  }
+  absl::StatusOr<ModelFiles> files = OpenModelFiles(options);
+  if (!files.ok()) return files.status();
+  h->file_ = std::move(files->file);
+  h->tokenizer_ = std::move(files->tokenizer);
+  h->borrow_file_ = std::move(files->borrow);
   const int32_t N = options.world_size;
-  const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  // Thread ranks share this process's cores; a rank process has its own.
-  const int32_t threads = std::max(
-      1, (options.threads > 0 ? options.threads : cores) / (options.rendezvous.empty() ? N : 1));
+  const int32_t threads = ThreadsPerRank(options);
   engine::Communicator* comm0 = &h->local_comm_;
   if (N > 1 && !options.rendezvous.empty()) {
     // Rank processes: this one is rank 0; the others run ServeRank in their own processes.
@@ -384,14 +405,8 @@ absl::Status ModelHost::ServeRank(const ModelHostOptions& options) {
         "a rank process needs --rank in [1, --world-size) and --rendezvous; got rank ",
         options.rank, " of ", options.world_size));
   }
-  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(options.model_path);
-  if (!file.ok()) return file.status();
-  std::unique_ptr<gguf::GgufFile> borrow;
-  if (!options.borrow_path.empty()) {
-    absl::StatusOr<std::unique_ptr<gguf::GgufFile>> b = gguf::GgufFile::Open(options.borrow_path);
-    if (!b.ok()) return b.status();
-    borrow = std::move(*b);
-  }
+  absl::StatusOr<ModelFiles> files = OpenModelFiles(options);
+  if (!files.ok()) return files.status();
   absl::StatusOr<std::unique_ptr<engine::GlooCommunicator>> comm =
       engine::GlooCommunicator::Connect(MakeGlooOptions(options));
   if (!comm.ok()) return comm.status();
@@ -399,9 +414,8 @@ absl::Status ModelHost::ServeRank(const ModelHostOptions& options) {
   rank.comm = std::move(*comm);
   rank.command_wait =
       std::chrono::milliseconds(static_cast<int64_t>((options.tp_timeout_s + 5) * 1000));
-  const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const int32_t threads = options.threads > 0 ? options.threads : cores;
-  absl::StatusOr<Shard> shard = LoadShard(**file, borrow.get(), options, rank.comm.get(), threads);
+  absl::StatusOr<Shard> shard =
+      LoadShard(*files->file, files->borrow.get(), options, rank.comm.get(), ThreadsPerRank(options));
   if (!shard.ok()) return shard.status();
   rank.backend = std::move(shard->backend);
   rank.model = std::move(shard->model);

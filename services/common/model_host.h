@@ -109,7 +109,6 @@ class ModelHost final : public engine::ModelRunner {
 
  private:
   ModelHost() = default;
-  absl::Status OpenBorrowFile();  // options_.borrow_path: same vocabulary, kept mapped
   struct Rank;           // a rank > 0: its shard, cache and thread
   struct Command;        // what rank 0 broadcasts before each state change
   // Rank 0 side: hands `c` (and for a forward, the batch) to the other ranks.

@@ -216,6 +216,39 @@ TEST_F(WorkersTest, DistilledDraftServiceBorrowsTheTargetsEmbeddings) {
   }
 }
 
+// A --borrow-from file with another vocabulary is refused by name on rank 0 (Load) and by a
+// rank process (ServeRank) alike, before the rank process joins its group: every rank opens its
+// files through the same checked step.
+TEST_F(WorkersTest, EveryRankRefusesABorrowFileWithAnotherVocabulary) {
+  testing::TinyModelSpec lean;
+  lean.seed = 78;
+  lean.omit_token_embd = true;
+  const std::string lean_path = ::testing::TempDir() + "/svc_lean_draft.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(lean, lean_path).ok());
+  testing::TinyModelSpec other;
+  other.seed = 79;
+  other.vocab_size = 400;  // another vocabulary
+  const std::string other_path = ::testing::TempDir() + "/svc_other_vocab.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(other, other_path).ok());
+  ModelHostOptions o;
+  o.model_path = lean_path;
+  o.borrow_path = other_path;
+  o.kv_blocks = 64;
+  o.max_batch_tokens = 64;
+  auto expect_refused = [&](const absl::Status& st, const char* who) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << who << ": " << st;
+    EXPECT_NE(st.message().find("different vocabularies"), std::string::npos) << who << ": " << st;
+    EXPECT_NE(st.message().find(lean_path), std::string::npos) << who << ": " << st;
+    EXPECT_NE(st.message().find(other_path), std::string::npos) << who << ": " << st;
+  };
+  expect_refused(ModelHost::Load(o).status(), "rank 0");
+  o.world_size = 2;
+  o.rank = 1;
+  o.rendezvous = "127.0.0.1:1";  // never reached: the files are checked first
+  o.tp_connect_timeout_s = 1;
+  expect_refused(ModelHost::ServeRank(o), "rank process 1");
+}
+
 // A rank > 0 whose forward fails (an injected fault) fails the step on rank 0 with that rank's
 // message, instead of leaving rank 0 waiting in an all-reduce; the ranks stay in step, so the
 // host keeps serving other calls (and a fault on rank 0 is reported the same way).
