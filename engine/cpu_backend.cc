@@ -15,13 +15,8 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads) : pool_(threads) {}
   std::string_view name() const override { return "cpu"; }
   std::unique_ptr<uint8_t[]> PackWeight(kernels::WeightMatrix* w) override {
-    const int64_t bytes = kernels::cpu::PackedWeightBytes(*w);
-    if (bytes == 0 || !kernels::cpu::PackingEnabled()) return nullptr;
-    auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(bytes) + 63);
-    auto* out = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t{63});
-    kernels::cpu::PackWeight(*w, out);
-    w->packed = out;
-    return buf;
+    if (!kernels::cpu::PackingEnabled()) return nullptr;
+    return kernels::cpu::PackWeightCopy(w);
   }
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
     kernels::cpu::MatMul(pool_, w, x, T, y);

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,16 +60,6 @@ std::vector<uint8_t> MakeWeights(const TypeSpec& s, int64_t rows, int64_t cols, 
     }
   }
   return w;
-}
-
-// w packed into buf (cpu::PackWeight), or nullptr for a type without a packed layout.
-const uint8_t* Pack(const WeightMatrix& w, std::vector<uint8_t>& buf) {
-  const int64_t bytes = cpu::PackedWeightBytes(w);
-  if (bytes == 0) return nullptr;
-  buf.assign(static_cast<size_t>(bytes) + 64, 0);
-  auto* out = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
-  cpu::PackWeight(w, out);
-  return out;
 }
 
 template <class F>
@@ -140,8 +131,7 @@ int Main(int argc, char** argv) {
     uint64_t rb;
     std::vector<uint8_t> wb = MakeWeights(s, rows, cols, &rb);
     WeightMatrix w{s.type, wb.data(), rows, cols, rb};
-    std::vector<uint8_t> pb;
-    if (packed) w.packed = Pack(w, pb);
+    std::unique_ptr<uint8_t[]> pb = packed ? cpu::PackWeightCopy(&w) : nullptr;
     for (int64_t T : {1, 2, 4, 8, 16, 64}) {
       if (only_t > 0 && T != only_t) continue;
       const uint64_t c = MinCycles(reps, [&] { cpu::MatMul(pool1, w, x.data(), T, y.data()); });
@@ -164,10 +154,12 @@ int Main(int argc, char** argv) {
     const int64_t copies = std::max<int64_t>(2, (int64_t{128} << 20) / one.size() + 1);
     std::vector<uint8_t> all(one.size() * copies);
     for (int64_t c = 0; c < copies; ++c) std::memcpy(all.data() + c * one.size(), one.data(), one.size());
-    std::vector<std::vector<uint8_t>> packs(packed ? copies : 0);
+    std::vector<std::unique_ptr<uint8_t[]>> packs;
     std::vector<const uint8_t*> packed_at(copies, nullptr);
-    for (int64_t c = 0; c < static_cast<int64_t>(packs.size()); ++c) {
-      packed_at[c] = Pack(WeightMatrix{st.s.type, all.data() + c * one.size(), st.rows, st.cols, rb}, packs[c]);
+    for (int64_t c = 0; packed && c < copies; ++c) {
+      WeightMatrix copy{st.s.type, all.data() + c * one.size(), st.rows, st.cols, rb};
+      packs.push_back(cpu::PackWeightCopy(&copy));
+      packed_at[c] = copy.packed;
     }
     for (int threads : {1, 2}) {
       cpu::ThreadPool& pool = threads == 1 ? pool1 : pool2;

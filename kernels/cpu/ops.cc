@@ -333,6 +333,16 @@ void PackWeight(const WeightMatrix& w, uint8_t* out) {
   }
 }
 
+std::unique_ptr<uint8_t[]> PackWeightCopy(WeightMatrix* w) {
+  const int64_t bytes = PackedWeightBytes(*w);
+  if (bytes == 0) return nullptr;
+  auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(bytes) + 63);
+  auto* out = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t{63});
+  PackWeight(*w, out);
+  w->packed = out;
+  return buf;
+}
+
 // ------------------------------------------------------------ ops
 
 void MatMul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t T, float* y) {
@@ -356,8 +366,9 @@ void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* 
   const Backend& be = Be();
   const int64_t K = ws[0].cols;
   // Packed weights are read by whole 16-row groups; the others by 8-row groups.
+  auto reads_packed = [&](const WeightMatrix& w) { return w.packed != nullptr && be.matmul_q_packed != nullptr; };
   bool any_packed = false;
-  for (int i = 0; i < n; ++i) any_packed |= ws[i].packed != nullptr && be.matmul_q_packed != nullptr;
+  for (int i = 0; i < n; ++i) any_packed |= reads_packed(ws[i]);
   // weight rows per work unit (the quantized kernels' row group)
   const int64_t kTileRows = any_packed ? internal::kPackRows : 8;
   // Work units: tiles of kTileRows rows of each matrix in turn.
@@ -416,7 +427,7 @@ void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* 
     static thread_local std::vector<float> buf;
     float* scratch = Scratch(buf, scratch_n);
     for_rows(b, e, [&](int i, int64_t r0, int64_t r1) {
-      if (ws[i].packed != nullptr && be.matmul_q_packed != nullptr) {
+      if (reads_packed(ws[i])) {
         be.matmul_q_packed(ws[i], act, act_s, act_d, T, r0, r1, ys[i], scratch);
       } else {
         be.matmul_q(ws[i], act, act_s, act_d, T, r0, r1, ys[i], scratch);

@@ -13,6 +13,7 @@
 #define SPECD_KERNELS_CPU_OPS_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernel_types.h"
@@ -51,8 +52,11 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
 // stay valid: paths without a packed kernel, e.g. the generic ISA, read it).
 // PackingEnabled: whether the active ISA reads packed weights and SPECD_KERNELS_PACK is not
 // "0" (the switch that lets one binary measure packed against unpacked).
+// PackWeightCopy: allocates w's packed copy (64-byte aligned), writes it and points w->packed
+// at it; returns the buffer that owns it, or nullptr (w unchanged) for a type without one.
 int64_t PackedWeightBytes(const WeightMatrix& w);
 void PackWeight(const WeightMatrix& w, uint8_t* out);
+std::unique_ptr<uint8_t[]> PackWeightCopy(WeightMatrix* w);
 bool PackingEnabled();
 
 // Instruction-set path in use. The default is the best the CPU supports (AVX-512 VNNI, then

@@ -1008,11 +1008,9 @@ TEST(CrossBackend, PackedMatMulIsBitwiseUnpacked) {
         Weights w = RandWeights(rng, ti, rows, cols);
         const int64_t bytes = cpu::PackedWeightBytes(w.m);
         ASSERT_EQ(bytes, (rows + 15) / 16 * (cols / 32) * (ti.type == GgmlType::kQ8_0 ? 576 : 320)) << ti.name;
-        std::vector<uint8_t> buf(static_cast<size_t>(bytes) + 64);
-        auto* packed = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
-        cpu::PackWeight(w.m, packed);
         WeightMatrix wp = w.m;
-        wp.packed = packed;
+        const std::unique_ptr<uint8_t[]> buf = cpu::PackWeightCopy(&wp);
+        ASSERT_NE(wp.packed, nullptr);
         const std::vector<float> wf = DequantAll(w.m);
         for (int64_t T : {1, 2, 3, 4, 5, 7, 8, 9, 12, 17}) {
           std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f), yr(T * rows);
