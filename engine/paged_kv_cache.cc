@@ -224,15 +224,21 @@ void PagedKvCache::DropCache() {
 }
 
 void PagedKvCache::CopyRows(int32_t from, int32_t to, int32_t rows) {
-  // A block is [kv_heads][block_size][head_dim] per layer (kernels::PagedKvLayer::Index).
+  // A block is [kv_heads][block_size][head_dim] per layer for V, and for K each head's slab
+  // is transposed to [head_dim][block_size] (kernels::PagedKvLayer::VIndex, KIndex).
   const size_t es = KvDtypeBytes(config_.dtype);
   const size_t row = static_cast<size_t>(config_.head_dim) * es;
   const size_t head = static_cast<size_t>(config_.block_size) * row;
   const size_t block = static_cast<size_t>(config_.num_kv_heads) * head;
+  const size_t key_dim = static_cast<size_t>(config_.block_size) * es;  // one dim of a K slab
   for (int32_t l = 0; l < config_.num_layers; ++l) {
-    for (uint8_t* pool : {k_pools_[l], v_pools_[l]}) {
-      for (int32_t h = 0; h < config_.num_kv_heads; ++h) {
-        std::memcpy(pool + to * block + h * head, pool + from * block + h * head, rows * row);
+    uint8_t* k = k_pools_[l];
+    uint8_t* v = v_pools_[l];
+    for (int32_t h = 0; h < config_.num_kv_heads; ++h) {
+      std::memcpy(v + to * block + h * head, v + from * block + h * head, rows * row);
+      for (int32_t i = 0; i < config_.head_dim; ++i) {
+        std::memcpy(k + to * block + h * head + i * key_dim, k + from * block + h * head + i * key_dim,
+                    rows * es);
       }
     }
   }

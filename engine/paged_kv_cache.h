@@ -163,7 +163,8 @@ class PagedKvCache {
   KvCacheConfig config_;
   BlockAllocator allocator_;
   uint64_t pool_bytes_ = 0;
-  // per layer, each [num_blocks, kv_heads, block_size, head_dim] (kernels::PagedKvLayer)
+  // per layer, each [num_blocks, kv_heads, block_size, head_dim], K slabs transposed
+  // (kernels::PagedKvLayer)
   std::vector<uint8_t*> k_pools_, v_pools_;
   absl::flat_hash_map<SeqId, Sequence> seqs_;
 };

@@ -24,9 +24,10 @@ struct WeightMatrix {
 
 enum class KvDtype { kF16, kBF16, kF32 };
 
-// One layer's paged KV pool: k, v: [num_blocks, num_kv_heads, block_size, head_dim].
+// One layer's paged KV pool: v: [num_blocks, num_kv_heads, block_size, head_dim], k the
+// same with each (block, head) slab transposed to [head_dim, block_size] (KIndex below).
 // A token's slot is block * block_size + offset. Head-major inside a block: one kv head's
-// keys of a block are one contiguous run, which attention reads as a stream (token-major
+// keys (and values) of a block are one contiguous run, which attention reads as a stream (token-major
 // rows made it gather 128-byte slices at a 384-byte stride, and wait on memory twice as long).
 struct PagedKvLayer {
   KvDtype dtype;
@@ -37,14 +38,25 @@ struct PagedKvLayer {
   int32_t num_kv_heads;
   int32_t head_dim;
 
-  // Element index of dim 0 of kv head h of the token at `offset` in `block`; the block's
-  // next offsets follow at a stride of head_dim.
-  int64_t Index(int64_t block, int64_t offset, int32_t h) const {
+  // V: element index of dim 0 of kv head h of the token at `offset` in `block`; the
+  // token's dims follow contiguously and the block's next offsets at a stride of head_dim
+  // ([num_blocks][kv_heads][block_size][head_dim]).
+  int64_t VIndex(int64_t block, int64_t offset, int32_t h) const {
     return ((block * num_kv_heads + h) * block_size + offset) * head_dim;
   }
   // The same for the token in `slot`.
-  int64_t Index(int64_t slot, int32_t h) const {
-    return Index(slot / block_size, slot % block_size, h);
+  int64_t VIndex(int64_t slot, int32_t h) const {
+    return VIndex(slot / block_size, slot % block_size, h);
+  }
+  // K is stored transposed inside a block, [num_blocks][kv_heads][head_dim][block_size], so
+  // one dim of a block's keys is contiguous: the attention kernels vectorise across keys,
+  // which keeps each score one FMA chain over the dims in order. Element index of dim i of
+  // kv head h of the token at `offset` in `block`.
+  int64_t KIndex(int64_t block, int64_t offset, int32_t h, int32_t i) const {
+    return ((block * num_kv_heads + h) * head_dim + i) * block_size + offset;
+  }
+  int64_t KIndex(int64_t slot, int32_t h, int32_t i) const {
+    return KIndex(slot / block_size, slot % block_size, h, i);
   }
 };
 

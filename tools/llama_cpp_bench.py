@@ -5,7 +5,9 @@ lengths as specd-bench's Runner. Needs llama-cpp-python (PyPI;
 scripts/install_llama_cpp_python.sh). Prints three lines:
   llama-cpp-python version=V
   llama.cpp decode=X prefill128=Y prefill512=Z
-  llama.cpp batch4=X4 batch16=X16"""
+  llama.cpp batch4=X4 batch16=X16
+or, with --prefill-lengths N,N,... (specd-bench --prefill), the version and one line a length:
+  llama.cpp prefill_len=N tok_s=X"""
 import sys
 import time
 
@@ -69,10 +71,15 @@ def batched_decode(llm, threads, n_vocab, steps, plen=32, max_seqs=16):
 
 def main():
     path, threads = sys.argv[1], int(sys.argv[2])
+    # --prefill-lengths 512,4096: only prefill tok/s at those prompt lengths (best of 2).
+    lengths = []
+    if len(sys.argv) > 4 and sys.argv[3] == "--prefill-lengths":
+        lengths = [int(n) for n in sys.argv[4].split(",")]
     # n_batch = n_ubatch = 512 like our max_batch_tokens, so a 512-token prompt is one pass.
     # flash_attn: llama.cpp's own default ("auto") turns it on for CPU, and it is faster here;
     # llama-cpp-python would otherwise force it off.
-    llm = Llama(model_path=path, n_ctx=1024, n_threads=threads, n_threads_batch=threads,
+    n_ctx = max([1024] + [n + 16 for n in lengths])
+    llm = Llama(model_path=path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, n_ubatch=512, flash_attn=True, logits_all=False, verbose=False)
     n_vocab = llm.n_vocab()
 
@@ -96,6 +103,12 @@ def main():
     llm.reset()
     llm.eval([100 + i for i in range(8)])
     last_logits()
+
+    if lengths:
+        print(f"llama-cpp-python version={llama_cpp.__version__}")
+        for n in lengths:
+            print(f"llama.cpp prefill_len={n} tok_s={prefill(n, 2):.2f}", flush=True)
+        return
 
     # Decode first, in the same order as specd-bench: 32-token prompt, then 64 greedy steps,
     # best of 3.

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -192,12 +193,51 @@ struct Runner {
   }
 };
 
+// Attention alone, as a prefill of `len` tokens in chunks of `chunk` runs it: each chunk's
+// queries against the keys so far, with the model's head shapes on one layer's paged KV
+// (f16, random values), times the model's layers; best of `reps`, in seconds. The engine's
+// own kernel (kernels::cpu::PagedAttention) on the threads of `pool`.
+double PrefillAttentionSeconds(const engine::ModelConfig& cfg, int len, int chunk, int reps,
+                               kernels::cpu::ThreadPool& pool) {
+  const int32_t hq = cfg.num_heads, hkv = cfg.num_kv_heads, d = cfg.head_dim, bs = 16;
+  const int64_t blocks = (len + bs - 1) / bs;
+  std::vector<uint16_t> k(blocks * hkv * bs * d), v(k.size());
+  uint32_t x = 12345;
+  auto next = [&] {  // xorshift: f16 values in about [-1, 1)
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    return static_cast<uint16_t>(0x3800 + (x & 0x3ff) + ((x >> 10) & 1) * 0x8000);
+  };
+  for (auto& e : k) e = next();
+  for (auto& e : v) e = next();
+  const kernels::PagedKvLayer layer{kernels::KvDtype::kF16, k.data(), v.data(), blocks, bs, hkv, d};
+  std::vector<int32_t> table(blocks);
+  for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
+  std::vector<float> q(static_cast<size_t>(chunk) * hq * d), out(q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(static_cast<int>(i % 17) - 8) / 8.0f;
+  std::vector<int32_t> positions(chunk);
+  std::vector<const int32_t*> tables(chunk, table.data());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int done = 0; done < len; done += chunk) {
+      const int n = std::min(chunk, len - done);
+      for (int i = 0; i < n; ++i) positions[i] = done + i;
+      kernels::cpu::PagedAttention(pool, q.data(), n, hq, positions.data(), tables.data(), layer,
+                                   scale, out.data());
+    }
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  return best * cfg.num_layers;
+}
+
 struct LlamaCppFigures {
   bool importable = false;  // `python -c 'import llama_cpp'` succeeded
   bool ok = false;          // and the bench printed its figures
   double decode = 0, prefill128 = 0, prefill512 = 0;
   double batch4 = 0, batch16 = 0;  // decode tok/s, 0 when the script did not print them
   std::string version = "?";  // llama-cpp-python's
+  std::vector<std::pair<int, double>> prefill_at;  // --prefill mode: (length, tok/s)
 };
 
 // Single-quotes `s` for /bin/sh: paths may hold spaces.
@@ -210,14 +250,17 @@ std::string ShellQuote(const std::string& s) {
 // Runs tools/llama_cpp_bench.py with `python` (any interpreter that can import llama_cpp,
 // e.g. the venv of scripts/install_llama_cpp_python.sh). The script's stderr is left through
 // so that a failure is visible; the import probe stays quiet, as "not installed" is normal.
+// With prefill_lengths (e.g. "512,4096") the script measures only prefill at those lengths.
 LlamaCppFigures RunLlamaCpp(const std::string& python, const std::string& script,
-                            const std::string& model, int threads) {
+                            const std::string& model, int threads,
+                            const std::string& prefill_lengths = "") {
   LlamaCppFigures f;
   const std::string py = ShellQuote(python);
   f.importable = std::system((py + " -c 'import llama_cpp' >/dev/null 2>&1").c_str()) == 0;
   if (!f.importable) return f;
-  const std::string cmd = absl::StrFormat("%s %s %s %d", py, ShellQuote(script),
-                                          ShellQuote(model), threads);
+  std::string cmd = absl::StrFormat("%s %s %s %d", py, ShellQuote(script), ShellQuote(model),
+                                    threads);
+  if (!prefill_lengths.empty()) cmd += " --prefill-lengths " + ShellQuote(prefill_lengths);
   std::fflush(stdout);
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return f;
@@ -233,12 +276,43 @@ LlamaCppFigures RunLlamaCpp(const std::string& python, const std::string& script
     } else if (std::sscanf(line, "llama.cpp batch4=%lf batch16=%lf", &a, &b) == 2) {
       f.batch4 = a;
       f.batch16 = b;
+    } else if (int n = 0; std::sscanf(line, "llama.cpp prefill_len=%d tok_s=%lf", &n, &a) == 2) {
+      f.prefill_at.emplace_back(n, a);
+      f.ok = a > 0;
     } else if (std::sscanf(line, "llama-cpp-python version=%63s", version) == 1) {
       f.version = version;
     }
   }
   if (pclose(p) != 0) f.ok = false;
   return f;
+}
+
+// Prefill tok/s at each length (one sequence, in max_batch_tokens chunks, best of 2), each as
+// a ratio of the first length's figure; attention's share of it (the same shapes timed
+// alone) and attention's float-FLOP floor at the FMA rate measured now.
+void PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& model,
+                           const std::vector<int>& lengths, int threads) {
+  kernels::cpu::ThreadPool pool(threads);
+  const double gflops = kernels::cpu::MeasureFloatGflops(pool);
+  const engine::ModelConfig& cfg = model.config();
+  const int chunk = model.options().max_batch_tokens;
+  std::printf("prefill at length (one sequence, chunks of %d, best of 2); attention timed alone in "
+              "the same shapes; float FMA peak measured now: %.1f GFLOP/s on %d threads\n",
+              chunk, gflops, threads);
+  double first = 0;
+  for (int len : lengths) {
+    const double tps = r.Prefill(len, 2);
+    if (first == 0) first = tps;
+    const double total = len / tps;
+    const double attn = PrefillAttentionSeconds(cfg, len, chunk, 2, pool);
+    // q.k and p.v: 2 flops per multiply-add, d of each per (query, head, key seen).
+    const double flops = 4.0 * cfg.head_dim * cfg.num_heads * cfg.num_layers * 0.5 * len * (len + 1.0);
+    const double floor = flops / (gflops * 1e9);
+    std::printf("  prefill %5d: %8.1f tok/s (%.2fx of %d) | attention %.2f s of %.2f s (%.0f%%), "
+                "its float floor %.2f s: %.0f%% of peak\n",
+                len, tps, tps / first, lengths[0], attn, total, 100 * attn / total, floor,
+                100 * floor / attn);
+  }
 }
 
 // tools/llama_cpp_bench.py: $SPECD_SOURCE_DIR/tools, else next to the binary, else the
@@ -267,6 +341,8 @@ int Main(int argc, char** argv) {
   }
   int only_batch = 0;  // --only-decode N: just decode at batch N, for profiling
   std::vector<int> depths;  // --depth N,N,...: decode at these context lengths, bytes per step
+  std::vector<int> prefill_lens;  // --prefill N,N,...: prefill at these prompt lengths
+  std::string prefill_arg;
   bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
   SpecBenchOptions spec;
   for (int i = 1; i < argc; ++i) {
@@ -291,6 +367,17 @@ int Main(int argc, char** argv) {
           return 2;
         }
         depths.push_back(d);
+      }
+    } else if (a == "--prefill" && i + 1 < argc) {
+      prefill_arg = argv[++i];
+      for (absl::string_view part : absl::StrSplit(prefill_arg, ',')) {
+        int n = 0;
+        if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 32768) {
+          std::fprintf(stderr, "specd-bench: --prefill: expected prompt lengths 1..32768, got %s\n",
+                       std::string(part).c_str());
+          return 2;
+        }
+        prefill_lens.push_back(n);
       }
     } else if (a == "--no-llama-cpp") {
       with_llama_cpp = false;
@@ -340,6 +427,8 @@ int Main(int argc, char** argv) {
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
                    "[--no-llama-cpp | --llama-cpp-python PYTHON] [--only-decode BATCH]\n"
                    "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N]\n"
+                   "       specd-bench --prefill N[,N...] [-m FILE.gguf] [-t THREADS] "
+                   "[--no-llama-cpp | --llama-cpp-python PYTHON]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
@@ -374,6 +463,7 @@ int Main(int argc, char** argv) {
   }
   int max_depth = 0;
   for (int d : depths) max_depth = std::max(max_depth, d);
+  for (int n : prefill_lens) max_depth = std::max(max_depth, n);
   const int32_t blocks = 16 * ((32 + steps) / 16 + 2) + 40 + (max_depth + steps) / 16 + 2;
   auto kv = engine::PagedKvCache::Create(
       (*model)->MakeKvCacheConfig(blocks, 16, kernels::KvDtype::kF16));
@@ -407,6 +497,23 @@ int Main(int argc, char** argv) {
                   "step = %.2f GB/s, %.0f%% of the measured %.2f GB/s\n",
                   d, tps, tps / short_ctx, kv_mb, weight_mb, gbs, 100 * gbs / bandwidth,
                   bandwidth);
+    }
+    return 0;
+  }
+  if (!prefill_lens.empty()) {
+    PrintPrefillAtLengths(r, **model, prefill_lens, threads);
+    if (with_llama_cpp) {
+      const LlamaCppFigures l = RunLlamaCpp(llama_python, FindLlamaCppScript(argv[0]), model_path,
+                                            threads, prefill_arg);
+      if (!l.ok) {
+        std::printf("llama.cpp: not measured (%s cannot import llama_cpp or its script failed; "
+                    "see scripts/install_llama_cpp_python.sh and --llama-cpp-python)\n",
+                    llama_python.c_str());
+      }
+      for (const auto& [n, tps] : l.prefill_at) {
+        std::printf("  llama.cpp (llama-cpp-python %s, same file and threads) prefill %5d: "
+                    "%8.1f tok/s\n", l.version.c_str(), n, tps);
+      }
     }
     return 0;
   }

@@ -24,7 +24,7 @@ inline constexpr int32_t kAttnChunk = 64;
 // Prefill tiles: up to this many consecutive queries of one sequence share one item, so a
 // backend may load (and convert) each key chunk once for all of them. Every query is still
 // computed alone, in the same order, so the tile changes no bit of any output.
-inline constexpr int32_t kAttnTile = 16;
+inline constexpr int32_t kAttnTile = 64;
 
 // One attention work item: chunks [c0, c1) of the pair (t, kv head h), or with tokens > 1
 // all chunks of the pairs (t .. t + tokens - 1, h): consecutive positions of one sequence.
@@ -64,13 +64,17 @@ struct AttnArgs {
 inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {
   return static_cast<int64_t>(group) * (head_dim + 2);
 }
+// Bytes a backend may keep per query row of a tile (a row descriptor).
+inline constexpr int32_t kAttnRowBytes = 64;
 // Scratch floats one thread needs for attention items: K/V rows of one chunk
-// [kAttnChunk][d], scores [kAttnTile][group][kAttnChunk], and per query of a tile one
-// chunk's partial and its fold state ([kAttnTile] each; a single query uses the first).
+// [kAttnChunk][d], scores [kAttnTile][group][kAttnChunk], per query of a tile one chunk's
+// partial and its fold state ([kAttnTile] each; a single query uses the first), and
+// kAttnRowBytes per query row of a tile, 64-byte aligned.
 inline int64_t AttnScratchFloats(int32_t group, int32_t head_dim) {
   return static_cast<int64_t>(kAttnChunk) * head_dim +
          static_cast<int64_t>(kAttnTile) * group * kAttnChunk +
-         2 * kAttnTile * AttnPartialFloats(group, head_dim) + 64;
+         2 * kAttnTile * AttnPartialFloats(group, head_dim) +
+         static_cast<int64_t>(kAttnTile) * group * (kAttnRowBytes / 4) + 16 + 64;
 }
 
 // Folding the next chunk's partial into state, the part every backend shares: moves the
@@ -171,6 +175,10 @@ struct Backend {
   void (*matmul_q_packed)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
                           const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y,
                           float* scratch);
+  // Benchmarks only: `iters` rounds of independent float FMA chains at the attention
+  // kernels' vector width, the float floor attention is held against. Adds the flops done
+  // to *flops; returns a value that depends on every chain (so none is optimised away).
+  float (*fma_probe)(int64_t iters, int64_t* flops);
 };
 
 // The packed weight layout (cpu::PackWeight). Rows go in groups of kPackRows (the last

@@ -5,7 +5,9 @@
 #endif
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -127,7 +129,7 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
       float dot = 0.0f;
-      for (int32_t i = 0; i < d; ++i) dot += q[i] * KvLoad(kv, kv.k, kv.Index(slot, h) + i);
+      for (int32_t i = 0; i < d; ++i) dot += q[i] * KvLoad(kv, kv.k, kv.KIndex(slot, h, i));
       s[j - j0] = dot * a.scale;
       mx = s[j - j0] > mx ? s[j - j0] : mx;
     }
@@ -140,7 +142,7 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     for (int32_t i = 0; i < d; ++i) o[i] = 0.0f;
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * KvLoad(kv, kv.v, kv.Index(slot, h) + i);
+      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * KvLoad(kv, kv.v, kv.VIndex(slot, h) + i);
     }
     m[g] = mx;
     l[g] = sum;
@@ -198,9 +200,20 @@ void GenToF16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = ref::F32ToF16(src[i]);
 }
 
+float GenFmaProbe(int64_t iters, int64_t* flops) {
+  float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (int64_t it = 0; it < iters; ++it) {
+    for (float& a : acc) a = a * 0.999f + 1e-3f;
+  }
+  *flops += iters * 8 * 2;
+  float sum = 0;
+  for (float a : acc) sum += a;
+  return sum;
+}
+
 const Backend kGeneric = {
     GenQuantizeAct, GenMatMulQ, GenMatMulF, GenRmsNorm, GenSwiGlu, GenSoftmax, GenAttention,
-    GenAttentionMerge, GenToF16, nullptr,
+    GenAttentionMerge, GenToF16, nullptr, GenFmaProbe,
 };
 
 // ------------------------------------------------------------ dispatch
@@ -533,20 +546,28 @@ void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const 
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0 || slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
     for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
-      const int64_t dst = kv.Index(slots[t], h), src = t * row + static_cast<int64_t>(h) * d;
+      const int64_t src = t * row + static_cast<int64_t>(h) * d;
+      const int64_t vdst = kv.VIndex(slots[t], h), kdst = kv.KIndex(slots[t], h, 0);
+      const int64_t kstride = kv.block_size;  // K is transposed inside its block
       switch (kv.dtype) {
         case KvDtype::kF32:
-          std::memcpy(static_cast<float*>(kv.k) + dst, k + src, d * sizeof(float));
-          std::memcpy(static_cast<float*>(kv.v) + dst, v + src, d * sizeof(float));
+          std::memcpy(static_cast<float*>(kv.v) + vdst, v + src, d * sizeof(float));
+          for (int32_t i = 0; i < d; ++i) static_cast<float*>(kv.k)[kdst + i * kstride] = k[src + i];
           break;
-        case KvDtype::kF16:
-          be.to_f16(k + src, static_cast<uint16_t*>(kv.k) + dst, d);
-          be.to_f16(v + src, static_cast<uint16_t*>(kv.v) + dst, d);
+        case KvDtype::kF16: {
+          be.to_f16(v + src, static_cast<uint16_t*>(kv.v) + vdst, d);
+          uint16_t row_f16[512];  // d <= 512 on this path (PagedAttention's check)
+          for (int32_t i0 = 0; i0 < d; i0 += 512) {
+            const int32_t n = d - i0 < 512 ? d - i0 : 512;
+            be.to_f16(k + src + i0, row_f16, n);
+            for (int32_t i = 0; i < n; ++i) static_cast<uint16_t*>(kv.k)[kdst + (i0 + i) * kstride] = row_f16[i];
+          }
           break;
+        }
         case KvDtype::kBF16:
           for (int32_t i = 0; i < d; ++i) {
-            static_cast<uint16_t*>(kv.k)[dst + i] = ref::F32ToBF16(k[src + i]);
-            static_cast<uint16_t*>(kv.v)[dst + i] = ref::F32ToBF16(v[src + i]);
+            static_cast<uint16_t*>(kv.k)[kdst + i * kstride] = ref::F32ToBF16(k[src + i]);
+            static_cast<uint16_t*>(kv.v)[vdst + i] = ref::F32ToBF16(v[src + i]);
           }
           break;
       }
@@ -618,6 +639,24 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
       be.attention_merge(args, b, e, Scratch(buf, scratch_n));
     });
   }
+}
+
+double MeasureFloatGflops(ThreadPool& pool) {
+  const Backend& be = Be();
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<int64_t> flops(static_cast<size_t>(pool.num_threads()), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.ParallelFor(pool.num_threads(), [&](int64_t b, int64_t e) {
+      // The result only keeps the chains alive; the call through the table is not elided.
+      for (int64_t i = b; i < e; ++i) static_cast<void>(be.fma_probe(int64_t{1} << 22, &flops[i]));
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double total = 0;
+    for (int64_t f : flops) total += static_cast<double>(f);
+    best = std::max(best, total / secs / 1e9);
+  }
+  return best;
 }
 
 }  // namespace specd::kernels::cpu

@@ -59,6 +59,11 @@ void PackWeight(const WeightMatrix& w, uint8_t* out);
 std::unique_ptr<uint8_t[]> PackWeightCopy(WeightMatrix* w);
 bool PackingEnabled();
 
+// Benchmarks: the float multiply-add rate (GFLOP/s) all of pool's threads reach with the
+// attention kernels' vectors (independent FMA chains, best of 3 runs of ~0.1 s): the floor
+// attention's arithmetic is held against.
+double MeasureFloatGflops(ThreadPool& pool);
+
 // Instruction-set path in use. The default is the best the CPU supports (AVX-512 VNNI, then
 // AVX2, then generic); SPECD_KERNELS_ISA=<IsaName> or SetIsa picks another supported one
 // (not thread-safe against running kernels). kVnniEmulated runs the AVX-512 VNNI code with

@@ -1081,10 +1081,47 @@ void SwiGluRange(const float* g, const float* u, float* out, int64_t n) {
   });
 }
 
-// x[i] = exp(x[i] - mx); returns the sum.
+#if SPECD_X8_DOT == 1
+// Exp8 on 16 lanes: the same steps per lane, so the same bits.
+inline __m512 Exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3f);
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i n = _mm512_cvtps_epi32(fx);
+  const __m512 pow2 =
+      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23));
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), _mm512_mul_ps(p, pow2));
+}
+#endif
+
+// x[i] = exp(x[i] - mx); returns the sum (8 lane sums in order of the 8-blocks, then HsumPs).
 inline float ExpShiftSum(float* x, int64_t n, float mx) {
   const __m256 mv = _mm256_set1_ps(mx);
   __m256 acc = _mm256_setzero_ps();
+#if SPECD_X8_DOT == 1
+  int64_t i0 = 0;
+  // 16 at a time on AVX-512: the same exps and the same adds in the same order.
+  const __m512 mv16 = _mm512_set1_ps(mx);
+  for (; i0 + 16 <= n; i0 += 16) {
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i0), mv16));
+    _mm512_storeu_ps(x + i0, e);
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+    acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  }
+  x += i0;
+  n -= i0;
+#endif
   Map8(n, [&](int64_t i, int cnt) {
     __m256 e = Exp8(_mm256_sub_ps(LoadPartial(x + i, cnt), mv));
     if (cnt < 8) {
@@ -1156,17 +1193,16 @@ inline void LoadKvRow(KvDtype dt, const void* base, int64_t index, int32_t d, fl
   }
 }
 
-// Converts K or V rows of keys [j0, j1) of kv head h to buf [round8(n)][d] f32,
-// zeroing the padding rows.
-void LoadKvChunk(const AttnArgs& a, const void* base, int32_t t, int32_t h, int64_t j0, int64_t j1,
-                 float* buf) {
+// Converts V rows of keys [j0, j1) of kv head h to buf [round8(n)][d] f32, zeroing the
+// padding rows.
+void LoadVChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* buf) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
   const int32_t* table = a.block_tables[t];
   for (int64_t j = j0; j < j1;) {  // one contiguous run of rows per block
     const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
-    const int64_t at = kv.Index(table[j / kv.block_size], off, h);
-    for (int64_t r = 0; r < n; ++r) LoadKvRow(kv.dtype, base, at + r * d, d, buf + (j - j0 + r) * d);
+    const int64_t at = kv.VIndex(table[j / kv.block_size], off, h);
+    for (int64_t r = 0; r < n; ++r) LoadKvRow(kv.dtype, kv.v, at + r * d, d, buf + (j - j0 + r) * d);
     j += n;
   }
   const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
@@ -1175,67 +1211,236 @@ void LoadKvChunk(const AttnArgs& a, const void* base, int32_t t, int32_t h, int6
   }
 }
 
-// [sum(a0), ..., sum(a7)]
-inline __m256 Transpose8Sum(const __m256 (&acc)[8]) {
-  const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
-  const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  // u0: [a0..a3 low-half sums | a0..a3 high-half sums], u1 likewise for a4..a7
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// s[r] = dot(q, k[r]) * scale for r < n8 (n8 % 8 == 0).  q: [d]  k: [n8][d]
-void ChunkScores(const float* q, const float* k, int32_t d, int64_t n8, float scale, float* s) {
-  const __m256 sc = _mm256_set1_ps(scale);
-  for (int64_t kb = 0; kb < n8; kb += 8) {
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
-    const float* kr = k + kb * d;
-    for (int32_t i = 0; i < d; i += 8) {
-      const __m256 qv = _mm256_loadu_ps(q + i);
-#pragma GCC unroll 8
-      for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr + r * d + i), acc[r]);
+// n consecutive elements of the KV pool (any dtype) to f32.
+inline void LoadKvRun(KvDtype dt, const void* base, int64_t index, int64_t n, float* dst) {
+  int64_t r = 0;
+  if (dt == KvDtype::kF32) {
+    std::memcpy(dst, static_cast<const float*>(base) + index, sizeof(float) * n);
+    return;
+  }
+  const uint16_t* p = static_cast<const uint16_t*>(base) + index;
+  if (dt == KvDtype::kF16) {
+    for (; r + 8 <= n; r += 8) {
+      _mm256_storeu_ps(dst + r, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r))));
     }
-    _mm256_storeu_ps(s + kb, _mm256_mul_ps(Transpose8Sum(acc), sc));
-  }
-}
-
-// o[i0, i0 + 8 NV) = sum_j p[j] v[j][i0, ...).  p: [n]  v: [n][d]
-template <int NV>
-void PvBlock(const float* p, const float* v, int64_t n, int32_t d, int32_t i0, float* o) {
-  __m256 acc[NV];
-#pragma GCC unroll 8
-  for (int u = 0; u < NV; ++u) acc[u] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
-    const __m256 pj = _mm256_set1_ps(p[j]);
-    const float* vr = v + j * d + i0;
-#pragma GCC unroll 8
-    for (int u = 0; u < NV; ++u) acc[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * u), acc[u]);
-  }
-#pragma GCC unroll 8
-  for (int u = 0; u < NV; ++u) _mm256_storeu_ps(o + i0 + 8 * u, acc[u]);
-}
-
-// o[d] = sum_j p[j] v[j], in blocks of up to 64 columns held in registers.
-void ChunkPv(const float* p, const float* v, int64_t n, int32_t d, float* o) {
-  for (int32_t i0 = 0; i0 < d; i0 += 64) {
-    switch ((d - i0) / 8 < 8 ? (d - i0) / 8 : 8) {
-      case 1: PvBlock<1>(p, v, n, d, i0, o); break;
-      case 2: PvBlock<2>(p, v, n, d, i0, o); break;
-      case 3: PvBlock<3>(p, v, n, d, i0, o); break;
-      case 4: PvBlock<4>(p, v, n, d, i0, o); break;
-      case 5: PvBlock<5>(p, v, n, d, i0, o); break;
-      case 6: PvBlock<6>(p, v, n, d, i0, o); break;
-      case 7: PvBlock<7>(p, v, n, d, i0, o); break;
-      default: PvBlock<8>(p, v, n, d, i0, o); break;
+    for (; r < n; ++r) dst[r] = H2F(p[r]);
+  } else {
+    for (; r + 8 <= n; r += 8) {
+      const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r)));
+      _mm256_storeu_ps(dst + r, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; r < n; ++r) {
+      const uint32_t bits = static_cast<uint32_t>(p[r]) << 16;
+      std::memcpy(dst + r, &bits, sizeof(float));
     }
   }
 }
 
-// The KV rows of keys [j0, j1) of kv head h (runs of one head's keys per block, blocks
-// anywhere in the pool) are rarely cached after a pass over the weights: request them all up
-// front so their misses overlap.
+// K of keys [j0, j1) of kv head h, transposed: kt[i][j - j0] f32 for i < d. The pool keeps
+// K transposed inside each block (PagedKvLayer::KIndex), so this is one contiguous run per
+// (block, dim). Key columns past the chunk's end are zeroed (never used, but kept finite).
+// kt: [d][kAttnChunk]
+void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* kt) {
+  const PagedKvLayer& kv = *a.kv;
+  const int32_t d = kv.head_dim;
+  const int32_t* table = a.block_tables[t];
+  for (int64_t j = j0; j < j1;) {
+    const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
+    const int64_t at = kv.KIndex(table[j / kv.block_size], off, h, 0);
+    if (kv.dtype == KvDtype::kF16 && n == 16) {  // the common case: a whole f16 block of 16
+      const uint16_t* src = static_cast<const uint16_t*>(kv.k) + at;
+      float* dst = kt + (j - j0);
+      for (int32_t i = 0; i < d; ++i, src += kv.block_size, dst += kAttnChunk) {
+        _mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+        _mm256_storeu_ps(dst + 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8))));
+      }
+    } else {
+      for (int32_t i = 0; i < d; ++i) {
+        LoadKvRun(kv.dtype, kv.k, at + static_cast<int64_t>(i) * kv.block_size, n,
+                  kt + static_cast<int64_t>(i) * kAttnChunk + (j - j0));
+      }
+    }
+    j += n;
+  }
+  if (j1 - j0 < kAttnChunk) {
+    for (int32_t i = 0; i < d; ++i) {
+      float* row = kt + static_cast<int64_t>(i) * kAttnChunk;
+      for (int64_t c = j1 - j0; c < kAttnChunk; ++c) row[c] = 0.0f;
+    }
+  }
+}
+
+// The attention arithmetic. Each score s[r][j] is one FMA chain over the head dims in order
+// i = 0..d-1 (then times scale), and each output column o[r][c] one FMA chain over the keys
+// in order. Vectors run across keys (scores) or across output columns (PV), never across
+// a summed index, so a row's result does not depend on the vector width (AVX2 and AVX-512
+// give the same bits), on how rows are blocked, or on which other rows share the chunk.
+struct Vec8 {
+  using F = __m256;
+  static constexpr int kW = 8;
+  static F Zero() { return _mm256_setzero_ps(); }
+  static F Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static F Set1(float x) { return _mm256_set1_ps(x); }
+  static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+};
+#if SPECD_X8_DOT == 1
+struct Vec16 {
+  using F = __m512;
+  static constexpr int kW = 16;
+  static F Zero() { return _mm512_setzero_ps(); }
+  static F Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static F Set1(float x) { return _mm512_set1_ps(x); }
+  static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+};
+using AttnVec = Vec16;
+constexpr int kAttnRowBlock = 6;  // 6 rows x 4 vectors of accumulators + 4 loads: 28 of 32 zmm
+#else
+using AttnVec = Vec8;             // also the emulated VNNI build: the bits are the same
+constexpr int kAttnRowBlock = 2;  // 2 rows x 4 vectors + 4 loads + 1 broadcast: 13 of 16 ymm
+#endif
+
+// One query row's view of a key chunk: it sees the chunk's first n keys (causal).
+struct AttnRow {
+  const float* q;  // [d]
+  int64_t n;
+  float* s;        // [kAttnChunk] scores, then exp(score - m)
+  float* o;        // [d] raw output partial
+  float* m;        // score max
+  float* l;        // exp-sum
+};
+static_assert(sizeof(AttnRow) <= kAttnRowBytes, "AttnScratchFloats reserves kAttnRowBytes a row");
+
+// rows[r].s[kb, kb + 4W) = scale * q_r . k_j for RB rows.  kt: [d][kAttnChunk]
+template <class V, int RB>
+void ScoresBlock(const AttnRow* rows, const float* kt, int32_t d, int64_t kb, float scale) {
+  typename V::F acc[RB][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) acc[r][u] = V::Zero();
+  }
+  for (int32_t i = 0; i < d; ++i) {
+    const float* kr = kt + static_cast<int64_t>(i) * kAttnChunk + kb;
+    typename V::F k[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) k[u] = V::Load(kr + u * V::kW);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const typename V::F qb = V::Set1(rows[r].q[i]);
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) acc[r][u] = V::Fma(qb, k[u], acc[r][u]);
+    }
+  }
+  const typename V::F sc = V::Set1(scale);
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) V::Store(rows[r].s + kb + u * V::kW, V::Mul(acc[r][u], sc));
+  }
+}
+
+template <int RB>
+void ScoresRowBlock(const AttnRow* rows, const float* kt, int32_t d, int64_t n_max, float scale) {
+  constexpr int64_t kKeys = 4 * AttnVec::kW;
+  for (int64_t kb = 0; kb < n_max; kb += kKeys) ScoresBlock<AttnVec, RB>(rows, kt, d, kb, scale);
+}
+
+// Scores of every row against keys [0, rows' n) of the chunk (and up to the vector block past
+// it, unused).  kt: [d][kAttnChunk]
+void ScoresRows(const AttnRow* rows, int32_t R, const float* kt, int32_t d, float scale) {
+  for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
+    const int32_t rb = R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock;
+    int64_t n_max = 0;
+    for (int32_t r = r0; r < r0 + rb; ++r) n_max = rows[r].n > n_max ? rows[r].n : n_max;
+    switch (rb) {
+      case 1: ScoresRowBlock<1>(rows + r0, kt, d, n_max, scale); break;
+#if SPECD_X8_DOT == 1
+      case 3: ScoresRowBlock<3>(rows + r0, kt, d, n_max, scale); break;
+      case 4: ScoresRowBlock<4>(rows + r0, kt, d, n_max, scale); break;
+      case 5: ScoresRowBlock<5>(rows + r0, kt, d, n_max, scale); break;
+      case 6: ScoresRowBlock<6>(rows + r0, kt, d, n_max, scale); break;
+#endif
+      default: ScoresRowBlock<2>(rows + r0, kt, d, n_max, scale); break;
+    }
+  }
+}
+
+// rows[r].o[c0, c0 + NC W) = sum_{j < j1} s_r[j] v[j][c0, ...) for RB rows, over keys
+// [j0, j1): from zero when j0 == 0, otherwise continuing each column's chain from o.
+// v: [kAttnChunk][d]
+template <class V, int RB, int NC>
+void PvBlock(const AttnRow* rows, const float* v, int32_t d, int32_t c0, int64_t j0, int64_t j1) {
+  typename V::F acc[RB][NC];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < NC; ++u) acc[r][u] = j0 == 0 ? V::Zero() : V::Load(rows[r].o + c0 + u * V::kW);
+  }
+  for (int64_t j = j0; j < j1; ++j) {
+    const float* vr = v + j * d + c0;
+    typename V::F vv[NC];
+#pragma GCC unroll 4
+    for (int u = 0; u < NC; ++u) vv[u] = V::Load(vr + u * V::kW);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const typename V::F pb = V::Set1(rows[r].s[j]);
+#pragma GCC unroll 4
+      for (int u = 0; u < NC; ++u) acc[r][u] = V::Fma(pb, vv[u], acc[r][u]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < NC; ++u) V::Store(rows[r].o + c0 + u * V::kW, acc[r][u]);
+  }
+}
+
+// All d columns of RB rows over keys [j0, j1), in passes of up to 4 vectors; on the AVX-512
+// path a last 8 columns (d % 16 == 8) take 256-bit vectors (the same bits).
+template <int RB>
+void PvColumns(const AttnRow* rows, const float* v, int32_t d, int64_t j0, int64_t j1) {
+  constexpr int32_t kW = AttnVec::kW;
+  int32_t c = 0;
+  for (; d - c >= 4 * kW; c += 4 * kW) PvBlock<AttnVec, RB, 4>(rows, v, d, c, j0, j1);
+  switch ((d - c) / kW) {
+    case 3: PvBlock<AttnVec, RB, 3>(rows, v, d, c, j0, j1); c += 3 * kW; break;
+    case 2: PvBlock<AttnVec, RB, 2>(rows, v, d, c, j0, j1); c += 2 * kW; break;
+    case 1: PvBlock<AttnVec, RB, 1>(rows, v, d, c, j0, j1); c += kW; break;
+    default: break;
+  }
+  if (c < d) PvBlock<Vec8, RB, 1>(rows, v, d, c, j0, j1);  // d % 8 == 0 on this path
+}
+
+// o of every row = sum over its n keys of p v. A block of rows shares each V load up to its
+// shortest row; each longer row then continues its own chains alone.  v: [kAttnChunk][d]
+void PvRows(const AttnRow* rows, int32_t R, const float* v, int32_t d) {
+  for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
+    const int32_t rb = R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock;
+    int64_t n_min = rows[r0].n;
+    for (int32_t r = r0; r < r0 + rb; ++r) n_min = rows[r].n < n_min ? rows[r].n : n_min;
+    switch (rb) {
+      case 1: PvColumns<1>(rows + r0, v, d, 0, n_min); break;
+#if SPECD_X8_DOT == 1
+      case 3: PvColumns<3>(rows + r0, v, d, 0, n_min); break;
+      case 4: PvColumns<4>(rows + r0, v, d, 0, n_min); break;
+      case 5: PvColumns<5>(rows + r0, v, d, 0, n_min); break;
+      case 6: PvColumns<6>(rows + r0, v, d, 0, n_min); break;
+#endif
+      default: PvColumns<2>(rows + r0, v, d, 0, n_min); break;
+    }
+    for (int32_t r = r0; r < r0 + rb; ++r) {
+      if (rows[r].n > n_min) PvColumns<1>(rows + r, v, d, n_min, rows[r].n);
+    }
+  }
+}
+
+// The KV of keys [j0, j1) of kv head h (K slabs and V runs per block, blocks anywhere in the
+// pool) is rarely cached after a pass over the weights: request it all up front so the
+// misses overlap.
 void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
@@ -1243,37 +1448,56 @@ void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_
   const int32_t* table = a.block_tables[t];
   for (int64_t j = j0; j < j1;) {
     const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
-    const int64_t at = kv.Index(table[j / kv.block_size], off, h) * es;
-    for (int64_t o = 0; o < n * d * es; o += 64) {
-      _mm_prefetch(static_cast<const char*>(kv.k) + at + o, _MM_HINT_T0);
-      _mm_prefetch(static_cast<const char*>(kv.v) + at + o, _MM_HINT_T0);
+    const int64_t block = table[j / kv.block_size];
+    const int64_t kat = kv.KIndex(block, 0, h, 0) * es, vat = kv.VIndex(block, off, h) * es;
+    for (int64_t o = 0; o < static_cast<int64_t>(kv.block_size) * d * es; o += 64) {
+      _mm_prefetch(static_cast<const char*>(kv.k) + kat + o, _MM_HINT_T0);
     }
+    for (int64_t o = 0; o < n * d * es; o += 64) _mm_prefetch(static_cast<const char*>(kv.v) + vat + o, _MM_HINT_T0);
     j += n;
   }
 }
 
+// The chunk of a one-chunk item (a.items[i].partial >= 0).
+void PrefetchItemChunk(const AttnArgs& a, const AttnItem& it) {
+  const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
+  const int64_t j0 = static_cast<int64_t>(it.c0) * kAttnChunk;
+  PrefetchKvChunk(a, it.t, it.h, j0, j0 + kAttnChunk < len ? j0 + kAttnChunk : len);
+}
+
+// Raw partials of keys [j0, j1) of kv head h for rows[0, R): query rows of one sequence
+// (t: any of its tokens, for the block table). Scores, then each row's max and exp-sum,
+// then p V. With prefetched, the caller has already requested this chunk; with next_end >
+// j1, the keys [j1, next_end) come next and are requested now, to arrive during this
+// chunk's arithmetic.  kvbuf: [kAttnChunk][d], holding K^T and then V.
+void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, AttnRow* rows,
+                   int32_t R, float* kvbuf, bool prefetched, int64_t next_end) {
+  const int32_t d = a.kv->head_dim;
+  if (!prefetched) PrefetchKvChunk(a, t, h, j0, j1);
+  if (next_end > j1) PrefetchKvChunk(a, t, h, j1, next_end < j1 + kAttnChunk ? next_end : j1 + kAttnChunk);
+  LoadKChunkT(a, t, h, j0, j1, kvbuf);
+  ScoresRows(rows, R, kvbuf, d, a.scale);
+  for (int32_t r = 0; r < R; ++r) {
+    *rows[r].m = MaxOf(rows[r].s, rows[r].n);
+    *rows[r].l = ExpShiftSum(rows[r].s, rows[r].n, *rows[r].m);
+  }
+  LoadVChunk(a, t, h, j0, j1, kvbuf);
+  PvRows(rows, R, kvbuf, d);
+}
+
 // Raw partial of keys [j0, j1) (at most kAttnChunk) for the pair (t, h):
-// part = o[group][d], m[group], l[group].  kvbuf: [kAttnChunk][d]  s: [group][kAttnChunk]
+// part = o[group][d], m[group], l[group].  s: [group][kAttnChunk]  rows: [group]
 void AttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* kvbuf,
-               float* s, float* part) {
+               float* s, AttnRow* rows, float* part, bool prefetched, int64_t next_end) {
   const int32_t d = a.kv->head_dim;
   const int32_t group = a.num_q_heads / a.kv->num_kv_heads;
-  const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
   const float* qh = a.q + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group) * d;
   float* m = part + static_cast<int64_t>(group) * d;
-  float* l = m + group;
-  PrefetchKvChunk(a, t, h, j0, j1);
-  LoadKvChunk(a, a.kv->k, t, h, j0, j1, kvbuf);
   for (int32_t g = 0; g < group; ++g) {
-    float* sg = s + static_cast<int64_t>(g) * kAttnChunk;
-    ChunkScores(qh + static_cast<int64_t>(g) * d, kvbuf, d, n8, a.scale, sg);
-    m[g] = MaxOf(sg, n);
-    l[g] = ExpShiftSum(sg, n, m[g]);
+    rows[g] = AttnRow{qh + static_cast<int64_t>(g) * d, j1 - j0, s + static_cast<int64_t>(g) * kAttnChunk,
+                      part + static_cast<int64_t>(g) * d, m + g, m + group + g};
   }
-  LoadKvChunk(a, a.kv->v, t, h, j0, j1, kvbuf);
-  for (int32_t g = 0; g < group; ++g) {
-    ChunkPv(s + static_cast<int64_t>(g) * kAttnChunk, kvbuf, n, d, part + static_cast<int64_t>(g) * d);
-  }
+  AttnRowsChunk(a, t, h, j0, j1, rows, group, kvbuf, prefetched, next_end);
 }
 
 // Folds the next chunk's partial into state (the first chunk is copied): rescales both
@@ -1309,47 +1533,37 @@ void AttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) {
 }
 
 // A prefill tile: the queries it.t .. it.t + it.tokens - 1 (consecutive positions of one
-// sequence) against kv head it.h. Each key chunk is prefetched and converted once for the
-// whole tile (the work AttnChunk repeats per query); then every query runs AttnChunk's own
-// steps on its causal part of that chunk, and folds into its own state, so its output is
-// bitwise what it gets alone.
+// sequence) against kv head it.h. Each key chunk is loaded once for every query row of the
+// tile that sees it, and the score and PV kernels share each K and V load across blocks of
+// rows; every row's arithmetic is still exactly what it gets alone (see Vec8), and each
+// query folds its chunks into its own state in order, so its output is bitwise the same.
 // kvbuf: [kAttnChunk][d]  s: [tile][group][kAttnChunk]  parts, states: [tile][group][d + 2]
+// rows: [tile * group]
 void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, float* parts,
-              float* states) {
+              float* states, AttnRow* rows) {
   const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
   const int64_t pf = AttnPartialFloats(group, d), sf = static_cast<int64_t>(group) * kAttnChunk;
   const int32_t t0 = it.t, h = it.h;
   const int64_t longest = static_cast<int64_t>(a.positions[t0 + it.tokens - 1]) + 1;
   for (int64_t j0 = 0; j0 < longest; j0 += kAttnChunk) {
     const int64_t j1 = j0 + kAttnChunk < longest ? j0 + kAttnChunk : longest;
-    const bool first = j0 == 0;
-    PrefetchKvChunk(a, t0, h, j0, j1);
-    LoadKvChunk(a, a.kv->k, t0, h, j0, j1, kvbuf);
+    int32_t R = 0, first_query = -1;
     for (int32_t k = 0; k < it.tokens; ++k) {
       const int64_t len = static_cast<int64_t>(a.positions[t0 + k]) + 1;
       if (j0 >= len) continue;  // this chunk lies past the query (causal)
-      const int64_t n = (j1 < len ? j1 : len) - j0, n8 = (n + 7) & ~int64_t{7};
+      if (first_query < 0) first_query = k;
       const float* qh = a.q + (static_cast<int64_t>(t0 + k) * a.num_q_heads +
                                static_cast<int64_t>(h) * group) * d;
       float* m = parts + k * pf + static_cast<int64_t>(group) * d;
-      float* l = m + group;
       for (int32_t g = 0; g < group; ++g) {
-        float* sg = s + k * sf + static_cast<int64_t>(g) * kAttnChunk;
-        ChunkScores(qh + static_cast<int64_t>(g) * d, kvbuf, d, n8, a.scale, sg);
-        m[g] = MaxOf(sg, n);
-        l[g] = ExpShiftSum(sg, n, m[g]);
+        rows[R++] = AttnRow{qh + static_cast<int64_t>(g) * d, (j1 < len ? j1 : len) - j0,
+                            s + k * sf + static_cast<int64_t>(g) * kAttnChunk,
+                            parts + k * pf + static_cast<int64_t>(g) * d, m + g, m + group + g};
       }
     }
-    LoadKvChunk(a, a.kv->v, t0, h, j0, j1, kvbuf);
-    for (int32_t k = 0; k < it.tokens; ++k) {
-      const int64_t len = static_cast<int64_t>(a.positions[t0 + k]) + 1;
-      if (j0 >= len) continue;
-      const int64_t n = (j1 < len ? j1 : len) - j0;
-      for (int32_t g = 0; g < group; ++g) {
-        ChunkPv(s + k * sf + static_cast<int64_t>(g) * kAttnChunk, kvbuf, n, d,
-                parts + k * pf + static_cast<int64_t>(g) * d);
-      }
-      AttnFold(first, parts + k * pf, states + k * pf, group, d);
+    AttnRowsChunk(a, t0, h, j0, j1, rows, R, kvbuf, /*prefetched=*/j0 > 0, longest);
+    for (int32_t k = first_query; k < it.tokens; ++k) {
+      AttnFold(j0 == 0, parts + k * pf, states + k * pf, group, d);
     }
   }
   for (int32_t k = 0; k < it.tokens; ++k) AttnFinish(a, t0 + k, h, states + k * pf);
@@ -1361,15 +1575,29 @@ void Attention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
   float* s = kvbuf + static_cast<int64_t>(kAttnChunk) * d;
   float* parts = s + static_cast<int64_t>(kAttnTile) * group * kAttnChunk;
   float* states = parts + kAttnTile * AttnPartialFloats(group, d);
+  // The row descriptors go last, 64-byte aligned (AttnScratchFloats keeps room for them).
+  const uintptr_t rows_at = reinterpret_cast<uintptr_t>(states + kAttnTile * AttnPartialFloats(group, d));
+  AttnRow* rows = reinterpret_cast<AttnRow*>((rows_at + 63) & ~uintptr_t{63});
   for (int64_t i = i0; i < i1; ++i) {
     if (a.items[i].tokens > 1) {
-      AttnTile(a, a.items[i], kvbuf, s, parts, states);
+      AttnTile(a, a.items[i], kvbuf, s, parts, states, rows);
       continue;
     }
     RunAttnItems(
         a, i, i + 1, parts, states,
         [&](int32_t t, int32_t h, int64_t j0, int64_t j1, float* p) {
-          AttnChunk(a, t, h, j0, j1, kvbuf, s, p);
+          // An item folding all of its pair's chunks fetches each next chunk one ahead. A
+          // stored partial is one chunk (a split decode): its thread's items run in order,
+          // so it requests the chunk two items ahead (the first item also the next one), and
+          // its own chunk was requested by the items before it.
+          if (a.items[i].partial < 0) {
+            AttnChunk(a, t, h, j0, j1, kvbuf, s, rows, p, /*prefetched=*/j0 > 0,
+                      static_cast<int64_t>(a.positions[t]) + 1);
+            return;
+          }
+          if (i == i0 && i + 1 < i1 && a.items[i + 1].partial >= 0) PrefetchItemChunk(a, a.items[i + 1]);
+          if (i + 2 < i1 && a.items[i + 2].partial >= 0) PrefetchItemChunk(a, a.items[i + 2]);
+          AttnChunk(a, t, h, j0, j1, kvbuf, s, rows, p, /*prefetched=*/i > i0, 0);
         },
         [&](bool first, const float* p, float* st) { AttnFold(first, p, st, group, d); },
         [&](int32_t t, int32_t h, const float* st) { AttnFinish(a, t, h, st); });
@@ -1384,9 +1612,28 @@ void AttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
       [&](int32_t t, int32_t h, const float* st) { AttnFinish(a, t, h, st); });
 }
 
+float FmaProbe(int64_t iters, int64_t* flops) {
+  constexpr int kChains = 12;  // > latency x ports: the FMA units never wait
+  typename AttnVec::F acc[kChains];
+  for (int u = 0; u < kChains; ++u) acc[u] = AttnVec::Set1(static_cast<float>(u));
+  const typename AttnVec::F a = AttnVec::Set1(0.999f), b = AttnVec::Set1(1e-3f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int u = 0; u < kChains; ++u) acc[u] = AttnVec::Fma(acc[u], a, b);
+  }
+  *flops += iters * kChains * AttnVec::kW * 2;
+  alignas(64) float lanes[AttnVec::kW];
+  float sum = 0;
+  for (int u = 0; u < kChains; ++u) {
+    AttnVec::Store(lanes, acc[u]);
+    for (float x : lanes) sum += x;
+  }
+  return sum;
+}
+
 const Backend kBackend = {
     QuantizeAct, MatMulQ, MatMulF, RmsNormRows, SwiGluRange, SoftmaxRow, Attention, AttentionMerge, ToF16,
-    MatMulQPacked,
+    MatMulQPacked, FmaProbe,
 };
 
 }  // namespace

@@ -361,20 +361,21 @@ void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0 || slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
     for (int64_t i = 0; i < row; ++i) {
-      const int64_t dst = kv.Index(slots[t], static_cast<int32_t>(i / kv.head_dim)) + i % kv.head_dim;
+      const int32_t h = static_cast<int32_t>(i / kv.head_dim), dim = static_cast<int32_t>(i % kv.head_dim);
+      const int64_t kdst = kv.KIndex(slots[t], h, dim), vdst = kv.VIndex(slots[t], h) + dim;
       const float kf = k[t * row + i], vf = v[t * row + i];
       switch (kv.dtype) {
         case KvDtype::kF32:
-          static_cast<float*>(kv.k)[dst] = kf;
-          static_cast<float*>(kv.v)[dst] = vf;
+          static_cast<float*>(kv.k)[kdst] = kf;
+          static_cast<float*>(kv.v)[vdst] = vf;
           break;
         case KvDtype::kF16:
-          static_cast<uint16_t*>(kv.k)[dst] = F32ToF16(kf);
-          static_cast<uint16_t*>(kv.v)[dst] = F32ToF16(vf);
+          static_cast<uint16_t*>(kv.k)[kdst] = F32ToF16(kf);
+          static_cast<uint16_t*>(kv.v)[vdst] = F32ToF16(vf);
           break;
         case KvDtype::kBF16:
-          static_cast<uint16_t*>(kv.k)[dst] = F32ToBF16(kf);
-          static_cast<uint16_t*>(kv.v)[dst] = F32ToBF16(vf);
+          static_cast<uint16_t*>(kv.k)[kdst] = F32ToBF16(kf);
+          static_cast<uint16_t*>(kv.v)[vdst] = F32ToBF16(vf);
           break;
       }
     }
@@ -399,7 +400,7 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         float dot = 0.0f;
-        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KvLoad(kv, kv.k, kv.Index(slot, kvh) + i);
+        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KvLoad(kv, kv.k, kv.KIndex(slot, kvh, i));
         scores[j] = dot * scale;
       }
       float mx = scores[0];
@@ -416,7 +417,7 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         const float p = scores[j] / sum;
-        for (int32_t i = 0; i < d; ++i) o[i] += p * KvLoad(kv, kv.v, kv.Index(slot, kvh) + i);
+        for (int32_t i = 0; i < d; ++i) o[i] += p * KvLoad(kv, kv.v, kv.VIndex(slot, kvh) + i);
       }
     }
   }

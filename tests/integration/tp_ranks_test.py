@@ -6,7 +6,8 @@ TCP), through real routers on loopback:
   the same world size as threads of one process (the communicator's reductions are the thread
   ranks' bit for bit), and against one rank: logprobs of the tokens both chose within
   LOGPROB_TOLERANCE (mean and worst), and identical greedy text up to the first position where the single rank's
-  top-2 logprobs are within TIE_TOLERANCE (the all-reduce changes the summation order);
+  top-2 logprobs are within the worst logprob tolerance (the all-reduce changes the summation
+  order: a logprob that may move by that much may swap two tokens that close);
 - kill -9 of one rank process under load: rank 0 exits non-zero within seconds (the others
   follow), the router reports NOT_SERVING, and once the group is restarted with the same
   command lines every request in flight completes (the router re-prefills) — none fails;
@@ -36,7 +37,6 @@ BUILD = MODEL = None
 # (Q4_1 weights, int8 activations) measured mean 0.034, worst 0.28 over 359 tokens; the tiny
 # Q8_0 model agrees exactly so far.
 LOGPROB_TOLERANCE = {"tiny": (1e-3, 1e-2), "default": (0.06, 0.4)}
-TIE_TOLERANCE = 0.25
 PROMPTS = [
     "What is speculative decoding?", "Write a haiku about the sea.",
     "List three prime numbers.", "Explain recursion to a child.",
@@ -173,7 +173,7 @@ class TpRanksTest(unittest.TestCase):
                 continue
             top = single[1][first][1]
             self.assertGreaterEqual(len(top), 2)
-            self.assertLessEqual(top[0] - top[1], TIE_TOLERANCE,
+            self.assertLessEqual(top[0] - top[1], tolerance[1],
                                  f"{p!r}: diverged at {first} where one rank's top-2 gap is "
                                  f"{top[0] - top[1]:.3f}")
         print(f"world {world} ({os.path.basename(model)}): processes == threads bitwise on "

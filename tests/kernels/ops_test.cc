@@ -6,7 +6,8 @@
 // 2. Every backend in Backends() (today: the CPU kernels on each ISA path and thread
 //    count; a CUDA backend can be added by implementing OpsBackend) is run against
 //    the reference on awkward shapes, with a NaN/Inf check on every output.
-// 3. Batch invariance (bitwise) of MatMul on every weight type and of PagedAttention.
+// 3. Batch invariance (bitwise) of MatMul on every weight type and of PagedAttention, and
+//    attention bitwise across the SIMD paths (its arithmetic is vector-width independent).
 //
 // Error budgets (|fast - ref| per output element):
 //   MatMul F32/F16/BF16:         1e-5 * sum_k |w_k x_k| + 1e-30   (summation order only)
@@ -351,8 +352,9 @@ TEST(RefOps, QuantizedMatMulWithinActivationRoundingOfFloatDot) {
   }
 }
 
-// The pool layout the attention kernels rely on: [block][kv head][offset][dim], so one
-// head's keys of a block are contiguous.
+// The pool layout the attention kernels rely on: [block][kv head][offset][dim] for V, so
+// one head's values of a block are contiguous, and each (block, head) slab of K transposed
+// to [dim][offset], so one dim of a block's keys is contiguous.
 TEST(RefOps, WriteKvLaysBlocksOutHeadMajor) {
   std::mt19937 rng(5);
   const int32_t hkv = 3, d = 8, bs = 4;
@@ -367,9 +369,11 @@ TEST(RefOps, WriteKvLaysBlocksOutHeadMajor) {
     const int64_t block = slots[t] / bs, offset = slots[t] % bs;
     for (int32_t h = 0; h < hkv; ++h) {
       const int64_t at = ((block * hkv + h) * bs + offset) * d;
-      EXPECT_EQ(kv.Index(slots[t], h), at);
+      EXPECT_EQ(kv.VIndex(slots[t], h), at);
       for (int32_t i = 0; i < d; ++i) {
-        ASSERT_EQ(kp[at + i], k[(t * hkv + h) * d + i]) << "t " << t << " h " << h << " i " << i;
+        const int64_t kat = ((block * hkv + h) * d + i) * bs + offset;
+        EXPECT_EQ(kv.KIndex(slots[t], h, i), kat);
+        ASSERT_EQ(kp[kat], k[(t * hkv + h) * d + i]) << "t " << t << " h " << h << " i " << i;
         ASSERT_EQ(vp[at + i], v[(t * hkv + h) * d + i]) << "t " << t << " h " << h << " i " << i;
         ++written;
       }
@@ -891,6 +895,41 @@ TEST_P(BackendTest, PagedAttentionPrefillTilesAreBitwiseSingleQueries) {
   }
 }
 
+// Long contexts: a query at each of the awkward positions (1, 63, 64, 65, 1000, 4096
+// and 8192 keys) and a run of verify-like consecutive queries at the end of the longest,
+// against the reference, finite, and each query bitwise what it gives alone.
+struct LongContextCase {
+  KvPool pool;
+  SeqSet seqs;
+  std::vector<int32_t> pos;
+  std::vector<const int32_t*> bt;
+  std::vector<float> q;
+};
+LongContextCase MakeLongContextCase(std::mt19937& rng, KvDtype dt, int32_t hq, int32_t hkv,
+                                    int32_t d) {
+  const std::vector<int64_t> lens = {1, 63, 64, 65, 1000, 4096, 8192};
+  LongContextCase c{KvPool(dt, 14000 / 16 + 8, 16, hkv, d), {}, {}, {}, {}};
+  c.seqs = MakeSeqs(rng, c.pool, lens);
+  for (size_t s = 0; s < lens.size(); ++s) {
+    const int64_t nq = s + 1 == lens.size() ? 20 : 1;
+    for (int64_t i = lens[s] - nq; i < lens[s]; ++i) {
+      c.pos.push_back(static_cast<int32_t>(i));
+      c.bt.push_back(c.seqs.tables[s].data());
+    }
+  }
+  c.q = RandVec(rng, static_cast<int64_t>(c.pos.size()) * hq * d, -3.0f, 3.0f);
+  return c;
+}
+
+TEST_P(BackendTest, PagedAttentionLongContexts) {
+  std::mt19937 rng(23);
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
+    LongContextCase c = MakeLongContextCase(rng, dt, 9, 3, 64);
+    AttentionMatchesReferenceAndAlone(B(), c.q, c.pos, c.bt, c.pool, 9, 64);
+    if (HasFailure()) return;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
                          ::testing::Range(0, static_cast<int>(Backends().size())), BackendName);
 
@@ -977,6 +1016,45 @@ TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
               << cpu::IsaName(isa) << " " << ti.name << " rows=" << rows << " T=" << T;
           ++compared;
         }
+      }
+    }
+  }
+  cpu::SetIsa(saved);
+  EXPECT_GT(compared, 0);  // the emulated backend is always built on x86
+}
+
+// Attention's arithmetic does not depend on the vector width: every score is one FMA chain
+// over the head dims in order and every output column one over the keys, with vectors
+// across keys or columns. So the AVX2, AVX-512 and emulated paths agree bitwise, decode
+// queries, prefill tiles and long contexts alike (and head_dim 72 takes a 256-bit column
+// tail on the AVX-512 path).
+TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
+  if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2: no SIMD backends to compare";
+  std::mt19937 rng(24);
+  cpu::ThreadPool pool(2);
+  const cpu::Isa saved = cpu::ActiveIsa();
+  int compared = 0;
+  struct Heads {
+    int32_t hq, hkv, d;
+  };
+  for (Heads hs : {Heads{9, 3, 64}, Heads{6, 2, 72}}) {
+    for (KvDtype dt : {KvDtype::kF16, KvDtype::kF32}) {
+      LongContextCase c = MakeLongContextCase(rng, dt, hs.hq, hs.hkv, hs.d);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
+      const int64_t T = c.pos.size();
+      std::vector<float> want(c.q.size());
+      cpu::SetIsa(cpu::Isa::kAvx2);
+      cpu::PagedAttention(pool, c.q.data(), T, hs.hq, c.pos.data(), c.bt.data(), c.pool.layer,
+                          scale, want.data());
+      for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+        if (!cpu::IsaSupported(isa)) continue;
+        cpu::SetIsa(isa);
+        std::vector<float> got(c.q.size(), -1.0f);
+        cpu::PagedAttention(pool, c.q.data(), T, hs.hq, c.pos.data(), c.bt.data(), c.pool.layer,
+                            scale, got.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << cpu::IsaName(isa) << " d=" << hs.d;
+        ++compared;
       }
     }
   }

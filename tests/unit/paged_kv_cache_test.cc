@@ -132,8 +132,8 @@ void WriteRows(PagedKvCache& kv, SeqId seq, const std::vector<int32_t>& tokens, 
       const int64_t slot = kv.Slot(seq, p);
       for (int32_t h = 0; h < layer.num_kv_heads; ++h) {
         for (int32_t d = 0; d < layer.head_dim; ++d) {
-          static_cast<float*>(layer.k)[layer.Index(slot, h) + d] = RowValue(tokens, p, l, h, d);
-          static_cast<float*>(layer.v)[layer.Index(slot, h) + d] = -RowValue(tokens, p, l, h, d);
+          static_cast<float*>(layer.k)[layer.KIndex(slot, h, d)] = RowValue(tokens, p, l, h, d);
+          static_cast<float*>(layer.v)[layer.VIndex(slot, h) + d] = -RowValue(tokens, p, l, h, d);
         }
       }
     }
@@ -149,8 +149,8 @@ int64_t FirstBadRow(PagedKvCache& kv, SeqId seq, const std::vector<int32_t>& tok
       for (int32_t h = 0; h < layer.num_kv_heads; ++h) {
         for (int32_t d = 0; d < layer.head_dim; ++d) {
           const float want = RowValue(tokens, p, l, h, d);
-          if (static_cast<float*>(layer.k)[layer.Index(slot, h) + d] != want ||
-              static_cast<float*>(layer.v)[layer.Index(slot, h) + d] != -want) {
+          if (static_cast<float*>(layer.k)[layer.KIndex(slot, h, d)] != want ||
+              static_cast<float*>(layer.v)[layer.VIndex(slot, h) + d] != -want) {
             return p;
           }
         }
