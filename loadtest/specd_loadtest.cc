@@ -56,6 +56,7 @@ struct Config {
   int32_t vocab_size = 5000;  // from the server's model info
   int32_t concurrency = 4, requests = 32, prompt_tokens = 64, max_new_tokens = 64, k = 0;
   int32_t shared_prefix_tokens = 0;  // random prompts: the same leading ids in every request
+  int32_t prompt_seed = 0;  // random prompts: request i draws its ids from seed i + this
   int32_t conversations = 4;         // multiturn: request i is turn i / C of conversation i % C
   double qps = 2, duration_s = 30, temperature = 0;
 };
@@ -108,7 +109,7 @@ specd::v1::GenerateRequest MakeRequest(const Config& c, int index) {
     for (int i = 0; i < c.shared_prefix_tokens; ++i) {
       r.mutable_tokens()->add_ids(3 + shared() % std::max(1, c.vocab_size - 3));
     }
-    std::mt19937 gen(index);
+    std::mt19937 gen(static_cast<uint32_t>(index + c.prompt_seed));
     for (int i = 0; i < c.prompt_tokens; ++i) {
       r.mutable_tokens()->add_ids(3 + gen() % std::max(1, c.vocab_size - 3));
     }
@@ -381,6 +382,9 @@ int main(int argc, char** argv) {
         "random prompts: length in tokens (after the shared prefix)");
   f.Add("shared-prefix-tokens", "SPECD_LOADTEST_SHARED_PREFIX_TOKENS", &c.shared_prefix_tokens,
         "random prompts: this many leading token ids the same in every request");
+  f.Add("prompt-seed", "SPECD_LOADTEST_PROMPT_SEED", &c.prompt_seed,
+        "random prompts: request i draws its ids from seed i + this (another value: other "
+        "prompts, none already in the prefix cache)");
   f.Add("conversations", "SPECD_LOADTEST_CONVERSATIONS", &c.conversations,
         "multiturn prompts: conversations (request i is turn i / N of conversation i % N)");
   f.Add("max-new-tokens", "SPECD_LOADTEST_MAX_NEW_TOKENS", &c.max_new_tokens, "tokens out");
