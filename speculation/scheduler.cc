@@ -102,6 +102,10 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
     rows -= 1 + kk;
     planned[i] = true;
   }
+  // Decoding sequences wait for this step's prompt chunks: bound what those may take.
+  if (config.prefill_tokens_while_decoding > 0 && !out.plans.empty()) {
+    budget = std::min(budget, config.prefill_tokens_while_decoding);
+  }
   // A prompt chunk [target_pos, end) within the budget; its last row emits (one logit row)
   // when it reaches the end of the committed tokens and a row is left. With
   // drafts_with_prompt that last chunk also verifies `ki` drafts (fewer for an unpinned

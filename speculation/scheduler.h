@@ -9,7 +9,8 @@
 //    whole committed history (+1 token).
 //  * Token budget per iteration (the target's max batch tokens): running decode rows first
 //    ([last, d1..dk] = 1 + k tokens; k shrinks before a row is left out), then prompt chunks
-//    (chunked prefill) of running and newly admitted sequences, mixed in the same step.
+//    (chunked prefill) of running and newly admitted sequences, mixed in the same step; with
+//    decode rows in the step, prompt chunks get at most prefill_tokens_while_decoding of it.
 //  * KV: a sequence is charged for committed + k tokens on the target (and on the draft when it
 //    drafts), less the blocks it took from the target's prefix cache (those are shared: they
 //    come out of the capacity once). A prefill starts at target_pos, past a cached prefix. Over target capacity, drafts are dropped first, then the most recently admitted
@@ -49,6 +50,10 @@ struct SchedulerConfig {
   // prefill before the first token. Off (the router): the first token comes from the prefill
   // row alone, and drafting starts with the second.
   bool drafts_with_prompt = false;
+  // Prompt tokens per iteration while the iteration also carries decode rows (0: the rest of
+  // max_batch_tokens). A long prompt's chunk holds up every decoding sequence for that step,
+  // so this bounds their inter-token latency, at the price of more steps (TTFT) for the prompt.
+  int32_t prefill_tokens_while_decoding = 0;
 };
 
 // One request as the scheduler sees it.

@@ -88,6 +88,10 @@ int Main(int argc, char** argv) {
   google::protobuf::SetLogHandler(nullptr);
   std::string listen = "0.0.0.0:50051", target = "localhost:50052", draft, model;
   RouterOptions o;
+  // 128 prompt tokens beside decode rows: on the 2-core CPU a 1,700-token prompt arriving
+  // while 2 requests decode moved their ITL p99 from 293 to 127 ms for +6 % TTFT
+  // (loadtest/long_prompt_ttft.sh, docs/PERFORMANCE.md).
+  o.scheduler.prefill_tokens_while_decoding = 128;
   int32_t metrics_port = 0, http_port = 0, http_threads = 2;
   std::string http_address = "0.0.0.0", served_model_name, api_keys_file,
               metrics_address = "0.0.0.0";
@@ -103,6 +107,10 @@ int Main(int argc, char** argv) {
         "GGUF file the tokenizer comes from (the target's model)");
   f.Add("max-batch-tokens", "SPECD_ROUTER_MAX_BATCH_TOKENS", &o.scheduler.max_batch_tokens,
         "target tokens per iteration (at most the target's --max-batch-tokens)");
+  f.Add("prefill-tokens-while-decoding", "SPECD_ROUTER_PREFILL_TOKENS_WHILE_DECODING",
+        &o.scheduler.prefill_tokens_while_decoding,
+        "prompt tokens per iteration while other requests decode (0 = the whole budget): "
+        "bounds their inter-token latency while a long prompt prefills");
   f.Add("max-running", "SPECD_ROUTER_MAX_RUNNING", &o.scheduler.max_running,
         "most sequences running at once");
   f.Add("max-queue", "SPECD_ROUTER_MAX_QUEUE", &o.scheduler.max_queue,

@@ -324,7 +324,7 @@ class ChartClusterTest(unittest.TestCase):
                     f"target.grpcPort={p['target']}", f"target.metricsPort={p['target_metrics']}",
                     f"draft.grpcPort={p['draft']}", f"draft.metricsPort={p['draft_metrics']}",
                     "target.threads=1", "draft.threads=1", "drainGraceSeconds=5",
-                    "router.maxQueue=64",
+                    "router.maxQueue=64", "router.prefillTokensWhileDecoding=64",
                     # the default model's 9 heads / 3 KV heads: three rank processes
                     "target.worldSize=3", f"target.rendezvousPort={p['rendezvous']}"]
         cls.docs = helm_template(cls.sets)

@@ -65,6 +65,19 @@ struct Sim {
       EXPECT_NE(Find(p.id), nullptr) << "plan for a sequence that is not running";
     }
     EXPECT_LE(tokens, config.max_batch_tokens);
+    if (config.prefill_tokens_while_decoding > 0) {  // prompt chunks beside decode rows
+      int32_t prompt_tokens = 0;
+      bool decode_rows = false;
+      for (const SeqPlan& p : s.plans) {
+        const SeqView* v = Find(p.id);
+        const bool decode_row = p.emit && v != nullptr && p.start == v->committed - 1 && v->has_output;
+        decode_rows |= decode_row;
+        if (!decode_row) prompt_tokens += p.end - p.start;
+      }
+      if (decode_rows) {
+        EXPECT_LE(prompt_tokens, config.prefill_tokens_while_decoding);
+      }
+    }
     EXPECT_LE(static_cast<int32_t>(state.running.size()), config.max_running);
     for (const SeqPlan& p : s.plans) {
       SeqView* v = Find(p.id);
@@ -142,6 +155,38 @@ TEST(SchedulerTest, ChunkedPrefillMixesWithDecodeRows) {
   EXPECT_EQ(s.plans[1].end, 40);
   EXPECT_TRUE(s.plans[1].emit);
   sim.RunToEnd();
+}
+
+// While others decode, a long prompt goes in chunks of prefill_tokens_while_decoding (so
+// their inter-token latency stays bounded); alone it takes the whole budget again.
+TEST(SchedulerTest, PromptChunksShrinkWhileOthersDecode) {
+  Sim sim;
+  sim.config.max_batch_tokens = 64;
+  sim.config.prefill_tokens_while_decoding = 8;
+  sim.Submit(1, 4, 6, /*want_k=*/2);
+  sim.Step();  // 1's prompt
+  sim.Submit(2, 100, 3);
+  Schedule s = sim.Step();  // 1 decodes: 2 gets 8 prompt tokens
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[0].id, 1);
+  EXPECT_EQ(s.plans[0].k, 2);
+  EXPECT_EQ(s.plans[1].id, 2);
+  EXPECT_EQ(s.plans[1].end - s.plans[1].start, 8);
+  while (sim.Find(1) != nullptr) {
+    s = sim.Step();
+    for (const SeqPlan& p : s.plans) {
+      if (p.id == 2) {
+        EXPECT_LE(p.end - p.start, 8);
+      }
+    }
+  }
+  // 1 finished: 2's prompt takes the whole budget.
+  s = sim.Step();
+  ASSERT_EQ(s.plans.size(), 1u);
+  EXPECT_EQ(s.plans[0].id, 2);
+  EXPECT_EQ(s.plans[0].end - s.plans[0].start, 64);
+  sim.RunToEnd();
+  EXPECT_EQ(sim.finished_order, (std::vector<int64_t>{1, 2}));
 }
 
 TEST(SchedulerTest, DraftsShrinkToFitTheBudget) {
