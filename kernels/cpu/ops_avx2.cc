@@ -71,29 +71,69 @@ inline uint16_t Ld16(const uint8_t* p) {
 }
 inline float H2F(uint16_t h) { return _cvtsh_ss(h); }
 
-// e^x for 8 lanes: x = n ln2 + r, |r| <= ln2/2, degree-7 Taylor polynomial for e^r.
+// Float vectors of 8 (AVX2) and 16 (AVX-512) lanes, for code written once for both widths
+// whose lanes must see the same steps (so the same bits) at either width.
+struct Vec8 {
+  using F = __m256;
+  static constexpr int kW = 8;
+  static F Zero() { return _mm256_setzero_ps(); }
+  static F Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static F Set1(float x) { return _mm256_set1_ps(x); }
+  static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F Fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
+  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Min(F a, F b) { return _mm256_min_ps(a, b); }
+  static F Max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F RoundNearest(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in float lanes (exponent bits).
+  static F Pow2(F n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+  // v where x >= lo or x is NaN, else 0.
+  static F ZeroBelow(F x, F lo, F v) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), v); }
+};
+#if SPECD_X8_DOT == 1
+struct Vec16 {
+  using F = __m512;
+  static constexpr int kW = 16;
+  static F Zero() { return _mm512_setzero_ps(); }
+  static F Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static F Set1(float x) { return _mm512_set1_ps(x); }
+  static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F Fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Min(F a, F b) { return _mm512_min_ps(a, b); }
+  static F Max(F a, F b) { return _mm512_max_ps(a, b); }
+  static F RoundNearest(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static F Pow2(F n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+  static F ZeroBelow(F x, F lo, F v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), v); }
+};
+#endif
+
+// e^x per lane: x = n ln2 + r, |r| <= ln2/2, degree-7 Taylor polynomial for e^r.
 // Relative error ~1e-7; inputs below -87.3 give 0, above 88 saturate near e^88.
-inline __m256 Exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.3f);
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i n = _mm256_cvtps_epi32(fx);
-  const __m256 pow2 =
-      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
-  const __m256 res = _mm256_mul_ps(p, pow2);
-  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), res);
+template <class V>
+inline typename V::F ExpV(typename V::F x) {
+  const typename V::F lo = V::Set1(-87.3f);
+  const typename V::F xc = V::Min(V::Max(x, lo), V::Set1(88.0f));
+  const typename V::F fx = V::RoundNearest(V::Mul(xc, V::Set1(1.44269504088896341f)));
+  typename V::F r = V::Fnma(fx, V::Set1(0.693359375f), xc);
+  r = V::Fnma(fx, V::Set1(-2.12194440e-4f), r);
+  typename V::F p = V::Set1(1.0f / 5040.0f);
+  p = V::Fma(p, r, V::Set1(1.0f / 720.0f));
+  p = V::Fma(p, r, V::Set1(1.0f / 120.0f));
+  p = V::Fma(p, r, V::Set1(1.0f / 24.0f));
+  p = V::Fma(p, r, V::Set1(1.0f / 6.0f));
+  p = V::Fma(p, r, V::Set1(0.5f));
+  p = V::Fma(p, r, V::Set1(1.0f));
+  p = V::Fma(p, r, V::Set1(1.0f));
+  return V::ZeroBelow(x, lo, V::Mul(p, V::Pow2(fx)));
 }
+inline __m256 Exp8(__m256 x) { return ExpV<Vec8>(x); }
 
 // ---------------------------------------------------------------- activations
 
@@ -1081,30 +1121,6 @@ void SwiGluRange(const float* g, const float* u, float* out, int64_t n) {
   });
 }
 
-#if SPECD_X8_DOT == 1
-// Exp8 on 16 lanes: the same steps per lane, so the same bits.
-inline __m512 Exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.3f);
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
-  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i n = _mm512_cvtps_epi32(fx);
-  const __m512 pow2 =
-      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23));
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), _mm512_mul_ps(p, pow2));
-}
-#endif
-
 // x[i] = exp(x[i] - mx); returns the sum (8 lane sums in order of the 8-blocks, then HsumPs).
 inline float ExpShiftSum(float* x, int64_t n, float mx) {
   const __m256 mv = _mm256_set1_ps(mx);
@@ -1114,7 +1130,7 @@ inline float ExpShiftSum(float* x, int64_t n, float mx) {
   // 16 at a time on AVX-512: the same exps and the same adds in the same order.
   const __m512 mv16 = _mm512_set1_ps(mx);
   for (; i0 + 16 <= n; i0 += 16) {
-    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i0), mv16));
+    const __m512 e = ExpV<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(x + i0), mv16));
     _mm512_storeu_ps(x + i0, e);
     acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
     acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
@@ -1275,27 +1291,7 @@ void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1
 // in order. Vectors run across keys (scores) or across output columns (PV), never across
 // a summed index, so a row's result does not depend on the vector width (AVX2 and AVX-512
 // give the same bits), on how rows are blocked, or on which other rows share the chunk.
-struct Vec8 {
-  using F = __m256;
-  static constexpr int kW = 8;
-  static F Zero() { return _mm256_setzero_ps(); }
-  static F Load(const float* p) { return _mm256_loadu_ps(p); }
-  static void Store(float* p, F v) { _mm256_storeu_ps(p, v); }
-  static F Set1(float x) { return _mm256_set1_ps(x); }
-  static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
-};
 #if SPECD_X8_DOT == 1
-struct Vec16 {
-  using F = __m512;
-  static constexpr int kW = 16;
-  static F Zero() { return _mm512_setzero_ps(); }
-  static F Load(const float* p) { return _mm512_loadu_ps(p); }
-  static void Store(float* p, F v) { _mm512_storeu_ps(p, v); }
-  static F Set1(float x) { return _mm512_set1_ps(x); }
-  static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
-  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
-};
 using AttnVec = Vec16;
 constexpr int kAttnRowBlock = 6;  // 6 rows x 4 vectors of accumulators + 4 loads: 28 of 32 zmm
 #else
