@@ -39,12 +39,14 @@ struct AttnItem {
   int32_t tokens = 1;
 };
 
-// Stored partials [first, first + count) of the pair (t, h), in chunk order.
+// Stored partials first, first + stride, ... (count of them) of the pair (t, h), in chunk
+// order.
 struct AttnMerge {
   int32_t t;
   int32_t h;
   int64_t first;
   int64_t count;
+  int64_t stride = 1;
 };
 
 struct AttnArgs {
@@ -129,7 +131,7 @@ inline void RunAttnMerges(const AttnArgs& a, int64_t i0, int64_t i1, float* stat
   const int64_t pf = AttnPartialFloats(a.num_q_heads / a.kv->num_kv_heads, a.kv->head_dim);
   for (int64_t i = i0; i < i1; ++i) {
     const AttnMerge& mg = a.merges[i];
-    for (int64_t c = 0; c < mg.count; ++c) fold(c == 0, a.partials + (mg.first + c) * pf, state);
+    for (int64_t c = 0; c < mg.count; ++c) fold(c == 0, a.partials + (mg.first + c * mg.stride) * pf, state);
     finish(mg.t, mg.h, state);
   }
 }

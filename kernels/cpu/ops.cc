@@ -617,12 +617,17 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
       t += tokens;
       continue;
     }
+    // Chunk-major: a thread's run of items reads every kv head of a block in turn, which the
+    // pool stores next to each other (one long stream instead of a slab in every few).
     for (int32_t h = 0; h < hkv; ++h) {
-      merges.push_back(AttnMerge{static_cast<int32_t>(t), h, num_partials, chunks});
-      for (int32_t c = 0; c < chunks; ++c) {
-        items.push_back(AttnItem{static_cast<int32_t>(t), h, c, c + 1, num_partials++});
+      merges.push_back(AttnMerge{static_cast<int32_t>(t), h, num_partials + h, chunks, hkv});
+    }
+    for (int32_t c = 0; c < chunks; ++c) {
+      for (int32_t h = 0; h < hkv; ++h) {
+        items.push_back(AttnItem{static_cast<int32_t>(t), h, c, c + 1, num_partials + c * hkv + h});
       }
     }
+    num_partials += static_cast<int64_t>(chunks) * hkv;
     ++t;
   }
   float* partials = split ? Scratch(partial_buf, num_partials * internal::AttnPartialFloats(group, d)) : nullptr;
