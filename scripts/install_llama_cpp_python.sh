@@ -19,13 +19,20 @@ have="$("$py" -c 'import llama_cpp; print(llama_cpp.__version__)' 2>/dev/null ||
 if [ "$have" != "$version" ]; then
   # CPU only, tuned for this machine (GGML_NATIVE = -march=native, as our kernels are);
   # skip the multimodal library, tests, examples, tools and server: only libllama is needed.
+  # AMX off: on the Sapphire Rapids development machine (2026-12-02) ggml's AMX MatMul
+  # (ggml_backend_amx_mul_mat) crashed on the first eval of the default model; without it
+  # ggml uses its AVX-512 VNNI kernels. -march=native turns AMX on, and explicit -mno-amx-*
+  # win over it whatever their place on the command line.
   export CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_BLAS=OFF \
+-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
+-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
 -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
 -DLLAMA_BUILD_SERVER=OFF"
   # One compile job by default: the development machine has 2 shared cores.
   export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-1}"
   # --no-binary: PyPI has no Linux wheel, and a foreign wheel would not be -march=native.
-  nice -n 10 "$py" -m pip install --disable-pip-version-check --no-binary llama-cpp-python \
+  # --no-cache-dir: a wheel cached from other CMAKE_ARGS would be reused as is.
+  nice -n 10 "$py" -m pip install --disable-pip-version-check --no-cache-dir --no-binary llama-cpp-python \
     "llama-cpp-python==$version" >&2
 fi
 "$py" -c 'import llama_cpp' >&2
