@@ -290,8 +290,10 @@ LlamaCppFigures RunLlamaCpp(const std::string& python, const std::string& script
 // Prefill tok/s at each length (one sequence, in max_batch_tokens chunks, best of 2), each as
 // a ratio of the first length's figure; attention's share of it (the same shapes timed
 // alone) and attention's float-FLOP floor at the FMA rate measured now.
-void PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& model,
-                           const std::vector<int>& lengths, int threads) {
+// Returns each length's tok/s.
+std::vector<double> PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& model,
+                                          const std::vector<int>& lengths, int threads) {
+  std::vector<double> figures;
   kernels::cpu::ThreadPool pool(threads);
   const double gflops = kernels::cpu::MeasureFloatGflops(pool);
   const engine::ModelConfig& cfg = model.config();
@@ -302,6 +304,7 @@ void PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& model,
   double first = 0;
   for (int len : lengths) {
     const double tps = r.Prefill(len, 2);
+    figures.push_back(tps);
     if (first == 0) first = tps;
     const double total = len / tps;
     const double attn = PrefillAttentionSeconds(cfg, len, chunk, 2, pool);
@@ -313,6 +316,7 @@ void PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& model,
                 len, tps, tps / first, lengths[0], attn, total, 100 * attn / total, floor,
                 100 * floor / attn);
   }
+  return figures;
 }
 
 // tools/llama_cpp_bench.py: $SPECD_SOURCE_DIR/tools, else next to the binary, else the
@@ -501,7 +505,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (!prefill_lens.empty()) {
-    PrintPrefillAtLengths(r, **model, prefill_lens, threads);
+    const std::vector<double> ours = PrintPrefillAtLengths(r, **model, prefill_lens, threads);
     if (with_llama_cpp) {
       const LlamaCppFigures l = RunLlamaCpp(llama_python, FindLlamaCppScript(argv[0]), model_path,
                                             threads, prefill_arg);
@@ -511,8 +515,10 @@ int Main(int argc, char** argv) {
                     llama_python.c_str());
       }
       for (const auto& [n, tps] : l.prefill_at) {
+        double mine = 0;
+        for (size_t i = 0; i < prefill_lens.size(); ++i) mine = prefill_lens[i] == n ? ours[i] : mine;
         std::printf("  llama.cpp (llama-cpp-python %s, same file and threads) prefill %5d: "
-                    "%8.1f tok/s\n", l.version.c_str(), n, tps);
+                    "%8.1f tok/s -> specd/llama.cpp = %.2fx\n", l.version.c_str(), n, tps, mine / tps);
       }
     }
     return 0;
