@@ -12,7 +12,11 @@ Writes tests/data/model/smollm2_goldens.json: for each prompt, the prompt token 
 top-20 (id, logit) at every position of prompt + greedy continuation, and the 64-token greedy
 continuation.
 
-Usage: python scripts/gen_model_goldens.py models/SmolLM2-135M-Instruct.Q4_1.gguf
+--long writes tests/data/model/smollm2_long_golden.json instead: one chat prompt of LONG_TOKENS
+tokens (docs/DESIGN.md's text as the user's message, cut to length; the ids are stored, so the
+file stays valid when the document changes) and the top-2 (id, logit) at every position.
+
+Usage: python scripts/gen_model_goldens.py models/SmolLM2-135M-Instruct.Q4_1.gguf [--long]
 Requires: gguf, numpy, tokenizers (scripts/requirements-dev.txt).
 """
 import argparse
@@ -37,6 +41,7 @@ PROMPTS = [
 ]
 N_NEW = 64
 TOP = 20
+LONG_TOKENS = 2100
 
 
 def field(r, key):
@@ -159,15 +164,42 @@ class Model:
         return self.mm(self.out, self.rms(x, self.norm))
 
 
+def long_golden(m, tk, out):
+    """Teacher-forced top-2 at every position of one long chat prompt."""
+    head = tk.encode("<|im_start|>user\nSummarize this design document:\n",
+                     add_special_tokens=False).ids
+    tail = tk.encode("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).ids
+    body = tk.encode(open("docs/DESIGN.md", encoding="utf-8").read(), add_special_tokens=False).ids
+    ids = head + body[: LONG_TOKENS - len(head) - len(tail)] + tail
+    cache = [([], []) for _ in range(m.L)]
+    rows = []
+    for pos, tok in enumerate(ids):
+        lg = m.step(tok, pos, cache)
+        idx = np.argsort(-lg, kind="stable")[:2]
+        rows.append([[int(i), round(float(lg[i]), 5)] for i in idx])
+        if pos % 200 == 0:
+            print(f"long golden: {pos}/{len(ids)}", file=sys.stderr)
+    with open(out, "w") as f:
+        json.dump({"model": "SmolLM2-135M-Instruct.Q4_1.gguf", "top_n": 2,
+                   "contract": "float activations (exact_activations); f16 KV",
+                   "prompt_ids": ids, "top": rows}, f, separators=(",", ":"))
+    print(f"wrote {out}: {len(ids)} positions", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
-    ap.add_argument("--out", default="tests/data/model/smollm2_goldens.json")
+    ap.add_argument("--out", default=None)
     ap.add_argument("--act-quant", action="store_true")
     ap.add_argument("--prompts", type=int, default=len(PROMPTS))
+    ap.add_argument("--long", action="store_true")
     args = ap.parse_args()
     m = Model(args.model, args.act_quant)
     tk = build_tokenizer(m.r)
+    if args.long:
+        long_golden(m, tk, args.out or "tests/data/model/smollm2_long_golden.json")
+        return
+    args.out = args.out or "tests/data/model/smollm2_goldens.json"
     eos = int(field(m.r, "tokenizer.ggml.eos_token_id"))
     cases = []
     for pi, text in enumerate(PROMPTS[: args.prompts]):
