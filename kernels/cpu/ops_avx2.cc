@@ -1531,8 +1531,9 @@ void AttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) {
 // A prefill tile: the queries it.t .. it.t + it.tokens - 1 (consecutive positions of one
 // sequence) against kv head it.h. Each key chunk is loaded once for every query row of the
 // tile that sees it, and the score and PV kernels share each K and V load across blocks of
-// rows; every row's arithmetic is still exactly what it gets alone (see Vec8), and each
-// query folds its chunks into its own state in order, so its output is bitwise the same.
+// rows; every row's arithmetic is still exactly what it gets alone (see "The attention
+// arithmetic" above), and each query folds its chunks into its own state in order, so its
+// output is bitwise the same.
 // kvbuf: [kAttnChunk][d]  s: [tile][group][kAttnChunk]  parts, states: [tile][group][d + 2]
 // rows: [tile * group]
 void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, float* parts,
