@@ -1191,42 +1191,6 @@ void ToF16(const float* src, uint16_t* dst, int64_t n) {
 
 // ---------------------------------------------------------------- attention
 
-// Converts one head row (d floats, d % 8 == 0) of the KV pool to f32.
-inline void LoadKvRow(KvDtype dt, const void* base, int64_t index, int32_t d, float* dst) {
-  if (dt == KvDtype::kF32) {
-    const float* p = static_cast<const float*>(base) + index;
-    for (int32_t i = 0; i < d; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(p + i));
-  } else if (dt == KvDtype::kF16) {
-    const uint16_t* p = static_cast<const uint16_t*>(base) + index;
-    for (int32_t i = 0; i < d; i += 8)
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
-  } else {
-    const uint16_t* p = static_cast<const uint16_t*>(base) + index;
-    for (int32_t i = 0; i < d; i += 8) {
-      const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)));
-      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
-    }
-  }
-}
-
-// Converts V rows of keys [j0, j1) of kv head h to buf [round8(n)][d] f32, zeroing the
-// padding rows.
-void LoadVChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* buf) {
-  const PagedKvLayer& kv = *a.kv;
-  const int32_t d = kv.head_dim;
-  const int32_t* table = a.block_tables[t];
-  for (int64_t j = j0; j < j1;) {  // one contiguous run of rows per block
-    const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
-    const int64_t at = kv.VIndex(table[j / kv.block_size], off, h);
-    for (int64_t r = 0; r < n; ++r) LoadKvRow(kv.dtype, kv.v, at + r * d, d, buf + (j - j0 + r) * d);
-    j += n;
-  }
-  const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
-  for (int64_t r = n; r < n8; ++r) {
-    for (int32_t i = 0; i < d; i += 8) _mm256_storeu_ps(buf + r * d + i, _mm256_setzero_ps());
-  }
-}
-
 // n consecutive elements of the KV pool (any dtype) to f32.
 inline void LoadKvRun(KvDtype dt, const void* base, int64_t index, int64_t n, float* dst) {
   int64_t r = 0;
@@ -1249,6 +1213,24 @@ inline void LoadKvRun(KvDtype dt, const void* base, int64_t index, int64_t n, fl
       const uint32_t bits = static_cast<uint32_t>(p[r]) << 16;
       std::memcpy(dst + r, &bits, sizeof(float));
     }
+  }
+}
+
+// Converts V rows of keys [j0, j1) of kv head h to buf [round8(n)][d] f32, zeroing the
+// padding rows.
+void LoadVChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* buf) {
+  const PagedKvLayer& kv = *a.kv;
+  const int32_t d = kv.head_dim;
+  const int32_t* table = a.block_tables[t];
+  for (int64_t j = j0; j < j1;) {  // one contiguous run of rows per block
+    const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
+    // The run's rows are contiguous in the pool: one conversion of n * d values.
+    LoadKvRun(kv.dtype, kv.v, kv.VIndex(table[j / kv.block_size], off, h), n * d, buf + (j - j0) * d);
+    j += n;
+  }
+  const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
+  for (int64_t r = n; r < n8; ++r) {
+    for (int32_t i = 0; i < d; i += 8) _mm256_storeu_ps(buf + r * d + i, _mm256_setzero_ps());
   }
 }
 
