@@ -17,13 +17,19 @@
 namespace specd::router {
 
 // In-process: calls the worker under a lock. set_down(true) makes every call UNAVAILABLE
-// (a dead service); Replace swaps in a fresh worker (a restarted service).
+// (a dead service); CrashAfterSteps(n) does the same by itself once n more steps have run, so a
+// test can crash a service mid-request however fast the model is; Replace swaps in a fresh
+// worker (a restarted service).
 template <typename Worker, typename Base, typename StepReq, typename StepResp>
 class LocalBackend : public Base {
  public:
   explicit LocalBackend(std::unique_ptr<Worker> worker) : worker_(std::move(worker)) {}
   absl::StatusOr<StepResp> Step(const StepReq& request) override {
     absl::MutexLock l(&mu_);
+    if (crash_at_step_ >= 0 && steps_ >= crash_at_step_) {
+      down_ = true;
+      crash_at_step_ = -1;
+    }
     if (down_) return absl::UnavailableError("service down (injected)");
     ++steps_;
     return worker_->Step(request);
@@ -44,6 +50,14 @@ class LocalBackend : public Base {
     absl::MutexLock l(&mu_);
     down_ = down;
   }
+  void CrashAfterSteps(int64_t n) {
+    absl::MutexLock l(&mu_);
+    crash_at_step_ = steps_ + n;
+  }
+  bool down() {
+    absl::MutexLock l(&mu_);
+    return down_;
+  }
   void Replace(std::unique_ptr<Worker> worker) {
     absl::MutexLock l(&mu_);
     worker_ = std::move(worker);
@@ -62,6 +76,7 @@ class LocalBackend : public Base {
   std::unique_ptr<Worker> worker_ ABSL_GUARDED_BY(mu_);
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t crash_at_step_ ABSL_GUARDED_BY(mu_) = -1;  // -1: no crash armed
 };
 
 using LocalTargetBackend = LocalBackend<services::TargetWorker, TargetBackend,

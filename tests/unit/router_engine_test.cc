@@ -79,6 +79,7 @@ class Collect : public RequestSink {
   }
   void Wait() { EXPECT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(120))); }
   void WaitFirst() { first_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
+  bool done() { return done_.HasBeenNotified(); }
   absl::Status status() { absl::MutexLock l(&mu_); return status_; }
   std::vector<int32_t> tokens() { absl::MutexLock l(&mu_); return tokens_; }
   std::string text() { absl::MutexLock l(&mu_); return text_; }
@@ -449,10 +450,14 @@ TEST_F(RouterEngineTest, TargetRestartRePrefillsSeededOutputUnchanged) {
   baseline->Wait();
   ASSERT_TRUE(baseline->status().ok());
 
+  // Crash a few steps in (prefill and the first rounds), whatever the model's speed: 60 tokens
+  // at k=3 take at least 15 steps, so the request is still running when the target dies.
+  target_->CrashAfterSteps(4);
   auto sink = Run(sampled(prompt));
-  sink->WaitFirst();
-  target_->set_down(true);  // crash ...
-  absl::SleepFor(absl::Milliseconds(60));
+  for (int i = 0; i < 6000 && !target_->down(); ++i) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(target_->down()) << "the armed crash never fired";
+  EXPECT_FALSE(sink->done()) << "the request finished before the crash";
+  absl::SleepFor(absl::Milliseconds(60));  // the router retries against a dead target ...
   target_->Replace(std::make_unique<services::TargetWorker>(Host(*target_path_, 256)));
   target_->set_down(false);  // ... and restart with an empty KV cache
   sink->Wait();
