@@ -1,6 +1,7 @@
 # Sourced by loadtest/sweep.sh and loadtest/cluster_bench.sh: start a local cluster on free
 # ports and wait until the router is healthy. Needs ROOT, BUILD, THREADS, PYTHON set.
-# Sets PORT (router gRPC), HTTP_PORT (its OpenAI HTTP API) and CLUSTER (launcher pid); the cluster stops when the script exits,
+# Sets PORT (router gRPC), HTTP_PORT (its OpenAI HTTP API), METRICS_PORT (the router's /metrics;
+# target +1, draft +2) and CLUSTER (launcher pid); the cluster stops when the script exits,
 # or earlier with stop_cluster.
 
 free_port() {
@@ -16,8 +17,9 @@ stop_cluster() {
 start_cluster() {  # name for messages
   PORT="$(free_port)"
   HTTP_PORT="${SPECD_HTTP_PORT-$(free_port)}"  # SPECD_HTTP_PORT= for binaries without HTTP
+  METRICS_PORT="$(free_port)"  # the router's; the target's is +1, the draft's +2
   "$ROOT/scripts/run_cluster.sh" --build "$BUILD" --threads "$THREADS" --port "$PORT" \
-    --metrics-port "$(free_port)" --http-port "$HTTP_PORT" &
+    --metrics-port "$METRICS_PORT" --http-port "$HTTP_PORT" &
   CLUSTER=$!
   trap stop_cluster EXIT
   for _ in $(seq 1 1200); do

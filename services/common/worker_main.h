@@ -135,6 +135,7 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   const int sig = WaitForTermination();
   LogEvent(LogLevel::kInfo, "drain_start", {{"signal", sig}, {"grace_s", grace_s}});
   (*server)->GetHealthCheckService()->SetServingStatus(false);
+  service.EndStreams();  // the router's stream would hold Shutdown for its whole grace
   (*server)->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
   LogEvent(LogLevel::kInfo, "drain_end");

@@ -1,5 +1,7 @@
-// The thin gRPC face of a worker (draft or target): Step, Release and GetInfo on the callback
-// API, serialized by one mutex (a step is one forward pass; the router sends one at a time).
+// The thin gRPC face of a worker (draft or target): Step, StepStream, Release and GetInfo on the
+// callback API, serialized by one mutex (a step is one forward pass; the router sends one at a
+// time). StepStream is the router's hot path: the same step per message of one long-lived
+// stream, so an iteration costs no call set-up (docs/DESIGN.md, the router hop).
 #ifndef SPECD_SERVICES_COMMON_WORKER_SERVICE_H_
 #define SPECD_SERVICES_COMMON_WORKER_SERVICE_H_
 
@@ -7,6 +9,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+
+#include "absl/container/flat_hash_set.h"
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -25,24 +29,22 @@ class WorkerService final : public Base {
 
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* ctx, const StepReq* req,
                                  StepResp* resp) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::Status st;
-    int64_t tokens = 0;
-    for (const auto& s : req->sequences()) tokens += s.tokens_size();
-    {
-      absl::MutexLock l(&mu_);
-      auto r = worker_->Step(*req);
-      if (r.ok()) {
-        *resp = std::move(*r);
-        Kv(resp->kv());
-      }
-      st = r.status();
-    }
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    metrics_->service_step_latency.Add({{"component", component_}}, LatencyBuckets()).Observe(secs);
-    metrics_->service_step_tokens.Add({{"component", component_}}, CountBuckets()).Observe(tokens);
-    return Done(ctx, "Step", st);
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(ToGrpc(RunStep(*req, *resp)));
+    return r;
+  }
+
+  grpc::ServerBidiReactor<StepReq, StepResp>* StepStream(grpc::CallbackServerContext*) override {
+    return new StepStreamReactor(this);
+  }
+
+  // Ends every open step stream once its current step is answered (the service is draining:
+  // Server::Shutdown would otherwise wait out its grace for the router's idle stream). Streams
+  // opened later are refused by the shutting-down server itself.
+  void EndStreams() {
+    absl::MutexLock l(&streams_mu_);
+    draining_ = true;
+    for (StepStreamReactor* s : streams_) s->End();
   }
 
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
@@ -67,13 +69,122 @@ class WorkerService final : public Base {
   }
 
  private:
-  grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const char* method,
-                                 const absl::Status& st) {
+  // One step of either RPC: the worker under the lock, the step metrics, the request count.
+  absl::Status RunStep(const StepReq& req, StepResp& resp) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status st;
+    int64_t tokens = 0;
+    for (const auto& s : req.sequences()) tokens += s.tokens_size();
+    {
+      absl::MutexLock l(&mu_);
+      auto r = worker_->Step(req);
+      if (r.ok()) {
+        resp = std::move(*r);
+        Kv(resp.kv());
+      }
+      st = r.status();
+    }
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    metrics_->service_step_latency.Add({{"component", component_}}, LatencyBuckets()).Observe(secs);
+    metrics_->service_step_tokens.Add({{"component", component_}}, CountBuckets()).Observe(tokens);
+    Count("Step", st);
+    return st;
+  }
+
+  // Read a request, run the step, write its response, read the next: one at a time, in order.
+  // A failed step finishes the stream with its status; the client's half-close finishes it OK.
+  class StepStreamReactor final : public grpc::ServerBidiReactor<StepReq, StepResp> {
+   public:
+    explicit StepStreamReactor(WorkerService* service) : service_(service) {
+      {
+        absl::MutexLock l(&service_->streams_mu_);
+        service_->streams_.insert(this);
+        if (service_->draining_) ended_ = true;
+      }
+      if (ended_) {
+        FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "service draining"));
+        return;
+      }
+      this->StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      {
+        absl::MutexLock l(&mu_);
+        reading_ = false;
+      }
+      if (!ok) {  // the client closed its side, the stream broke, or End() finished it
+        FinishOnce(grpc::Status::OK);
+        return;
+      }
+      absl::Status st = service_->RunStep(request_, response_);
+      if (!st.ok()) {
+        FinishOnce(ToGrpc(st));
+        return;
+      }
+      this->StartWrite(&response_);
+    }
+    void OnWriteDone(bool ok) override {
+      {
+        absl::MutexLock l(&mu_);
+        if (ok && !ended_) {
+          reading_ = true;  // under mu_, so that End() sees either the read or ended_ first
+          this->StartRead(&request_);
+          return;
+        }
+      }
+      FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              ok ? "service draining" : "step stream broken"));
+    }
+    void OnDone() override {
+      {
+        absl::MutexLock l(&service_->streams_mu_);
+        service_->streams_.erase(this);
+      }
+      delete this;
+    }
+    // Draining: finish now if waiting for a request, else after this step's response.
+    void End() {
+      bool idle;
+      {
+        absl::MutexLock l(&mu_);
+        ended_ = true;
+        idle = reading_;
+      }
+      if (idle) FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "service draining"));
+    }
+
+   private:
+    void FinishOnce(const grpc::Status& status) {
+      {
+        absl::MutexLock l(&mu_);
+        if (finished_) return;
+        finished_ = true;
+        reading_ = false;
+      }
+      this->Finish(status);
+    }
+
+    WorkerService* service_;
+    StepReq request_;
+    StepResp response_;
+    absl::Mutex mu_;
+    bool reading_ ABSL_GUARDED_BY(mu_) = true;  // a read is outstanding (the stream is idle)
+    bool ended_ ABSL_GUARDED_BY(mu_) = false;
+    bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
+  void Count(const char* method, const absl::Status& st) {
     metrics_->service_requests
         .Add({{"component", component_},
               {"method", method},
               {"code", absl::StatusCodeToString(st.code())}})
         .Increment();
+  }
+
+  grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const char* method,
+                                 const absl::Status& st) {
+    Count(method, st);
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
     r->Finish(ToGrpc(st));
     return r;
@@ -113,6 +224,9 @@ class WorkerService final : public Base {
   absl::Mutex mu_;
   std::unique_ptr<Worker> worker_ ABSL_GUARDED_BY(mu_);
   PrefixTotals seen_ ABSL_GUARDED_BY(mu_);  // the worker's totals the counters have counted
+  absl::Mutex streams_mu_;
+  absl::flat_hash_set<StepStreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
+  bool draining_ ABSL_GUARDED_BY(streams_mu_) = false;
   Metrics* metrics_;
 };
 

@@ -1,9 +1,19 @@
-// TargetBackend / DraftBackend over gRPC, with a per-call deadline.
+// TargetBackend / DraftBackend over gRPC. Steps go over one long-lived StepStream (no call
+// set-up per iteration: the router hop of docs/DESIGN.md), each bounded by the step timeout
+// through a watchdog that cancels the stream; a broken stream is reopened at the next step, and
+// a service without StepStream gets unary Steps. Release and GetInfo are unary, with a deadline.
 #ifndef SPECD_SERVICES_ROUTER_GRPC_BACKENDS_H_
 #define SPECD_SERVICES_ROUTER_GRPC_BACKENDS_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 
 #include "services/common/grpc_server.h"
 #include "services/router/backends.h"
@@ -15,16 +25,36 @@ namespace specd::router {
 template <typename Stub, typename Base, typename StepReq, typename StepResp>
 class GrpcBackend final : public Base {
  public:
-  GrpcBackend(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
-      : stub_(Stub::NewStub(channel)), timeout_(timeout) {}
+  GrpcBackend(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout,
+              bool use_stream = true)
+      : stub_(Stub::NewStub(channel)), timeout_(timeout), use_stream_(use_stream) {}
+  ~GrpcBackend() override {
+    absl::MutexLock call(&call_mu_);
+    // Why the stream ended matters to no one once the router is going away.
+    CloseStream(/*ended=*/false).IgnoreError();
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
 
   absl::StatusOr<StepResp> Step(const StepReq& request) override {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
+    absl::MutexLock call(&call_mu_);  // one step at a time on the one stream
+    if (!use_stream_) return UnaryStep(request);
     StepResp resp;
-    grpc::Status s = stub_->Step(&ctx, request, &resp);
-    if (!s.ok()) return services::ToAbsl(s);
+    absl::Status st = StreamStep(request, resp);
+    if (st.code() == absl::StatusCode::kUnimplemented) {  // a service older than StepStream
+      use_stream_ = false;
+      return UnaryStep(request);
+    }
+    if (!st.ok()) return st;
     return resp;
+  }
+  // False once a service without StepStream made this backend fall back to unary Steps.
+  bool streaming() {
+    absl::MutexLock call(&call_mu_);
+    return use_stream_;
   }
   absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
     grpc::ClientContext ctx;
@@ -45,12 +75,123 @@ class GrpcBackend final : public Base {
     return info;
   }
 
+
  private:
+  using Stream = grpc::ClientAsyncReaderWriter<StepReq, StepResp>;
+  // Completion-queue tags: what each finished operation was.
+  enum Op : intptr_t { kStart = 1, kWrite, kRead, kFinish };
+  static void* Tag(Op op) { return reinterpret_cast<void*>(op); }
+
+  absl::StatusOr<StepResp> UnaryStep(const StepReq& request) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    StepResp resp;
+    grpc::Status s = stub_->Step(&ctx, request, &resp);
+    if (!s.ok()) return services::ToAbsl(s);
+    return resp;
+  }
+
+  // One request and its response on the open stream (opened first if there is none), the
+  // write and the read in flight together. This thread waits on the stream's own completion
+  // queue (no hand-off from another thread), up to the step timeout. Any failure closes the
+  // stream and returns the status it ended with, except one: a stream that the service ended
+  // while idle (it drained, or its process restarted) refuses the write, so the request never
+  // reached a step and goes once more on a new stream.
+  absl::Status StreamStep(const StepReq& request, StepResp& resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
+    const absl::Time deadline = absl::Now() + timeout_;
+    for (int attempt = 0;; ++attempt) {
+      const bool fresh = stream_ == nullptr;
+      if (fresh) {
+        ctx_ = std::make_unique<grpc::ClientContext>();
+        stream_ = stub_->AsyncStepStream(ctx_.get(), &cq_, Tag(kStart));
+        pending_ = 1;
+        if (!AwaitAll(deadline)) return Failed("opening the step stream");
+      }
+      stream_->Write(request, Tag(kWrite));
+      stream_->Read(&resp, Tag(kRead));
+      pending_ = 2;
+      if (AwaitAll(deadline)) return absl::OkStatus();
+      const bool undelivered = !fresh && write_failed_ && !timed_out_ && attempt == 0;
+      absl::Status failed = Failed("the step");
+      if (!undelivered) return failed;
+    }
+  }
+
+  // Waits for every pending operation; false if one failed or the deadline passed (then
+  // timed_out_ says which).
+  bool AwaitAll(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
+    bool all_ok = true;
+    while (pending_ > 0) {
+      void* tag;
+      bool ok;
+      switch (cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(deadline))) {
+        case grpc::CompletionQueue::GOT_EVENT:
+          --pending_;
+          all_ok = all_ok && ok;
+          if (tag == Tag(kWrite)) write_failed_ = !ok;
+          break;
+        case grpc::CompletionQueue::TIMEOUT:
+          timed_out_ = true;
+          return false;
+        case grpc::CompletionQueue::SHUTDOWN:
+          return false;
+      }
+    }
+    return all_ok;
+  }
+
+  absl::Status Failed(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
+    absl::Status ended = CloseStream();
+    if (timed_out_) {
+      timed_out_ = false;
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " took longer than ", absl::FormatDuration(timeout_)));
+    }
+    return ended;
+  }
+
+  // Closes the stream: collects its outstanding operations and the status it ended with
+  // (UNAVAILABLE if that is OK or CANCELLED: a step always expects an answer). `ended`: the
+  // stream failed (else it is open and idle, and is cancelled).
+  absl::Status CloseStream(bool ended = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
+    if (stream_ == nullptr) return absl::OkStatus();
+    // Operations still out (a step past its timeout) or an open stream (the router going
+    // away): cancel, so that a server that never answers cannot hold the close. Otherwise the
+    // server ended the stream and Finish brings its status (INVALID_ARGUMENT, ...).
+    if (pending_ > 0 || !ended) ctx_->TryCancel();
+    grpc::Status s;
+    stream_->Finish(&s, Tag(kFinish));
+    ++pending_;
+    while (pending_ > 0) {  // cancelled: every operation comes back promptly
+      void* tag;
+      bool ok;
+      if (!cq_.Next(&tag, &ok)) break;
+      --pending_;
+    }
+    pending_ = 0;
+    stream_.reset();
+    ctx_.reset();
+    if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
+      return absl::UnavailableError(absl::StrCat("step stream ended: ", s.error_message()));
+    }
+    return services::ToAbsl(s);
+  }
+
   void SetDeadline(grpc::ClientContext& ctx) {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   }
+
   std::unique_ptr<typename Stub::Stub> stub_;
   absl::Duration timeout_;
+  absl::Mutex call_mu_;
+  bool use_stream_ ABSL_GUARDED_BY(call_mu_);
+  grpc::CompletionQueue cq_;  // the stream's operations only; polled by the stepping thread
+  std::unique_ptr<grpc::ClientContext> ctx_ ABSL_GUARDED_BY(call_mu_);
+  std::unique_ptr<Stream> stream_ ABSL_GUARDED_BY(call_mu_);
+  int pending_ ABSL_GUARDED_BY(call_mu_) = 0;  // operations started and not yet completed
+  bool timed_out_ ABSL_GUARDED_BY(call_mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(call_mu_) = false;  // the last step's write was refused
 };
 
 using GrpcTargetBackend = GrpcBackend<iv1::Target, TargetBackend, iv1::TargetStepRequest,

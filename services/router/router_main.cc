@@ -98,6 +98,7 @@ int Main(int argc, char** argv) {
   int32_t http_max_body_bytes = 4 << 20;
   double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30, drain_linger_s = 5,
          startup_timeout_s = 300;
+  bool step_streams = true;
   services::GrpcSettings gs;
   services::FlagSet f("specd-router");
   f.Add("listen", "SPECD_ROUTER_LISTEN", &listen, "address to serve on: host:port or unix:/path");
@@ -120,7 +121,9 @@ int Main(int argc, char** argv) {
   f.Add("num-draft-tokens", "SPECD_ROUTER_NUM_DRAFT_TOKENS", &o.default_k,
         "draft tokens per step when the request does not say (0 = adaptive)");
   f.Add("step-timeout-s", "SPECD_ROUTER_STEP_TIMEOUT_S", &step_timeout_s,
-        "deadline of one Step RPC");
+        "deadline of one step");
+  f.Add("step-streams", "SPECD_ROUTER_STEP_STREAMS", &step_streams,
+        "send steps over one long-lived stream per service (false: one unary call per step)");
   f.Add("target-down-timeout-s", "SPECD_ROUTER_TARGET_DOWN_TIMEOUT_S", &target_down_timeout_s,
         "how long requests wait for an unavailable target before failing UNAVAILABLE");
   f.Add("drain-grace-s", "SPECD_ROUTER_DRAIN_GRACE_S", &drain_grace_s,
@@ -192,11 +195,12 @@ int Main(int argc, char** argv) {
   std::unique_ptr<DraftBackend> draft_backend;
   if (!draft.empty()) {
     draft_backend =
-        std::make_unique<GrpcDraftBackend>(services::MakeChannel(draft, gs), step_timeout);
+        std::make_unique<GrpcDraftBackend>(services::MakeChannel(draft, gs), step_timeout,
+                                           step_streams);
   }
   RouterEngine engine(o,
                       std::make_unique<GrpcTargetBackend>(services::MakeChannel(target, gs),
-                                                          step_timeout),
+                                                          step_timeout, step_streams),
                       std::move(draft_backend), **tokenizer, &metrics);
   const absl::Time give_up = absl::Now() + absl::Seconds(startup_timeout_s);
   for (;;) {

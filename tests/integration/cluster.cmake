@@ -5,7 +5,8 @@ if(NOT SPECD_CORE_ONLY)
     DEPS specd_proto specd_testing GTest::gtest)
   specd_test(cluster_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_test.cc
-    DEPS specd_cluster_harness specd_engine specd_sampling LABELS integration TIMEOUT 300)
+    DEPS specd_cluster_harness specd_engine specd_sampling specd_grpc_common
+    LABELS integration TIMEOUT 300)
   add_dependencies(cluster_test specd-target specd-draft specd-router specd)
   specd_test(cluster_load_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/integration/cluster_load_test.cc

@@ -25,6 +25,7 @@
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
+#include "services/router/grpc_backends.h"
 
 namespace specd::testing {
 namespace {
@@ -502,6 +503,103 @@ TEST_F(ClusterTest, TargetRestartRePrefillsWithSeededOutputUnchanged) {
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(s.ids, std::vector<int32_t>(baseline.token_ids().begin(), baseline.token_ids().end()));
   EXPECT_EQ(s.text, baseline.text());
+}
+
+// SIGSTOP lands asynchronously: true once /proc says every thread of `pid` is stopped.
+bool WaitStopped(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  for (int i = 0; i < 200; ++i) {
+    bool all = true;
+    for (const auto& task : std::filesystem::directory_iterator(dir)) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') {
+        all = false;
+      }
+    }
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// The router's hot path is one long-lived StepStream per service. Straight to the target:
+// streamed steps answer exactly as unary Steps do; a malformed step ends the stream with
+// INVALID_ARGUMENT naming the problem and the next step opens a new stream; a step that
+// outlives the step timeout (the target stopped) is DEADLINE_EXCEEDED, and the stream works
+// again once the target runs.
+TEST_F(ClusterTest, StepStreamAnswersLikeUnaryStepsAndRecovers) {
+  Cluster& c = *cluster_;
+  router::GrpcTargetBackend streamed(c.Channel(c.target_addr), absl::Seconds(2),
+                                     /*use_stream=*/true);
+  router::GrpcTargetBackend unary(c.Channel(c.target_addr), absl::Seconds(2),
+                                  /*use_stream=*/false);
+  auto step = [](int64_t seq, int32_t start, std::vector<int32_t> tokens, int32_t prompt_len) {
+    specd::internal::v1::TargetStepRequest r;
+    auto* s = r.add_sequences();
+    s->set_seq_id(seq);
+    s->set_start_pos(start);
+    s->mutable_tokens()->Assign(tokens.begin(), tokens.end());
+    s->set_emit(true);
+    s->set_num_prompt_tokens(prompt_len);
+    s->mutable_sampling()->set_top_p(1);
+    s->mutable_sampling()->set_repetition_penalty(1);
+    s->mutable_sampling()->set_ignore_eos(true);
+    s->mutable_sampling()->set_num_logprobs(2);
+    return r;
+  };
+  // A prompt, then greedy decode steps: each step's emitted token with its logprobs.
+  auto generate = [&](router::TargetBackend& b, int64_t seq) {
+    std::vector<int32_t> tokens = Prompt(12, 9);
+    const int32_t prompt_len = tokens.size();
+    std::vector<std::string> out;
+    for (int i = 0; i < 8; ++i) {
+      const int32_t start = i == 0 ? 0 : static_cast<int32_t>(tokens.size()) - 1;
+      std::vector<int32_t> fresh(tokens.begin() + start, tokens.end());
+      auto r = b.Step(step(seq, start, fresh, prompt_len));
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok() || r->sequences_size() != 1 || r->sequences(0).tokens_size() != 1) break;
+      tokens.push_back(r->sequences(0).tokens(0).token());
+      out.push_back(r->sequences(0).tokens(0).SerializeAsString());
+    }
+    EXPECT_TRUE(b.Release({seq}).ok());
+    return out;
+  };
+  const std::vector<std::string> want = generate(unary, 910001);
+  ASSERT_EQ(want.size(), 8u);
+  EXPECT_EQ(generate(streamed, 910002), want);
+
+  auto bad = streamed.Step(step(910003, 0, {1, 999999}, 2));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("999999"), std::string::npos) << bad.status();
+  EXPECT_EQ(generate(streamed, 910004), want);
+
+  c.target->Signal(SIGSTOP);
+  ASSERT_TRUE(WaitStopped(c.target->pid())) << "the target did not stop";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stalled = streamed.Step(step(910005, 0, Prompt(12, 9), 12));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.target->Signal(SIGCONT);
+  EXPECT_EQ(stalled.status().code(), absl::StatusCode::kDeadlineExceeded) << stalled.status();
+  EXPECT_GE(waited, 1.9);
+  EXPECT_LT(waited, 10.0);
+  EXPECT_TRUE(streamed.Release({910005}).ok());  // the stopped step may have run after all
+  EXPECT_EQ(generate(streamed, 910006), want);
+  EXPECT_TRUE(streamed.streaming());  // never fell back to unary Steps
+
+  // SIGTERM: the service ends the open streams (the router's and this one) at once instead of
+  // waiting out its 10 s drain grace for them.
+  const auto t1 = std::chrono::steady_clock::now();
+  c.target->Signal(SIGTERM);
+  EXPECT_EQ(c.target->Wait(8), 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 5.0);
+  c.StartTarget();
+  ASSERT_TRUE(c.WaitHealthy(c.target_addr, 30));
+  EXPECT_EQ(generate(streamed, 910007), want);  // a new stream to the new process
+  EXPECT_TRUE(c.WaitHealthy(c.router_addr, 30));
 }
 
 // Health tells the truth: the router is NOT_SERVING while its target is down, SERVING again
