@@ -12,6 +12,9 @@
   processes on loopback (only the Services' DNS names become 127.0.0.1): they pass their
   health probes and answer a prompt over gRPC and HTTP, and a flag the binaries do not accept
   fails;
+- cell.layout=pod: one pod per cell (replicas, an HPA, a PodMonitor, a NetworkPolicy that
+  leaves only the router's ports open), its containers' command lines run on loopback as the
+  pod would (the router dials localhost) and answer;
 - a real Prometheus (Debian's) scrapes that cluster with deploy/prometheus.yml under load:
   every Grafana dashboard query and every alert rule's signal returns series, every rule
   evaluates without error (monitoring/).
@@ -57,6 +60,11 @@ MATRIX = {
     "self-draft-api-keys": ["draft.model=self", "draft.layers=6", "router.apiKeysSecret=keys",
                             "router.maxRunning=16", "networkPolicy.enabled=false"],
     "no-draft": ["draft.enabled=false", "podDisruptionBudget.enabled=false"],
+    # One pod per cell, replicated: behind one router Service, TLS only on its public face.
+    "pod-cells": ["cell.layout=pod", "cell.replicas=3", "monitoring.serviceMonitor.enabled=true",
+                  "tls.enabled=true", "tls.routerSecret=router-tls"],
+    "pod-cells-hpa-tp3": ["cell.layout=pod", "autoscaling.enabled=true", "target.worldSize=3",
+                          "draft.model=self"],
 }
 
 
@@ -96,6 +104,12 @@ def container_ports(workload):
     return ports
 
 
+def router_container(workload):
+    """The workload's router container, or None."""
+    return next((c for c in workload["spec"]["template"]["spec"]["containers"]
+                 if c["name"] == "router"), None)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -122,7 +136,10 @@ class ChartRenderTest(unittest.TestCase):
     def test_schema_refuses_bad_values(self):
         bad = {"target.worldSize=0": "worldSize", "router.grpcPort=70000": "grpcPort",
                "router.extraArgs[0]=oops": "extraArgs", "image.pullPolicy=Sometimes": "pullPolicy",
-               "model.fetch.sha256=abc": "sha256", "router.nosuchvalue=1": "nosuchvalue"}
+               "model.fetch.sha256=abc": "sha256", "router.nosuchvalue=1": "nosuchvalue",
+               "cell.layout=sideways": "layout", "cell.replicas=0": "replicas",
+               # an HPA scales pod cells; the services layout has one router per release
+               "autoscaling.enabled=true": "autoscaling.enabled"}
         for s, field in bad.items():
             with self.subTest(value=s):
                 p = run([HELM, "template", "x", CHART, "--set", s], ok=False)
@@ -204,13 +221,16 @@ class ChartRenderTest(unittest.TestCase):
                         services[(s["metadata"]["name"], p["port"])] = ports[p["targetPort"]]
             for sts in by_kind(docs, "StatefulSet"):
                 self.assertIn((sts["spec"]["serviceName"], container_ports(sts)["grpc"]), services)
-            router = next(w for w in ws if w["metadata"]["name"].endswith("-router"))
-            args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+            router = next(w for w in ws if router_container(w))
+            args = router_container(router)["args"]
             dials = [a.split("=", 1)[1] for a in args if a.startswith(("--target=", "--draft="))]
             self.assertEqual(len(dials), 1 if "no-draft" in name else 2)
             for address in dials:
                 host, port = address.rsplit(":", 1)
-                self.assertIn((host, int(port)), services, f"the router dials {address}")
+                if host == "localhost":  # a pod cell: a container beside the router
+                    self.assertIn(int(port), container_ports(router).values(), address)
+                else:
+                    self.assertIn((host, int(port)), services, f"the router dials {address}")
             for kind in ("PodDisruptionBudget",):
                 for pdb in by_kind(docs, kind):
                     self.assertEqual(sum(matches(pdb["spec"]["selector"]["matchLabels"],
@@ -238,6 +258,18 @@ class ChartRenderTest(unittest.TestCase):
             others = [r for r in np["spec"]["ingress"] if r is not grpc_rule]
             self.assertEqual([r["ports"][0]["port"] for r in others], [ports["metrics"]])
         self.assertEqual(by_kind(self.rendered["self-draft-api-keys"], "NetworkPolicy"), [])
+        # A pod cell: from outside the pod, the router's API and the metrics ports only.
+        for name in ("pod-cells", "pod-cells-hpa-tp3"):
+            docs = self.rendered[name]
+            [cell] = workloads(docs)
+            [np] = by_kind(docs, "NetworkPolicy")
+            self.assertTrue(matches(np["spec"]["podSelector"]["matchLabels"],
+                                    cell["spec"]["template"]["metadata"]["labels"]))
+            ports = container_ports(cell)
+            opened = {p["port"] for r in np["spec"]["ingress"] for p in r["ports"]}
+            want = {ports[n] for n in ports if n in ("grpc", "http") or n.endswith("metrics")}
+            self.assertEqual(opened, want, name)
+            self.assertNotIn(ports["target-grpc"], opened)
 
     def test_monitoring_resources(self):
         self.assertFalse([d for d in self.rendered["cpu-default"] if d["kind"] in OPERATOR_KINDS])
@@ -251,6 +283,21 @@ class ChartRenderTest(unittest.TestCase):
         self.assertEqual(sorted(s["metadata"]["name"] for s in selected),
                          ["cell-specd-draft", "cell-specd-router", "cell-specd-target"])
         self.assertEqual(sm["spec"]["endpoints"][0]["port"], "metrics")
+        # A pod cell: one PodMonitor, every port a metrics port of the cell pod, each scraped
+        # under the job name the alert rules match (<fullname>-router|draft|target).
+        pod_docs = self.rendered["pod-cells"]
+        self.assertEqual(by_kind(pod_docs, "ServiceMonitor"), [])
+        [pm] = by_kind(pod_docs, "PodMonitor")
+        [cell] = workloads(pod_docs)
+        self.assertTrue(matches(pm["spec"]["selector"]["matchLabels"],
+                                cell["spec"]["template"]["metadata"]["labels"]))
+        jobs = {}
+        for e in pm["spec"]["podMetricsEndpoints"]:
+            self.assertIn(e["port"], container_ports(cell))
+            self.assertTrue(e["port"].endswith("metrics"))
+            jobs[e["port"]] = e["relabelings"][0]["replacement"]
+        self.assertEqual(jobs, {"metrics": "cell-specd-router", "draft-metrics": "cell-specd-draft",
+                                "target-metrics": "cell-specd-target"})
         rule = by_kind(docs, "PrometheusRule")[0]
         with open(os.path.join(CHART, "files", "alerts.yaml")) as f:
             self.assertEqual(rule["spec"], yaml.safe_load(f))
@@ -298,6 +345,36 @@ class ChartRenderTest(unittest.TestCase):
                 names = next(a for a in c["args"] if a.startswith("--tls-client-names="))
                 self.assertEqual(names.split("=", 1)[1].split(","),
                                  ["specd-router", w["metadata"]["name"]])
+        # A pod cell with TLS: the router's public face speaks TLS; the draft and target
+        # serve it in plaintext on the pod's loopback (probed by the kubelet's gRPC probe).
+        [cell] = workloads(self.rendered["pod-cells"])
+        containers = {c["name"]: c for c in cell["spec"]["template"]["spec"]["containers"]}
+        self.assertEqual(sorted(containers), ["draft", "router", "target"])
+        self.assertIn("--tls-cert=/etc/specd/tls/tls.crt", containers["router"]["args"])
+        self.assertIn("exec", containers["router"]["readinessProbe"])
+        self.assertFalse([a for a in containers["router"]["args"] if a.startswith("--upstream")])
+        for worker in ("draft", "target"):
+            self.assertFalse([a for a in containers[worker]["args"] if a.startswith("--tls")])
+            self.assertIn("grpc", containers[worker]["readinessProbe"])
+        self.assertEqual(cell["spec"]["replicas"], 3)
+
+    def test_pod_cells_scale_with_an_hpa(self):
+        docs = self.rendered["pod-cells-hpa-tp3"]
+        [cell] = workloads(docs)
+        self.assertNotIn("replicas", cell["spec"])  # the HPA owns it
+        [hpa] = by_kind(docs, "HorizontalPodAutoscaler")
+        self.assertEqual(hpa["spec"]["scaleTargetRef"],
+                         {"apiVersion": "apps/v1", "kind": "Deployment",
+                          "name": cell["metadata"]["name"]})
+        [metric] = hpa["spec"]["metrics"]
+        self.assertEqual(metric["pods"]["metric"]["name"], "specd_router_waiting_requests")
+        self.assertEqual(metric["pods"]["target"]["type"], "AverageValue")
+        names = [c["name"] for c in cell["spec"]["template"]["spec"]["containers"]]
+        self.assertEqual(names, ["router", "draft", "target", "target-rank-1", "target-rank-2"])
+        [svc] = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-router")]
+        self.assertTrue(matches(svc["spec"]["selector"],
+                                cell["spec"]["template"]["metadata"]["labels"]))
+        self.assertEqual(by_kind(self.rendered["cpu-default"], "HorizontalPodAutoscaler"), [])
 
 
 class ChartClusterTest(unittest.TestCase):
@@ -539,6 +616,79 @@ class ChartClusterTest(unittest.TestCase):
                 assert m, f"{r['alert']}: not '<signal> <op> <threshold>': {expr}"
                 out.append((r["alert"], m.group(1), expr))
         return out
+
+
+class PodCellClusterTest(unittest.TestCase):
+    """cell.layout=pod: the cell pod's containers, command lines from the rendered chart,
+    started on loopback as the pod would run them (the router dials the draft and target on
+    localhost): every container passes its probes, the cell answers, SIGTERM ends all."""
+
+    def test_the_pod_cell_answers_and_drains(self):
+        tmp = tempfile.mkdtemp(prefix="specd-pod-cell-")
+        procs = {}
+        try:
+            bindir = os.path.join(tmp, "bin")
+            os.makedirs(bindir)
+            for name, sub in (("specd-router", "services"), ("specd-target", "services"),
+                              ("specd-draft", "services")):
+                os.symlink(os.path.join(BUILD, sub, name), os.path.join(bindir, name))
+            ports = {k: free_port() for k in ("router", "router_metrics", "target",
+                                              "target_metrics", "draft", "draft_metrics")}
+            docs = helm_template([
+                "cell.layout=pod", f"binDir={bindir}",
+                f"model.dir={os.path.join(ROOT, 'models')}",
+                f"draft.draftDir={os.path.join(ROOT, 'drafts')}",
+                f"router.grpcPort={ports['router']}", "router.httpPort=0",
+                f"router.metricsPort={ports['router_metrics']}",
+                f"target.grpcPort={ports['target']}", f"target.metricsPort={ports['target_metrics']}",
+                f"draft.grpcPort={ports['draft']}", f"draft.metricsPort={ports['draft_metrics']}",
+                "target.threads=1", "draft.threads=1", "drainGraceSeconds=5"])
+            [cell] = workloads(docs)
+            containers = cell["spec"]["template"]["spec"]["containers"]
+            self.assertEqual([c["name"] for c in containers], ["router", "draft", "target"])
+            for c in containers:
+                log = open(os.path.join(tmp, c["name"] + ".log"), "w")
+                procs[c["name"]] = (subprocess.Popen(c["command"] + c["args"], stdout=log,
+                                                     stderr=subprocess.STDOUT), log)
+
+            def log_of(name):
+                with open(os.path.join(tmp, name + ".log")) as f:
+                    return f.read()[-3000:]
+
+            def probe_ok(c, which):
+                probe = c[which]
+                if "tcpSocket" in probe:
+                    with socket.socket() as sock:
+                        return sock.connect_ex(("127.0.0.1", probe["tcpSocket"]["port"])) == 0
+                p = run([os.path.join(BUILD, "tools", "specd"), "client", "health", "--server",
+                         f"127.0.0.1:{probe['grpc']['port']}", "--timeout", "2"], ok=False)
+                return p.returncode == 0 and "SERVING" in p.stdout
+
+            deadline = time.time() + 120
+            pending = list(containers)
+            while pending and time.time() < deadline:
+                for c in list(pending):
+                    self.assertIsNone(procs[c["name"]][0].poll(), log_of(c["name"]))
+                    if all(probe_ok(c, w) for w in ("startupProbe", "readinessProbe",
+                                                    "livenessProbe")):
+                        pending.remove(c)
+                time.sleep(0.5)
+            self.assertEqual(pending, [], "containers never passed their probes")
+            p = run([os.path.join(BUILD, "tools", "specd"), "client", "generate", "--server",
+                     f"127.0.0.1:{ports['router']}", "--chat", "-p", "What is 2+2?", "-n", "12",
+                     "--temp", "0"], timeout=120)
+            self.assertGreater(len(p.stdout.strip()), 0, p.stderr)
+            for proc, _ in procs.values():
+                proc.send_signal(signal.SIGTERM)
+            for name, (proc, _) in procs.items():
+                self.assertEqual(proc.wait(timeout=60), 0, log_of(name))
+        finally:
+            for proc, log in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                log.close()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -45,13 +45,14 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 Probes of one component on its gRPC health service: (dict "ctx" $ "component" "target"
-"port" 50052). Plaintext: Kubernetes' own gRPC probe. TLS: `specd client health` over TLS
+"port" 50052 ["plaintext" true]). Plaintext (no TLS, or a worker beside the router in a pod
+cell): Kubernetes' own gRPC probe. TLS: `specd client health` over TLS
 with the pod's own certificate (the kubelet's gRPC probe cannot speak TLS). The router's
 liveness is a TCP check: its health is NOT_SERVING while the target is away, which must
 not restart it.
 */}}
 {{- define "specd.healthCheck" -}}
-{{- if .ctx.Values.tls.enabled -}}
+{{- if and .ctx.Values.tls.enabled (not .plaintext) -}}
 exec:
   command:
     - {{ .ctx.Values.binDir }}/specd
@@ -201,4 +202,10 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+{{/* The component label of the pods behind the router Service: the router's own pods, or in
+a pod cell the cell pods (router, draft and target together). */}}
+{{- define "specd.frontComponent" -}}
+{{- if eq .Values.cell.layout "pod" -}}cell{{- else -}}router{{- end -}}
 {{- end -}}
