@@ -10,7 +10,26 @@
 namespace specd::engine {
 
 size_t KvDtypeBytes(kernels::KvDtype dtype) {
-  return dtype == kernels::KvDtype::kF32 ? 4 : 2;
+  return static_cast<size_t>(kernels::KvDtypeSize(dtype));
+}
+
+absl::StatusOr<kernels::KvDtype> ParseKvDtype(std::string_view name) {
+  for (kernels::KvDtype d : {kernels::KvDtype::kF16, kernels::KvDtype::kBF16,
+                             kernels::KvDtype::kF32, kernels::KvDtype::kInt8}) {
+    if (name == KvDtypeName(d)) return d;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("kv dtype \"%s\" is not one of f16, bf16, f32, int8", name));
+}
+
+const char* KvDtypeName(kernels::KvDtype dtype) {
+  switch (dtype) {
+    case kernels::KvDtype::kF16: return "f16";
+    case kernels::KvDtype::kBF16: return "bf16";
+    case kernels::KvDtype::kF32: return "f32";
+    case kernels::KvDtype::kInt8: return "int8";
+  }
+  return "?";
 }
 
 PagedKvCache::PagedKvCache(const KvCacheConfig& config)
@@ -27,6 +46,8 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& config)
 PagedKvCache::~PagedKvCache() {
   for (uint8_t* p : k_pools_) std::free(p);
   for (uint8_t* p : v_pools_) std::free(p);
+  for (float* p : k_scales_) std::free(p);
+  for (float* p : v_scales_) std::free(p);
 }
 
 absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCacheConfig& c) {
@@ -41,6 +62,11 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
   std::unique_ptr<PagedKvCache> cache(new PagedKvCache(c));
   const uint64_t layer_bytes = static_cast<uint64_t>(c.num_blocks) * c.block_size *
                                c.num_kv_heads * c.head_dim * KvDtypeBytes(c.dtype);
+  // int8: one float scale per (token, kv head) for K and for V.
+  const uint64_t scale_bytes = c.dtype == kernels::KvDtype::kInt8
+                                   ? static_cast<uint64_t>(c.num_blocks) * c.block_size *
+                                         c.num_kv_heads * sizeof(float)
+                                   : 0;
   for (int32_t l = 0; l < c.num_layers; ++l) {
     // 64-byte aligned so SIMD loads of a head never straddle a cache line start.
     auto* k = static_cast<uint8_t*>(std::aligned_alloc(64, (layer_bytes + 63) / 64 * 64));
@@ -55,8 +81,22 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
     std::memset(v, 0, layer_bytes);
     cache->k_pools_.push_back(k);
     cache->v_pools_.push_back(v);
+    if (c.dtype == kernels::KvDtype::kInt8) {
+      auto* ks = static_cast<float*>(std::aligned_alloc(64, (scale_bytes + 63) / 64 * 64));
+      auto* vs = static_cast<float*>(std::aligned_alloc(64, (scale_bytes + 63) / 64 * 64));
+      if (ks == nullptr || vs == nullptr) {
+        std::free(ks);
+        std::free(vs);
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "kv cache: cannot allocate %d bytes of int8 scales for layer %d", scale_bytes, l));
+      }
+      std::memset(ks, 0, scale_bytes);
+      std::memset(vs, 0, scale_bytes);
+      cache->k_scales_.push_back(ks);
+      cache->v_scales_.push_back(vs);
+    }
   }
-  cache->pool_bytes_ = 2 * layer_bytes * c.num_layers;
+  cache->pool_bytes_ = 2 * (layer_bytes + scale_bytes) * c.num_layers;
   return cache;
 }
 
@@ -240,6 +280,12 @@ void PagedKvCache::CopyRows(int32_t from, int32_t to, int32_t rows) {
         std::memcpy(k + to * block + h * head + i * key_dim, k + from * block + h * head + i * key_dim,
                     rows * es);
       }
+      if (config_.dtype == kernels::KvDtype::kInt8) {  // the rows' scales: [blocks][heads][bs]
+        const size_t at_to = (static_cast<size_t>(to) * config_.num_kv_heads + h) * config_.block_size;
+        const size_t at_from = (static_cast<size_t>(from) * config_.num_kv_heads + h) * config_.block_size;
+        std::memcpy(k_scales_[l] + at_to, k_scales_[l] + at_from, rows * sizeof(float));
+        std::memcpy(v_scales_[l] + at_to, v_scales_[l] + at_from, rows * sizeof(float));
+      }
     }
   }
 }
@@ -338,6 +384,10 @@ kernels::PagedKvLayer PagedKvCache::Layer(int32_t layer) {
   l.block_size = config_.block_size;
   l.num_kv_heads = config_.num_kv_heads;
   l.head_dim = config_.head_dim;
+  if (config_.dtype == kernels::KvDtype::kInt8) {
+    l.k_scale = k_scales_[layer];
+    l.v_scale = v_scales_[layer];
+  }
   return l;
 }
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/btree_set.h"
@@ -50,6 +51,9 @@ struct PrefixCacheStats {
 };
 
 size_t KvDtypeBytes(kernels::KvDtype dtype);
+// "f16" | "bf16" | "f32" | "int8" (the flags' spelling) and back.
+absl::StatusOr<kernels::KvDtype> ParseKvDtype(std::string_view name);
+const char* KvDtypeName(kernels::KvDtype dtype);
 
 class PagedKvCache {
  public:
@@ -166,6 +170,7 @@ class PagedKvCache {
   // per layer, each [num_blocks, kv_heads, block_size, head_dim], K slabs transposed
   // (kernels::PagedKvLayer)
   std::vector<uint8_t*> k_pools_, v_pools_;
+  std::vector<float*> k_scales_, v_scales_;  // kInt8: per layer, [blocks][kv_heads][block_size]
   absl::flat_hash_map<SeqId, Sequence> seqs_;
 };
 

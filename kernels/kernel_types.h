@@ -22,7 +22,10 @@ struct WeightMatrix {
   const uint8_t* packed = nullptr;
 };
 
-enum class KvDtype { kF16, kBF16, kF32 };
+// kInt8: each (token, kv head) row of K and of V is stored as int8 codes times one float
+// scale, absmax / 127 (QuantizeKvRow in kernels/kv_int8.h), the scales in k_scale / v_scale.
+// Half the bytes of f16 for the same tokens.
+enum class KvDtype { kF16, kBF16, kF32, kInt8 };
 
 // One layer's paged KV pool: v: [num_blocks, num_kv_heads, block_size, head_dim], k the
 // same with each (block, head) slab transposed to [head_dim, block_size] (KIndex below).
@@ -37,6 +40,17 @@ struct PagedKvLayer {
   int32_t block_size;
   int32_t num_kv_heads;
   int32_t head_dim;
+  // kInt8 only: one scale per (token, kv head), [num_blocks][kv_heads][block_size] (SIndex).
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
+
+  // The scale index of kv head h of the token at `offset` in `block` (kInt8).
+  int64_t SIndex(int64_t block, int64_t offset, int32_t h) const {
+    return (block * num_kv_heads + h) * block_size + offset;
+  }
+  int64_t SIndex(int64_t slot, int32_t h) const {
+    return SIndex(slot / block_size, slot % block_size, h);
+  }
 
   // V: element index of dim 0 of kv head h of the token at `offset` in `block`; the
   // token's dims follow contiguously and the block's next offsets at a stride of head_dim
@@ -96,7 +110,9 @@ inline bool MatMulSupportsType(gguf::GgmlType t) {
 }
 
 // Bytes of one element of the KV pool.
-inline int64_t KvDtypeSize(KvDtype d) { return d == KvDtype::kF32 ? 4 : 2; }
+inline int64_t KvDtypeSize(KvDtype d) {
+  return d == KvDtype::kF32 ? 4 : d == KvDtype::kInt8 ? 1 : 2;
+}
 
 }  // namespace specd::kernels
 

@@ -345,6 +345,7 @@ int Main(int argc, char** argv) {
   }
   int only_batch = 0;  // --only-decode N: just decode at batch N, for profiling
   std::vector<int> depths;  // --depth N,N,...: decode at these context lengths, bytes per step
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;  // --kv-dtype: of --depth and --prefill
   std::vector<int> prefill_lens;  // --prefill N,N,...: prefill at these prompt lengths
   std::string prefill_arg;
   bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
@@ -362,6 +363,13 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "specd-bench: --only-decode: expected a batch of 1 to 16\n");
         return 2;
       }
+    } else if (a == "--kv-dtype" && i + 1 < argc) {
+      absl::StatusOr<kernels::KvDtype> dt = engine::ParseKvDtype(argv[++i]);
+      if (!dt.ok()) {
+        std::fprintf(stderr, "specd-bench: --kv-dtype: %s\n", std::string(dt.status().message()).c_str());
+        return 2;
+      }
+      kv_dtype = *dt;
     } else if (a == "--depth" && i + 1 < argc) {
       for (absl::string_view part : absl::StrSplit(argv[++i], ',')) {
         int d = 0;
@@ -430,7 +438,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
                    "[--no-llama-cpp | --llama-cpp-python PYTHON] [--only-decode BATCH]\n"
-                   "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N]\n"
+                   "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N] [--kv-dtype f16|int8]\n"
                    "       specd-bench --prefill N[,N...] [-m FILE.gguf] [-t THREADS] "
                    "[--no-llama-cpp | --llama-cpp-python PYTHON]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
@@ -470,7 +478,7 @@ int Main(int argc, char** argv) {
   for (int n : prefill_lens) max_depth = std::max(max_depth, n);
   const int32_t blocks = 16 * ((32 + steps) / 16 + 2) + 40 + (max_depth + steps) / 16 + 2;
   auto kv = engine::PagedKvCache::Create(
-      (*model)->MakeKvCacheConfig(blocks, 16, kernels::KvDtype::kF16));
+      (*model)->MakeKvCacheConfig(blocks, 16, kv_dtype));
   if (!kv.ok()) return 1;
   Runner r{model->get(), kv->get(), std::vector<float>(16 * (*model)->vocab_size())};
 
@@ -487,11 +495,13 @@ int Main(int argc, char** argv) {
     // Decode at depth: bytes read per step = the weights + the sequence's whole KV (K and V,
     // every layer), against the read bandwidth measured above in this run.
     const engine::KvCacheConfig& kc = (*kv)->config();
-    const double kv_bytes_per_token = 2.0 * kc.num_layers * kc.num_kv_heads * kc.head_dim *
-                                      engine::KvDtypeBytes(kc.dtype);
+    const double kv_bytes_per_token =
+        2.0 * kc.num_layers * kc.num_kv_heads *
+        (kc.head_dim * engine::KvDtypeBytes(kc.dtype) +
+         (kc.dtype == kernels::KvDtype::kInt8 ? sizeof(float) : 0));  // int8: a scale per row
     const double short_ctx = r.DecodeAtDepth(32, steps);
     std::printf("decode at depth (batch 1, %d steps, KV %s %.1f KB/token):\n", steps,
-                kc.dtype == kernels::KvDtype::kF16 ? "f16" : "other", kv_bytes_per_token / 1e3);
+                engine::KvDtypeName(kc.dtype), kv_bytes_per_token / 1e3);
     std::printf("  depth %5d: %8.1f tok/s  (the short-context baseline)\n", 32, short_ctx);
     for (int d : depths) {
       const double tps = r.DecodeAtDepth(d, steps);

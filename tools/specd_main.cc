@@ -50,7 +50,7 @@ constexpr char kUsage[] =
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  --kv-blocks N           KV cache blocks of 16 tokens (default: enough for the request)\n"
-    "  --kv-dtype f16|bf16|f32 KV cache storage (default f16)\n"
+    "  --kv-dtype f16|bf16|f32|int8 KV cache storage (default f16; int8: half the bytes)\n"
     "speculative decoding (in-process SpecEngine):\n"
     "  --draft [FILE.gguf]     draft model (same vocabulary as the target); alone or `default`:\n"
     "                          the distilled draft shipped for the target (drafts/<target>.draft.gguf)\n"
@@ -131,15 +131,9 @@ absl::StatusOr<GenerateArgs> ParseGenerateArgs(int argc, char** argv) {
     } else if (f == "--kv-dtype") {
       absl::StatusOr<std::string> v = value();
       if (!v.ok()) return v.status();
-      if (*v == "f16") {
-        a.kv_dtype = kernels::KvDtype::kF16;
-      } else if (*v == "bf16") {
-        a.kv_dtype = kernels::KvDtype::kBF16;
-      } else if (*v == "f32") {
-        a.kv_dtype = kernels::KvDtype::kF32;
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: unknown value ", *v));
-      }
+      absl::StatusOr<kernels::KvDtype> dt = engine::ParseKvDtype(*v);
+      if (!dt.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", dt.status().message()));
+      a.kv_dtype = *dt;
     } else if (absl::StatusOr<bool> spec = ParseSpecFlag(argc, argv, &i, &a.spec); !spec.ok()) {
       return spec.status();
     } else if (!*spec) {

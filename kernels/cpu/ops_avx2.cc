@@ -1216,6 +1216,19 @@ inline void LoadKvRun(KvDtype dt, const void* base, int64_t index, int64_t n, fl
   }
 }
 
+// int8 codes times a scale per element: dst[r] = float(src[r]) * scale[r] (K runs: one scale
+// per key) or, with scale_stride 0, times one scale (a V row).
+inline void LoadInt8Run(const int8_t* src, const float* scale, int64_t scale_stride, int64_t n,
+                        float* dst) {
+  int64_t r = 0;
+  for (; r + 8 <= n; r += 8) {
+    const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + r))));
+    const __m256 sc = scale_stride ? _mm256_loadu_ps(scale + r) : _mm256_set1_ps(*scale);
+    _mm256_storeu_ps(dst + r, _mm256_mul_ps(x, sc));
+  }
+  for (; r < n; ++r) dst[r] = static_cast<float>(src[r]) * scale[r * scale_stride];
+}
+
 // Converts V rows of keys [j0, j1) of kv head h to buf [round8(n)][d] f32, zeroing the
 // padding rows.
 void LoadVChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* buf) {
@@ -1224,8 +1237,16 @@ void LoadVChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1,
   const int32_t* table = a.block_tables[t];
   for (int64_t j = j0; j < j1;) {  // one contiguous run of rows per block
     const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
-    // The run's rows are contiguous in the pool: one conversion of n * d values.
-    LoadKvRun(kv.dtype, kv.v, kv.VIndex(table[j / kv.block_size], off, h), n * d, buf + (j - j0) * d);
+    const int64_t at = kv.VIndex(table[j / kv.block_size], off, h);
+    if (kv.dtype == KvDtype::kInt8) {  // a scale per row
+      const float* sc = kv.v_scale + kv.SIndex(table[j / kv.block_size], off, h);
+      for (int64_t r = 0; r < n; ++r) {
+        LoadInt8Run(static_cast<const int8_t*>(kv.v) + at + r * d, sc + r, 0, d, buf + (j - j0 + r) * d);
+      }
+    } else {
+      // The run's rows are contiguous in the pool: one conversion of n * d values.
+      LoadKvRun(kv.dtype, kv.v, at, n * d, buf + (j - j0) * d);
+    }
     j += n;
   }
   const int64_t n = j1 - j0, n8 = (n + 7) & ~int64_t{7};
@@ -1251,6 +1272,12 @@ void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1
       for (int32_t i = 0; i < d; ++i, src += kv.block_size, dst += kAttnChunk) {
         _mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
         _mm256_storeu_ps(dst + 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8))));
+      }
+    } else if (kv.dtype == KvDtype::kInt8) {  // a scale per key: the same vector for every dim
+      const float* sc = kv.k_scale + kv.SIndex(table[j / kv.block_size], off, h);
+      for (int32_t i = 0; i < d; ++i) {
+        LoadInt8Run(static_cast<const int8_t*>(kv.k) + at + static_cast<int64_t>(i) * kv.block_size,
+                    sc, 1, n, kt + static_cast<int64_t>(i) * kAttnChunk + (j - j0));
       }
     } else {
       for (int32_t i = 0; i < d; ++i) {
@@ -1422,7 +1449,7 @@ void PvRows(const AttnRow* rows, int32_t R, const float* v, int32_t d) {
 void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
-  const int64_t es = kv.dtype == KvDtype::kF32 ? 4 : 2;
+  const int64_t es = KvDtypeSize(kv.dtype);
   const int32_t* table = a.block_tables[t];
   for (int64_t j = j0; j < j1;) {
     const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
@@ -1432,6 +1459,10 @@ void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_
       _mm_prefetch(static_cast<const char*>(kv.k) + kat + o, _MM_HINT_T0);
     }
     for (int64_t o = 0; o < n * d * es; o += 64) _mm_prefetch(static_cast<const char*>(kv.v) + vat + o, _MM_HINT_T0);
+    if (kv.dtype == KvDtype::kInt8) {  // the block's scales: n floats each
+      _mm_prefetch(reinterpret_cast<const char*>(kv.k_scale + kv.SIndex(block, off, h)), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(kv.v_scale + kv.SIndex(block, off, h)), _MM_HINT_T0);
+    }
     j += n;
   }
 }

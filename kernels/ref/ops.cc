@@ -1,5 +1,6 @@
 // Reference kernels: plain scalar loops. Speed is irrelevant here; clarity is not.
 #include "kernels/ref/ops.h"
+#include "kernels/kv_int8.h"
 
 #include <cmath>
 #include <cstdio>
@@ -138,13 +139,21 @@ float LoadFloat(GgmlType t, const uint8_t* row, int64_t k) {
   }
 }
 
-float KvLoad(const PagedKvLayer& kv, const void* base, int64_t index) {
+// Element `index` of the K or V pool as f32; `scale` is its row's int8 scale (kInt8 only).
+float KvLoad(const PagedKvLayer& kv, const void* base, int64_t index, float scale) {
   switch (kv.dtype) {
     case KvDtype::kF32: return static_cast<const float*>(base)[index];
     case KvDtype::kF16: return F16ToF32(static_cast<const uint16_t*>(base)[index]);
     case KvDtype::kBF16: return BF16ToF32(static_cast<const uint16_t*>(base)[index]);
+    case KvDtype::kInt8: return static_cast<float>(static_cast<const int8_t*>(base)[index]) * scale;
   }
   return 0.0f;
+}
+float KScale(const PagedKvLayer& kv, int64_t slot, int32_t h) {
+  return kv.dtype == KvDtype::kInt8 ? kv.k_scale[kv.SIndex(slot, h)] : 1.0f;
+}
+float VScale(const PagedKvLayer& kv, int64_t slot, int32_t h) {
+  return kv.dtype == KvDtype::kInt8 ? kv.v_scale[kv.SIndex(slot, h)] : 1.0f;
 }
 
 }  // namespace
@@ -360,6 +369,17 @@ void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
   const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0 || slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
+    if (kv.dtype == KvDtype::kInt8) {  // one scale per (token, head) row
+      for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
+        const int64_t src = t * row + static_cast<int64_t>(h) * kv.head_dim;
+        kv.k_scale[kv.SIndex(slots[t], h)] =
+            QuantizeKvRow(k + src, kv.head_dim, static_cast<int8_t*>(kv.k) + kv.KIndex(slots[t], h, 0),
+                          kv.block_size);
+        kv.v_scale[kv.SIndex(slots[t], h)] =
+            QuantizeKvRow(v + src, kv.head_dim, static_cast<int8_t*>(kv.v) + kv.VIndex(slots[t], h), 1);
+      }
+      continue;
+    }
     for (int64_t i = 0; i < row; ++i) {
       const int32_t h = static_cast<int32_t>(i / kv.head_dim), dim = static_cast<int32_t>(i % kv.head_dim);
       const int64_t kdst = kv.KIndex(slots[t], h, dim), vdst = kv.VIndex(slots[t], h) + dim;
@@ -377,6 +397,8 @@ void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
           static_cast<uint16_t*>(kv.k)[kdst] = F32ToBF16(kf);
           static_cast<uint16_t*>(kv.v)[vdst] = F32ToBF16(vf);
           break;
+        case KvDtype::kInt8:
+          break;  // quantized per row above
       }
     }
   }
@@ -400,7 +422,7 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         float dot = 0.0f;
-        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KvLoad(kv, kv.k, kv.KIndex(slot, kvh, i));
+        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KvLoad(kv, kv.k, kv.KIndex(slot, kvh, i), KScale(kv, slot, kvh));
         scores[j] = dot * scale;
       }
       float mx = scores[0];
@@ -417,7 +439,7 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         const float p = scores[j] / sum;
-        for (int32_t i = 0; i < d; ++i) o[i] += p * KvLoad(kv, kv.v, kv.VIndex(slot, kvh) + i);
+        for (int32_t i = 0; i < d; ++i) o[i] += p * KvLoad(kv, kv.v, kv.VIndex(slot, kvh) + i, VScale(kv, slot, kvh));
       }
     }
   }

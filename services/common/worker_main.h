@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/paged_kv_cache.h"
 #include "services/common/event_log.h"
 #include "services/common/flags.h"
 #include "services/common/grpc_server.h"
@@ -36,6 +37,10 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   flags.Add("threads", env + "_THREADS", &mo.threads, "CPU threads (0 = all cores)");
   flags.Add("kv-blocks", env + "_KV_BLOCKS", &mo.kv_blocks, "KV cache blocks");
   flags.Add("kv-block-size", env + "_KV_BLOCK_SIZE", &mo.kv_block_size, "tokens per KV block");
+  std::string kv_dtype = "f16";
+  flags.Add("kv-dtype", env + "_KV_DTYPE", &kv_dtype,
+            "KV cache storage: f16, bf16, f32 or int8 (half f16's bytes: twice the tokens in "
+            "--kv-blocks' memory, a per-row scale, logits within the goldens' int8 tolerance)");
   flags.Add("max-batch-tokens", env + "_MAX_BATCH_TOKENS", &mo.max_batch_tokens,
             "most tokens one forward pass carries");
   flags.Add("borrow-from", env + "_BORROW_FROM", &mo.borrow_path,
@@ -73,6 +78,13 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     if (s.code() == absl::StatusCode::kCancelled) return 0;
     std::fprintf(stderr, "specd-%s: %s\n%s", component.c_str(), std::string(s.message()).c_str(),
                  flags.Usage().c_str());
+    return 2;
+  }
+  if (absl::StatusOr<kernels::KvDtype> dt = engine::ParseKvDtype(kv_dtype); dt.ok()) {
+    mo.kv_dtype = *dt;
+  } else {
+    std::fprintf(stderr, "specd-%s: --kv-dtype: %s\n", component.c_str(),
+                 std::string(dt.status().message()).c_str());
     return 2;
   }
   if (absl::Status s = grpc_settings.LoadTls(); !s.ok()) {

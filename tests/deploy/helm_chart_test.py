@@ -621,7 +621,8 @@ class ChartClusterTest(unittest.TestCase):
 class PodCellClusterTest(unittest.TestCase):
     """cell.layout=pod: the cell pod's containers, command lines from the rendered chart,
     started on loopback as the pod would run them (the router dials the draft and target on
-    localhost): every container passes its probes, the cell answers, SIGTERM ends all."""
+    localhost), the target on the int8 KV cache: every container passes its probes, the cell
+    answers, SIGTERM ends all."""
 
     def test_the_pod_cell_answers_and_drains(self):
         tmp = tempfile.mkdtemp(prefix="specd-pod-cell-")
@@ -642,7 +643,8 @@ class PodCellClusterTest(unittest.TestCase):
                 f"router.metricsPort={ports['router_metrics']}",
                 f"target.grpcPort={ports['target']}", f"target.metricsPort={ports['target_metrics']}",
                 f"draft.grpcPort={ports['draft']}", f"draft.metricsPort={ports['draft_metrics']}",
-                "target.threads=1", "draft.threads=1", "drainGraceSeconds=5"])
+                "target.threads=1", "draft.threads=1", "drainGraceSeconds=5",
+                "target.kvDtype=int8"])  # and the int8 KV cache, end to end
             [cell] = workloads(docs)
             containers = cell["spec"]["template"]["spec"]["containers"]
             self.assertEqual([c["name"] for c in containers], ["router", "draft", "target"])

@@ -734,14 +734,28 @@ TEST_P(BackendTest, EmbeddingLookupMatchesReference) {
 struct KvPool {
   KvDtype dtype;
   std::vector<uint8_t> k, v;
+  std::vector<float> k_scale, v_scale;  // kInt8
   PagedKvLayer layer;
   KvPool(KvDtype dt, int64_t nblk, int32_t bs, int32_t hkv, int32_t d) : dtype(dt) {
     const size_t bytes = static_cast<size_t>(nblk * bs * hkv * d * KvDtypeSize(dt));
     k.assign(bytes, 0);
     v.assign(bytes, 0);
     layer = PagedKvLayer{dt, k.data(), v.data(), nblk, bs, hkv, d};
+    if (dt == KvDtype::kInt8) {
+      k_scale.assign(static_cast<size_t>(nblk * bs * hkv), 0.0f);
+      v_scale.assign(k_scale.size(), 0.0f);
+      layer.k_scale = k_scale.data();
+      layer.v_scale = v_scale.data();
+    }
   }
 };
+
+// Every KV storage type the backends implement.
+const std::vector<KvDtype>& AllKvDtypes() {
+  static const std::vector<KvDtype> all = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32,
+                                           KvDtype::kInt8};
+  return all;
+}
 
 // A set of sequences in a paged pool with (scrambled) block tables, KV written.
 struct SeqSet {
@@ -772,7 +786,7 @@ SeqSet MakeSeqs(std::mt19937& rng, KvPool& pool, const std::vector<int64_t>& len
 
 TEST_P(BackendTest, WriteKvMatchesReference) {
   std::mt19937 rng(14);
-  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
+  for (KvDtype dt : AllKvDtypes()) {
     KvPool a(dt, 4, 16, 3, 64), b(dt, 4, 16, 3, 64);
     const int64_t T = 5;
     std::vector<float> k = RandVec(rng, T * 3 * 64, -70000.0f, 70000.0f), v = RandVec(rng, T * 3 * 64);
@@ -783,7 +797,46 @@ TEST_P(BackendTest, WriteKvMatchesReference) {
     ref::WriteKv(k.data(), v.data(), T, slots.data(), b.layer);
     ASSERT_EQ(a.k, b.k);
     ASSERT_EQ(a.v, b.v);
+    ASSERT_EQ(a.k_scale, b.k_scale);
+    ASSERT_EQ(a.v_scale, b.v_scale);
   }
+}
+
+// int8 KV: each (token, head) row reads back within half a step of its scale (absmax / 127)
+// of what was written, an all-zero row as zeros, and a row's largest value as a full code.
+TEST(KvInt8Test, RowsReadBackWithinHalfAStep) {
+  std::mt19937 rng(15);
+  const int32_t d = 64, bs = 16, hkv = 2;
+  KvPool pool(KvDtype::kInt8, 3, bs, hkv, d);
+  const int64_t T = 4;
+  std::vector<float> k = RandVec(rng, T * hkv * d, -3.0f, 3.0f), v = RandVec(rng, T * hkv * d);
+  for (int32_t i = 0; i < d; ++i) k[i] = 0.0f;  // token 0, head 0: all zero
+  k[d + 5] = -40.0f;                            // token 0, head 1: one large value
+  std::vector<int64_t> slots = {0, 17, 47, 31};
+  ref::WriteKv(k.data(), v.data(), T, slots.data(), pool.layer);
+  const auto* kq = reinterpret_cast<const int8_t*>(pool.k.data());
+  const auto* vq = reinterpret_cast<const int8_t*>(pool.v.data());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int32_t h = 0; h < hkv; ++h) {
+      const float ks = pool.k_scale[pool.layer.SIndex(slots[t], h)];
+      const float vs = pool.v_scale[pool.layer.SIndex(slots[t], h)];
+      float amax = 0;
+      for (int32_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(k[(t * hkv + h) * d + i]));
+      EXPECT_EQ(ks, amax / 127.0f);
+      for (int32_t i = 0; i < d; ++i) {
+        const float kw = k[(t * hkv + h) * d + i], vw = v[(t * hkv + h) * d + i];
+        const float kr = kq[pool.layer.KIndex(slots[t], h, i)] * ks;
+        const float vr = vq[pool.layer.VIndex(slots[t], h) + i] * vs;
+        ASSERT_LE(std::fabs(kr - kw), 0.5f * ks + 1e-7f) << t << " " << h << " " << i;
+        ASSERT_LE(std::fabs(vr - vw), 0.5f * vs + 1e-7f) << t << " " << h << " " << i;
+        if (amax > 0 && std::fabs(kw) == amax) {  // the row's largest value: a full code
+          EXPECT_EQ(std::abs(kq[pool.layer.KIndex(slots[t], h, i)]), 127);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(pool.k_scale[pool.layer.SIndex(slots[0], 0)], 0.0f);
+  EXPECT_EQ(kq[pool.layer.KIndex(slots[0], 1, 5)], -127);
 }
 
 // Runs the backend's PagedAttention on the batch (q: [T, hq, d]), checks it against the
@@ -824,7 +877,7 @@ TEST_P(BackendTest, PagedAttentionMatchesReference) {
   };
   // d = 72: nine 8-float columns, so the AVX2 path's 64-column register blocks split.
   for (Heads hs : {Heads{9, 3, 64}, Heads{7, 1, 128}, Heads{4, 4, 64}, Heads{6, 2, 72}}) {
-    for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
+    for (KvDtype dt : AllKvDtypes()) {
       const int32_t bs = 16;
       // Sequence lengths around the KV block size and the attention key chunk
       // (kAttnChunk = 64, bs ± 1 and chunk ± 1), plus a long one.
@@ -871,7 +924,7 @@ TEST_P(BackendTest, PagedAttentionPrefillTilesAreBitwiseSingleQueries) {
     int32_t hq, hkv, d;
   };
   for (Heads hs : {Heads{9, 3, 64}, Heads{6, 2, 72}}) {
-    for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
+    for (KvDtype dt : AllKvDtypes()) {
       const int32_t bs = 16;
       KvPool pool(dt, 64, bs, hs.hkv, hs.d);
       SeqSet seqs = MakeSeqs(rng, pool, {300, 70, 200});
@@ -923,7 +976,7 @@ LongContextCase MakeLongContextCase(std::mt19937& rng, KvDtype dt, int32_t hq, i
 
 TEST_P(BackendTest, PagedAttentionLongContexts) {
   std::mt19937 rng(23);
-  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32}) {
+  for (KvDtype dt : AllKvDtypes()) {
     LongContextCase c = MakeLongContextCase(rng, dt, 9, 3, 64);
     AttentionMatchesReferenceAndAlone(B(), c.q, c.pos, c.bt, c.pool, 9, 64);
     if (HasFailure()) return;
@@ -1038,7 +1091,7 @@ TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
     int32_t hq, hkv, d;
   };
   for (Heads hs : {Heads{9, 3, 64}, Heads{6, 2, 72}}) {
-    for (KvDtype dt : {KvDtype::kF16, KvDtype::kF32}) {
+    for (KvDtype dt : {KvDtype::kF16, KvDtype::kF32, KvDtype::kInt8}) {
       LongContextCase c = MakeLongContextCase(rng, dt, hs.hq, hs.hkv, hs.d);
       const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
       const int64_t T = c.pos.size();

@@ -265,6 +265,71 @@ TEST(PrefixCacheTest, TruncatingIntoASharedBlockCopiesItFirst) {
   ExpectAccounted(kv);
 }
 
+// int8 KV: copy-on-write carries each kept row's codes and its scales (K and V).
+TEST(PrefixCacheTest, Int8CopyOnWriteCarriesCodesAndScales) {
+  KvCacheConfig c = CachingConfig(16);
+  c.dtype = kernels::KvDtype::kInt8;
+  std::unique_ptr<PagedKvCache> kv_owner = *PagedKvCache::Create(c);
+  PagedKvCache& kv = *kv_owner;
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  // A row's code and scale, from its position, layer, head (and dim for the code).
+  auto code = [](int64_t p, int32_t l, int32_t h, int32_t d) {
+    return static_cast<int8_t>((p * 37 + l * 11 + h * 5 + d) % 255 - 127);
+  };
+  auto scale = [](int64_t p, int32_t l, int32_t h, bool is_k) {
+    return 0.01f * static_cast<float>(p + 1) + 0.1f * l + 0.001f * h + (is_k ? 0.0f : 0.5f);
+  };
+  auto write = [&](SeqId seq, int64_t from, int64_t to) {
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      kernels::PagedKvLayer layer = kv.Layer(l);
+      for (int64_t p = from; p < to; ++p) {
+        const int64_t slot = kv.Slot(seq, p);
+        for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+          layer.k_scale[layer.SIndex(slot, h)] = scale(p, l, h, true);
+          layer.v_scale[layer.SIndex(slot, h)] = scale(p, l, h, false);
+          for (int32_t d = 0; d < c.head_dim; ++d) {
+            static_cast<int8_t*>(layer.k)[layer.KIndex(slot, h, d)] = code(p, l, h, d);
+            static_cast<int8_t*>(layer.v)[layer.VIndex(slot, h) + d] = code(p, l, h, d + 1);
+          }
+        }
+      }
+    }
+  };
+  auto intact = [&](SeqId seq, int64_t to) {
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      kernels::PagedKvLayer layer = kv.Layer(l);
+      for (int64_t p = 0; p < to; ++p) {
+        const int64_t slot = kv.Slot(seq, p);
+        for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+          if (layer.k_scale[layer.SIndex(slot, h)] != scale(p, l, h, true) ||
+              layer.v_scale[layer.SIndex(slot, h)] != scale(p, l, h, false)) {
+            return false;
+          }
+          for (int32_t d = 0; d < c.head_dim; ++d) {
+            if (static_cast<int8_t*>(layer.k)[layer.KIndex(slot, h, d)] != code(p, l, h, d) ||
+                static_cast<int8_t*>(layer.v)[layer.VIndex(slot, h) + d] != code(p, l, h, d + 1)) {
+              return false;
+            }
+          }
+        }
+      }
+    }
+    return true;
+  };
+  ASSERT_TRUE(kv.AddSequence(1).ok());
+  ASSERT_TRUE(kv.Reserve(1, 9).ok());
+  write(1, 0, 9);
+  ASSERT_TRUE(kv.Publish(1, prompt).ok());
+  ASSERT_TRUE(kv.AddSequence(2).ok());
+  ASSERT_EQ(*kv.AdoptPrefix(2, prompt), 8);
+  const int32_t shared = kv.BlockTable(2)[1];
+  ASSERT_TRUE(kv.Truncate(2, 6).ok());
+  ASSERT_NE(kv.BlockTable(2)[1], shared);
+  EXPECT_TRUE(intact(2, 6)) << "the copy lost codes or scales";
+  EXPECT_TRUE(intact(1, 9));
+  ExpectAccounted(kv);
+}
+
 // Thousands of random request streams against the cache's own truth: shared prefixes at and
 // off block boundaries, speculation (reserve k drafts, write, roll back to the accepted),
 // preemption (truncate, recompute), cancels (free), drops, and KV pressure. After every step

@@ -182,6 +182,9 @@ plaintext (that hop never leaves the pod), their ports named <component>-grpc/-m
     {{- with $t.kvBlockSize }}
     - --kv-block-size={{ . }}
     {{- end }}
+    {{- with $t.kvDtype }}
+    - --kv-dtype={{ . }}
+    {{- end }}
     {{- with $t.maxBatchTokens }}
     - --max-batch-tokens={{ . }}
     {{- end }}
@@ -224,6 +227,9 @@ plaintext (that hop never leaves the pod), their ports named <component>-grpc/-m
     {{- end }}
     {{- with $t.kvBlockSize }}
     - --kv-block-size={{ . }}
+    {{- end }}
+    {{- with $t.kvDtype }}
+    - --kv-dtype={{ . }}
     {{- end }}
     {{- with $t.maxBatchTokens }}
     - --max-batch-tokens={{ . }}
