@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #if SPECD_X8_DOT
 // The VNNI backends' 512-bit and vpdpbusd code is written against SIMDe: its functions are
@@ -92,6 +93,13 @@ struct Vec8 {
   }
   // v where x >= lo or x is NaN, else 0.
   static F ZeroBelow(F x, F lo, F v) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), v); }
+  // kW f16 values / int8 codes to f32 (exact).
+  static F FromF16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static F FromI8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
 };
 #if SPECD_X8_DOT == 1
 struct Vec16 {
@@ -111,6 +119,12 @@ struct Vec16 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
   }
   static F ZeroBelow(F x, F lo, F v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), v); }
+  static F FromF16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static F FromI8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
 };
 #endif
 
@@ -1319,20 +1333,74 @@ struct AttnRow {
 };
 static_assert(sizeof(AttnRow) <= kAttnRowBytes, "AttnScratchFloats reserves kAttnRowBytes a row");
 
-// rows[r].s[kb, kb + 4W) = scale * q_r . k_j for RB rows.  kt: [d][kAttnChunk]
-template <class V, int RB>
-void ScoresBlock(const AttnRow* rows, const float* kt, int32_t d, int64_t kb, float scale) {
-  typename V::F acc[RB][4];
+// Where the micro-kernels below read K and V (the Src parameter). Both sources give the same
+// f32 values, hence the same bits.
+// ScratchK / ScratchV: the chunk converted to f32 in scratch by LoadKChunkT / LoadVChunk (the
+// prefill tiles' path: up to 64 query rows share each conversion).
+struct ScratchK {
+  const float* kt;  // [d][kAttnChunk]
+  template <class V> typename V::F KScale(int64_t) const { return V::Zero(); }  // not used
+  // keys [key, key + kW) of dim i
+  template <class V> typename V::F K(int64_t key, int32_t i, typename V::F) const {
+    return V::Load(kt + static_cast<int64_t>(i) * kAttnChunk + key);
+  }
+};
+struct ScratchV {
+  const float* v;  // [kAttnChunk][d]
+  int32_t d;
+  template <class V> typename V::F VScale(int64_t) const { return V::Zero(); }  // not used
+  // columns [c, c + kW) of key j
+  template <class V> typename V::F Val(int64_t j, int32_t c, typename V::F) const {
+    return V::Load(v + j * d + c);
+  }
+};
+// PoolKv: straight from the pool's 16-key blocks, f16 or int8 converted in registers (decode's
+// path: with a few query rows, storing and reloading every converted element cost as much as
+// the arithmetic). Keys past the chunk's last block read block 0 (finite, never used).
+template <KvDtype DT>
+struct PoolKv {
+  using T = std::conditional_t<DT == KvDtype::kInt8, int8_t, uint16_t>;
+  static constexpr int kBlocks = kAttnChunk / 16;
+  const T* k[kBlocks];       // a block's K slab: dim i at + i * 16
+  const T* v[kBlocks];       // its V rows: [16][d]
+  const float* ks[kBlocks];  // int8: its 16 K scales, and V scales
+  const float* vs[kBlocks];
+  int32_t d;
+  template <class V> typename V::F KScale(int64_t key) const {
+    if constexpr (DT == KvDtype::kInt8) return V::Load(ks[key >> 4] + (key & 15));
+    return V::Zero();
+  }
+  template <class V> typename V::F K(int64_t key, int32_t i, typename V::F sc) const {
+    const T* p = k[key >> 4] + static_cast<int64_t>(i) * 16 + (key & 15);
+    if constexpr (DT == KvDtype::kInt8) return V::Mul(V::FromI8(p), sc);
+    else return V::FromF16(p);
+  }
+  template <class V> typename V::F VScale(int64_t j) const {
+    if constexpr (DT == KvDtype::kInt8) return V::Set1(vs[j >> 4][j & 15]);
+    return V::Zero();
+  }
+  template <class V> typename V::F Val(int64_t j, int32_t c, typename V::F sc) const {
+    const T* p = v[j >> 4] + (j & 15) * d + c;
+    if constexpr (DT == KvDtype::kInt8) return V::Mul(V::FromI8(p), sc);
+    else return V::FromF16(p);
+  }
+};
+
+// rows[r].s[kb, kb + 4W) = scale * q_r . k_j for RB rows.
+template <class V, int RB, class Src>
+void ScoresBlock(const AttnRow* rows, const Src& src, int32_t d, int64_t kb, float scale) {
+  typename V::F acc[RB][4], ksc[4];
 #pragma GCC unroll 8
   for (int r = 0; r < RB; ++r) {
 #pragma GCC unroll 4
     for (int u = 0; u < 4; ++u) acc[r][u] = V::Zero();
   }
+#pragma GCC unroll 4
+  for (int u = 0; u < 4; ++u) ksc[u] = src.template KScale<V>(kb + u * V::kW);
   for (int32_t i = 0; i < d; ++i) {
-    const float* kr = kt + static_cast<int64_t>(i) * kAttnChunk + kb;
     typename V::F k[4];
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) k[u] = V::Load(kr + u * V::kW);
+    for (int u = 0; u < 4; ++u) k[u] = src.template K<V>(kb + u * V::kW, i, ksc[u]);
 #pragma GCC unroll 8
     for (int r = 0; r < RB; ++r) {
       const typename V::F qb = V::Set1(rows[r].q[i]);
@@ -1348,37 +1416,37 @@ void ScoresBlock(const AttnRow* rows, const float* kt, int32_t d, int64_t kb, fl
   }
 }
 
-template <int RB>
-void ScoresRowBlock(const AttnRow* rows, const float* kt, int32_t d, int64_t n_max, float scale) {
+template <int RB, class Src>
+void ScoresRowBlock(const AttnRow* rows, const Src& src, int32_t d, int64_t n_max, float scale) {
   constexpr int64_t kKeys = 4 * AttnVec::kW;
-  for (int64_t kb = 0; kb < n_max; kb += kKeys) ScoresBlock<AttnVec, RB>(rows, kt, d, kb, scale);
+  for (int64_t kb = 0; kb < n_max; kb += kKeys) ScoresBlock<AttnVec, RB>(rows, src, d, kb, scale);
 }
 
 // Scores of every row against keys [0, rows' n) of the chunk (and up to the vector block past
-// it, unused).  kt: [d][kAttnChunk]
-void ScoresRows(const AttnRow* rows, int32_t R, const float* kt, int32_t d, float scale) {
+// it, unused).
+template <class Src>
+void ScoresRows(const AttnRow* rows, int32_t R, const Src& src, int32_t d, float scale) {
   for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
     const int32_t rb = R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock;
     int64_t n_max = 0;
     for (int32_t r = r0; r < r0 + rb; ++r) n_max = rows[r].n > n_max ? rows[r].n : n_max;
     switch (rb) {
-      case 1: ScoresRowBlock<1>(rows + r0, kt, d, n_max, scale); break;
+      case 1: ScoresRowBlock<1>(rows + r0, src, d, n_max, scale); break;
 #if SPECD_X8_DOT == 1
-      case 3: ScoresRowBlock<3>(rows + r0, kt, d, n_max, scale); break;
-      case 4: ScoresRowBlock<4>(rows + r0, kt, d, n_max, scale); break;
-      case 5: ScoresRowBlock<5>(rows + r0, kt, d, n_max, scale); break;
-      case 6: ScoresRowBlock<6>(rows + r0, kt, d, n_max, scale); break;
+      case 3: ScoresRowBlock<3>(rows + r0, src, d, n_max, scale); break;
+      case 4: ScoresRowBlock<4>(rows + r0, src, d, n_max, scale); break;
+      case 5: ScoresRowBlock<5>(rows + r0, src, d, n_max, scale); break;
+      case 6: ScoresRowBlock<6>(rows + r0, src, d, n_max, scale); break;
 #endif
-      default: ScoresRowBlock<2>(rows + r0, kt, d, n_max, scale); break;
+      default: ScoresRowBlock<2>(rows + r0, src, d, n_max, scale); break;
     }
   }
 }
 
 // rows[r].o[c0, c0 + NC W) = sum_{j < j1} s_r[j] v[j][c0, ...) for RB rows, over keys
 // [j0, j1): from zero when j0 == 0, otherwise continuing each column's chain from o.
-// v: [kAttnChunk][d]
-template <class V, int RB, int NC>
-void PvBlock(const AttnRow* rows, const float* v, int32_t d, int32_t c0, int64_t j0, int64_t j1) {
+template <class V, int RB, int NC, class Src>
+void PvBlock(const AttnRow* rows, const Src& src, int32_t c0, int64_t j0, int64_t j1) {
   typename V::F acc[RB][NC];
 #pragma GCC unroll 8
   for (int r = 0; r < RB; ++r) {
@@ -1386,10 +1454,10 @@ void PvBlock(const AttnRow* rows, const float* v, int32_t d, int32_t c0, int64_t
     for (int u = 0; u < NC; ++u) acc[r][u] = j0 == 0 ? V::Zero() : V::Load(rows[r].o + c0 + u * V::kW);
   }
   for (int64_t j = j0; j < j1; ++j) {
-    const float* vr = v + j * d + c0;
+    const typename V::F vsc = src.template VScale<V>(j);
     typename V::F vv[NC];
 #pragma GCC unroll 4
-    for (int u = 0; u < NC; ++u) vv[u] = V::Load(vr + u * V::kW);
+    for (int u = 0; u < NC; ++u) vv[u] = src.template Val<V>(j, c0 + u * V::kW, vsc);
 #pragma GCC unroll 8
     for (int r = 0; r < RB; ++r) {
       const typename V::F pb = V::Set1(rows[r].s[j]);
@@ -1406,39 +1474,40 @@ void PvBlock(const AttnRow* rows, const float* v, int32_t d, int32_t c0, int64_t
 
 // All d columns of RB rows over keys [j0, j1), in passes of up to 4 vectors; on the AVX-512
 // path a last 8 columns (d % 16 == 8) take 256-bit vectors (the same bits).
-template <int RB>
-void PvColumns(const AttnRow* rows, const float* v, int32_t d, int64_t j0, int64_t j1) {
+template <int RB, class Src>
+void PvColumns(const AttnRow* rows, const Src& src, int32_t d, int64_t j0, int64_t j1) {
   constexpr int32_t kW = AttnVec::kW;
   int32_t c = 0;
-  for (; d - c >= 4 * kW; c += 4 * kW) PvBlock<AttnVec, RB, 4>(rows, v, d, c, j0, j1);
+  for (; d - c >= 4 * kW; c += 4 * kW) PvBlock<AttnVec, RB, 4>(rows, src, c, j0, j1);
   switch ((d - c) / kW) {
-    case 3: PvBlock<AttnVec, RB, 3>(rows, v, d, c, j0, j1); c += 3 * kW; break;
-    case 2: PvBlock<AttnVec, RB, 2>(rows, v, d, c, j0, j1); c += 2 * kW; break;
-    case 1: PvBlock<AttnVec, RB, 1>(rows, v, d, c, j0, j1); c += kW; break;
+    case 3: PvBlock<AttnVec, RB, 3>(rows, src, c, j0, j1); c += 3 * kW; break;
+    case 2: PvBlock<AttnVec, RB, 2>(rows, src, c, j0, j1); c += 2 * kW; break;
+    case 1: PvBlock<AttnVec, RB, 1>(rows, src, c, j0, j1); c += kW; break;
     default: break;
   }
-  if (c < d) PvBlock<Vec8, RB, 1>(rows, v, d, c, j0, j1);  // d % 8 == 0 on this path
+  if (c < d) PvBlock<Vec8, RB, 1>(rows, src, c, j0, j1);  // d % 8 == 0 on this path
 }
 
 // o of every row = sum over its n keys of p v. A block of rows shares each V load up to its
-// shortest row; each longer row then continues its own chains alone.  v: [kAttnChunk][d]
-void PvRows(const AttnRow* rows, int32_t R, const float* v, int32_t d) {
+// shortest row; each longer row then continues its own chains alone.
+template <class Src>
+void PvRows(const AttnRow* rows, int32_t R, const Src& src, int32_t d) {
   for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
     const int32_t rb = R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock;
     int64_t n_min = rows[r0].n;
     for (int32_t r = r0; r < r0 + rb; ++r) n_min = rows[r].n < n_min ? rows[r].n : n_min;
     switch (rb) {
-      case 1: PvColumns<1>(rows + r0, v, d, 0, n_min); break;
+      case 1: PvColumns<1>(rows + r0, src, d, 0, n_min); break;
 #if SPECD_X8_DOT == 1
-      case 3: PvColumns<3>(rows + r0, v, d, 0, n_min); break;
-      case 4: PvColumns<4>(rows + r0, v, d, 0, n_min); break;
-      case 5: PvColumns<5>(rows + r0, v, d, 0, n_min); break;
-      case 6: PvColumns<6>(rows + r0, v, d, 0, n_min); break;
+      case 3: PvColumns<3>(rows + r0, src, d, 0, n_min); break;
+      case 4: PvColumns<4>(rows + r0, src, d, 0, n_min); break;
+      case 5: PvColumns<5>(rows + r0, src, d, 0, n_min); break;
+      case 6: PvColumns<6>(rows + r0, src, d, 0, n_min); break;
 #endif
-      default: PvColumns<2>(rows + r0, v, d, 0, n_min); break;
+      default: PvColumns<2>(rows + r0, src, d, 0, n_min); break;
     }
     for (int32_t r = r0; r < r0 + rb; ++r) {
-      if (rows[r].n > n_min) PvColumns<1>(rows + r, v, d, n_min, rows[r].n);
+      if (rows[r].n > n_min) PvColumns<1>(rows + r, src, d, n_min, rows[r].n);
     }
   }
 }
@@ -1474,6 +1543,37 @@ void PrefetchItemChunk(const AttnArgs& a, const AttnItem& it) {
   PrefetchKvChunk(a, it.t, it.h, j0, j0 + kAttnChunk < len ? j0 + kAttnChunk : len);
 }
 
+// Each row's score max and exp-sum (its scores become exp(score - max)).
+void RowsSoftmaxParts(AttnRow* rows, int32_t R) {
+  for (int32_t r = 0; r < R; ++r) {
+    *rows[r].m = MaxOf(rows[r].s, rows[r].n);
+    *rows[r].l = ExpShiftSum(rows[r].s, rows[r].n, *rows[r].m);
+  }
+}
+
+// AttnRowsChunk's arithmetic reading K and V from the pool's 16-key blocks (PoolKv).
+template <KvDtype DT>
+void PoolRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, AttnRow* rows,
+                   int32_t R) {
+  const PagedKvLayer& kv = *a.kv;
+  using Src = PoolKv<DT>;
+  using T = typename Src::T;
+  Src src;
+  src.d = kv.head_dim;
+  const int32_t* table = a.block_tables[t];
+  const int64_t nb = (j1 - j0 + 15) / 16;
+  for (int b = 0; b < Src::kBlocks; ++b) {
+    const int64_t block = table[(j0 + 16 * (b < nb ? b : 0)) / 16];
+    src.k[b] = static_cast<const T*>(kv.k) + kv.KIndex(block, 0, h, 0);
+    src.v[b] = static_cast<const T*>(kv.v) + kv.VIndex(block, 0, h);
+    src.ks[b] = kv.k_scale != nullptr ? kv.k_scale + kv.SIndex(block, 0, h) : nullptr;
+    src.vs[b] = kv.v_scale != nullptr ? kv.v_scale + kv.SIndex(block, 0, h) : nullptr;
+  }
+  ScoresRows(rows, R, src, kv.head_dim, a.scale);
+  RowsSoftmaxParts(rows, R);
+  PvRows(rows, R, src, kv.head_dim);
+}
+
 // Raw partials of keys [j0, j1) of kv head h for rows[0, R): query rows of one sequence
 // (t: any of its tokens, for the block table). Scores, then each row's max and exp-sum,
 // then p V. With prefetched, the caller has already requested this chunk; with next_end >
@@ -1484,14 +1584,16 @@ void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   const int32_t d = a.kv->head_dim;
   if (!prefetched) PrefetchKvChunk(a, t, h, j0, j1);
   if (next_end > j1) PrefetchKvChunk(a, t, h, j1, next_end < j1 + kAttnChunk ? next_end : j1 + kAttnChunk);
-  LoadKChunkT(a, t, h, j0, j1, kvbuf);
-  ScoresRows(rows, R, kvbuf, d, a.scale);
-  for (int32_t r = 0; r < R; ++r) {
-    *rows[r].m = MaxOf(rows[r].s, rows[r].n);
-    *rows[r].l = ExpShiftSum(rows[r].s, rows[r].n, *rows[r].m);
+  const PagedKvLayer& kv = *a.kv;
+  if (R <= kAttnRowBlock && kv.block_size == 16 && j0 % 16 == 0) {  // decode: a few rows
+    if (kv.dtype == KvDtype::kF16) return PoolRowsChunk<KvDtype::kF16>(a, t, h, j0, j1, rows, R);
+    if (kv.dtype == KvDtype::kInt8) return PoolRowsChunk<KvDtype::kInt8>(a, t, h, j0, j1, rows, R);
   }
+  LoadKChunkT(a, t, h, j0, j1, kvbuf);
+  ScoresRows(rows, R, ScratchK{kvbuf}, d, a.scale);
+  RowsSoftmaxParts(rows, R);
   LoadVChunk(a, t, h, j0, j1, kvbuf);
-  PvRows(rows, R, kvbuf, d);
+  PvRows(rows, R, ScratchV{kvbuf, d}, d);
 }
 
 // Raw partial of keys [j0, j1) (at most kAttnChunk) for the pair (t, h):

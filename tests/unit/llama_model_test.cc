@@ -796,9 +796,10 @@ TEST(LlamaModelGoldenTest, SmolLM2Int8KvStaysCloseToReference) {
     const LongCheck r = CheckLongPrompt(*m, g_long, exact, tol);
     EXPECT_GE(r.checked_top1, 150);
     std::printf("int8 KV, %s activations: %d cases, max |logit diff| %.4f (tolerance %.2f), "
-                "top-1 checked at %d positions; long prompt: max |logit diff| %.4f, top-1 "
+                "top-1 checked at %d positions; long prompt: max |logit diff| %s, top-1 "
                 "agreed at %d of %d\n",
-                exact ? "exact" : "int8", cases, worst, tol, checked_top1, r.worst,
+                exact ? "exact" : "int8", cases, worst, tol, checked_top1,
+                exact ? std::to_string(r.worst).c_str() : "not checked (int8 rounding flips)",
                 r.agreed_top1, r.checked_top1);
   }
 }
