@@ -84,6 +84,7 @@ struct Vec8 {
   static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static F Fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
   static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F Min(F a, F b) { return _mm256_min_ps(a, b); }
   static F Max(F a, F b) { return _mm256_max_ps(a, b); }
   static F RoundNearest(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
@@ -112,6 +113,7 @@ struct Vec16 {
   static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static F Fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
   static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F Min(F a, F b) { return _mm512_min_ps(a, b); }
   static F Max(F a, F b) { return _mm512_max_ps(a, b); }
   static F RoundNearest(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
@@ -1543,9 +1545,64 @@ void PrefetchItemChunk(const AttnArgs& a, const AttnItem& it) {
   PrefetchKvChunk(a, it.t, it.h, j0, j0 + kAttnChunk < len ? j0 + kAttnChunk : len);
 }
 
+// MaxOf + ExpShiftSum for NR rows that each see the whole chunk, interleaved: one row's
+// max and sum are chains of dependent operations (their latency, not their work, set the
+// pace); NR rows' chains run side by side. Per row the same operations in the same order as
+// the row-by-row functions: the same max, exps and sum (8-lane blocks in order, then HsumPs).
+template <int NR>
+void FullRowsSoftmaxParts(AttnRow* rows) {
+  using V = AttnVec;
+  constexpr int kBlocks = kAttnChunk / V::kW;
+  float mx[NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+    typename V::F m = V::Load(rows[r].s);
+#pragma GCC unroll 8
+    for (int b = 1; b < kBlocks; ++b) m = V::Max(m, V::Load(rows[r].s + b * V::kW));
+#if SPECD_X8_DOT == 1  // AttnVec is Vec16
+    mx[r] = HmaxPs(_mm256_max_ps(_mm512_castps512_ps256(m),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1))));
+#else
+    mx[r] = HmaxPs(m);
+#endif
+  }
+  __m256 acc[NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int b = 0; b < kBlocks; ++b) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      float* x = rows[r].s + b * V::kW;
+      const typename V::F e = ExpV<V>(V::Sub(V::Load(x), V::Set1(mx[r])));
+      V::Store(x, e);
+#if SPECD_X8_DOT == 1
+      acc[r] = _mm256_add_ps(acc[r], _mm512_castps512_ps256(e));
+      acc[r] = _mm256_add_ps(acc[r], _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+#else
+      acc[r] = _mm256_add_ps(acc[r], e);
+#endif
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+    *rows[r].m = mx[r];
+    *rows[r].l = HsumPs(acc[r]);
+  }
+}
+
 // Each row's score max and exp-sum (its scores become exp(score - max)).
 void RowsSoftmaxParts(AttnRow* rows, int32_t R) {
-  for (int32_t r = 0; r < R; ++r) {
+  int32_t r = 0;
+  for (; r + 4 <= R; r += 4) {  // four rows that see the whole chunk: interleaved
+    if (rows[r].n == kAttnChunk && rows[r + 1].n == kAttnChunk && rows[r + 2].n == kAttnChunk &&
+        rows[r + 3].n == kAttnChunk) {
+      FullRowsSoftmaxParts<4>(rows + r);
+      continue;
+    }
+    break;
+  }
+  for (; r < R; ++r) {
     *rows[r].m = MaxOf(rows[r].s, rows[r].n);
     *rows[r].l = ExpShiftSum(rows[r].s, rows[r].n, *rows[r].m);
   }
