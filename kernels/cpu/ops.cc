@@ -102,23 +102,6 @@ void GenSwiGlu(const float* g, const float* u, float* out, int64_t n) {
 
 void GenSoftmax(float* x, int64_t n) { ref::Softmax(x, n); }
 
-// Element `index` of the K or V pool as f32; `scale` is its row's int8 scale (kInt8 only).
-float KvLoad(const PagedKvLayer& kv, const void* base, int64_t index, float scale) {
-  switch (kv.dtype) {
-    case KvDtype::kF32: return static_cast<const float*>(base)[index];
-    case KvDtype::kF16: return ref::F16ToF32(static_cast<const uint16_t*>(base)[index]);
-    case KvDtype::kBF16: return ref::BF16ToF32(static_cast<const uint16_t*>(base)[index]);
-    case KvDtype::kInt8: return static_cast<float>(static_cast<const int8_t*>(base)[index]) * scale;
-  }
-  return 0.0f;
-}
-float KScale(const PagedKvLayer& kv, int64_t slot, int32_t h) {
-  return kv.dtype == KvDtype::kInt8 ? kv.k_scale[kv.SIndex(slot, h)] : 1.0f;
-}
-float VScale(const PagedKvLayer& kv, int64_t slot, int32_t h) {
-  return kv.dtype == KvDtype::kInt8 ? kv.v_scale[kv.SIndex(slot, h)] : 1.0f;
-}
-
 using internal::AttnItem;
 using internal::AttnMerge;
 using internal::kAttnChunk;
@@ -138,7 +121,7 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
       float dot = 0.0f;
-      for (int32_t i = 0; i < d; ++i) dot += q[i] * KvLoad(kv, kv.k, kv.KIndex(slot, h, i), KScale(kv, slot, h));
+      for (int32_t i = 0; i < d; ++i) dot += q[i] * ref::KAt(kv, slot, h, i);
       s[j - j0] = dot * a.scale;
       mx = s[j - j0] > mx ? s[j - j0] : mx;
     }
@@ -151,7 +134,7 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     for (int32_t i = 0; i < d; ++i) o[i] = 0.0f;
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * KvLoad(kv, kv.v, kv.VIndex(slot, h) + i, VScale(kv, slot, h));
+      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * ref::VAt(kv, slot, h, i);
     }
     m[g] = mx;
     l[g] = sum;

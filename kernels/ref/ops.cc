@@ -149,12 +149,6 @@ float KvLoad(const PagedKvLayer& kv, const void* base, int64_t index, float scal
   }
   return 0.0f;
 }
-float KScale(const PagedKvLayer& kv, int64_t slot, int32_t h) {
-  return kv.dtype == KvDtype::kInt8 ? kv.k_scale[kv.SIndex(slot, h)] : 1.0f;
-}
-float VScale(const PagedKvLayer& kv, int64_t slot, int32_t h) {
-  return kv.dtype == KvDtype::kInt8 ? kv.v_scale[kv.SIndex(slot, h)] : 1.0f;
-}
 
 }  // namespace
 
@@ -404,6 +398,16 @@ void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
   }
 }
 
+float KAt(const PagedKvLayer& kv, int64_t slot, int32_t h, int32_t i) {
+  return KvLoad(kv, kv.k, kv.KIndex(slot, h, i),
+                kv.dtype == KvDtype::kInt8 ? kv.k_scale[kv.SIndex(slot, h)] : 1.0f);
+}
+
+float VAt(const PagedKvLayer& kv, int64_t slot, int32_t h, int32_t i) {
+  return KvLoad(kv, kv.v, kv.VIndex(slot, h) + i,
+                kv.dtype == KvDtype::kInt8 ? kv.v_scale[kv.SIndex(slot, h)] : 1.0f);
+}
+
 void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_t* positions,
                     const int32_t* const* block_tables, const PagedKvLayer& kv, float scale,
                     float* out) {
@@ -422,7 +426,7 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         float dot = 0.0f;
-        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KvLoad(kv, kv.k, kv.KIndex(slot, kvh, i), KScale(kv, slot, kvh));
+        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KAt(kv, slot, kvh, i);
         scores[j] = dot * scale;
       }
       float mx = scores[0];
@@ -439,7 +443,7 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         const float p = scores[j] / sum;
-        for (int32_t i = 0; i < d; ++i) o[i] += p * KvLoad(kv, kv.v, kv.VIndex(slot, kvh) + i, VScale(kv, slot, kvh));
+        for (int32_t i = 0; i < d; ++i) o[i] += p * VAt(kv, slot, kvh, i);
       }
     }
   }

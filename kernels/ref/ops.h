@@ -77,6 +77,11 @@ struct IntSubBlock {
 };
 void DecodeIntSubBlock(gguf::GgmlType type, const uint8_t* row, int64_t sb, IntSubBlock* out);
 
+// Dim i of kv head h of the token in `slot`, from the K or V pool, as f32 (any KV dtype; int8
+// codes times their row's scale). The one reader of pool elements for the plain loops.
+float KAt(const PagedKvLayer& kv, int64_t slot, int32_t h, int32_t i);
+float VAt(const PagedKvLayer& kv, int64_t slot, int32_t h, int32_t i);
+
 float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);   // round to nearest even
 float BF16ToF32(uint16_t h);
