@@ -25,11 +25,20 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;         // [num_tokens], slices back to back
   std::vector<SequenceSlice> slices;   // each sequence at most once
   std::vector<int32_t> logit_rows;     // indices into `tokens` whose logits are returned
+  // A feature-conditioned draft (LlamaModel::feature_conditioned()) reads, with every token, the
+  // hidden state it is conditioned on: [num_tokens, embedding_dim], back to back like `tokens`.
+  // Empty for every other model.
+  std::vector<float> input_features;
+  // Indices into `tokens` whose final hidden state (the last layer's output, before
+  // output_norm) the forward also returns: what a feature-conditioned draft is fed with.
+  std::vector<int32_t> hidden_rows;
 
   void Clear() {
     tokens.clear();
     slices.clear();
     logit_rows.clear();
+    input_features.clear();
+    hidden_rows.clear();
   }
   // A prompt chunk: its KV is written, nobody needs its logits.
   void AddPrompt(SeqId seq, int32_t start_pos, const int32_t* ids, int32_t n) {

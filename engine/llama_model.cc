@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const gguf::GgufFil
   m->up_.resize(T * m->local_ffn_);
   m->act_.resize(T * m->local_ffn_);
   m->head_in_.resize(static_cast<int64_t>(options.max_logit_rows) * D);
+  if (m->feature_conditioned()) m->fused_.resize(T * 2 * D);
   if (m->weights_.head_token_ids != nullptr) {
     m->head_out_.resize(static_cast<int64_t>(options.max_logit_rows) * m->weights_.output.rows);
   }
@@ -264,6 +265,26 @@ absl::Status LlamaModel::LoadWeights(const gguf::GgufFile& f, int rank, int worl
     weight_bytes_ += Bytes(w.wq) + Bytes(w.wk) + Bytes(w.wv) + Bytes(w.wo) +
                      Bytes(w.w_gate) + Bytes(w.w_up) + Bytes(w.w_down);
   }
+  return LoadInputFc(f, world);
+}
+
+absl::Status LlamaModel::LoadInputFc(const gguf::GgufFile& f, int world) {
+  if (f.FindTensor("eagle.fc.weight") == nullptr) return absl::OkStatus();
+  const int64_t D = config_.embedding_dim;
+  if (world != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a feature-conditioned draft (tensor eagle.fc.weight) runs on one rank, not %d", world));
+  }
+  absl::StatusOr<WeightMatrix> fc = Matrix(f, "eagle.fc.weight", D, 2 * D);
+  if (!fc.ok()) return fc.status();
+  absl::StatusOr<const float*> tok = Vector(f, "eagle.tok_norm.weight", D);
+  if (!tok.ok()) return tok.status();
+  absl::StatusOr<const float*> feat = Vector(f, "eagle.feat_norm.weight", D);
+  if (!feat.ok()) return feat.status();
+  weights_.input_fc = *fc;
+  weights_.input_tok_norm = *tok;
+  weights_.input_feat_norm = *feat;
+  weight_bytes_ += Bytes(*fc);
   return absl::OkStatus();
 }
 
@@ -298,6 +319,10 @@ absl::Status LlamaModel::ReencodeWeights(gguf::GgmlType type) {
       weight_bytes_ += Bytes(*m);
     }
   }
+  if (st.ok() && feature_conditioned()) {
+    st = reencode(weights_.input_fc);
+    weight_bytes_ += Bytes(weights_.input_fc);
+  }
   return st;
 }
 
@@ -309,6 +334,7 @@ void LlamaModel::PackWeights() {
     for (WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) pack(*m);
   }
   pack(weights_.output);
+  if (feature_conditioned()) pack(weights_.input_fc);
 }
 
 KvCacheConfig LlamaModel::MakeKvCacheConfig(int32_t num_blocks, int32_t block_size,
@@ -380,12 +406,30 @@ absl::Status LlamaModel::Validate(const ForwardBatch& b, const PagedKvCache& kv)
           "batch.logit_rows[%d] = %d is outside [0, %d)", i, b.logit_rows[i], T));
     }
   }
+  for (size_t i = 0; i < b.hidden_rows.size(); ++i) {
+    if (b.hidden_rows[i] < 0 || b.hidden_rows[i] >= T) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch.hidden_rows[%d] = %d is outside [0, %d)", i, b.hidden_rows[i], T));
+    }
+  }
+  const size_t features = feature_conditioned() ? T * config_.embedding_dim : 0;
+  if (b.input_features.size() != features) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "batch.input_features has %d values; this %s needs %d (%d tokens x %d)",
+        b.input_features.size(),
+        feature_conditioned() ? "feature-conditioned draft" : "model (not feature-conditioned)",
+        features, T, feature_conditioned() ? config_.embedding_dim : 0));
+  }
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, float* logits) {
+absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, float* logits,
+                                 float* hidden) {
   absl::Status st = Validate(batch, kv);
   if (!st.ok()) return st;
+  if (hidden == nullptr && !batch.hidden_rows.empty()) {
+    return absl::InvalidArgumentError("batch.hidden_rows is set but no hidden output was given");
+  }
   // Roll back to each slice's start, then check the whole batch fits before writing any KV.
   for (const SequenceSlice& s : batch.slices) {
     st = kv.Truncate(s.seq, s.start_pos);
@@ -418,8 +462,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   Backend& be = *backend_;
 
-  // x: [T, D]
-  be.EmbeddingLookup(weights_.token_embd, batch.tokens.data(), T, x_.data());
+  EmbedInputs(batch);  // x: [T, D]
   for (int32_t l = 0; l < num_layers(); ++l) {
     const LayerWeights& w = weights_.layers[l];
     const kernels::PagedKvLayer layer = kv.Layer(l);
@@ -457,6 +500,9 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
     be.AddInPlace(x_.data(), o_.data(), T * D);
   }
 
+  for (size_t r = 0; r < batch.hidden_rows.size(); ++r) {  // hidden: [rows, D]
+    std::copy_n(x_.data() + batch.hidden_rows[r] * D, D, hidden + r * D);
+  }
   // Only the requested rows go through the final norm and the (large) output head.
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   if (R == 0) return absl::OkStatus();
@@ -477,6 +523,23 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
     for (int64_t i = 0; i < N; ++i) row[weights_.head_token_ids[i]] = head_out_[r * N + i];
   }
   return absl::OkStatus();
+}
+
+void LlamaModel::EmbedInputs(const ForwardBatch& batch) {
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t D = config_.embedding_dim;
+  Backend& be = *backend_;
+  be.EmbeddingLookup(weights_.token_embd, batch.tokens.data(), T, x_.data());  // [T, D]
+  if (!feature_conditioned()) return;
+  // fused: [T, 2D] = [rms(embedding) * tok_norm | rms(feature) * feat_norm], then x = fc(fused).
+  const float eps = config_.rms_eps;
+  be.RmsNorm(x_.data(), weights_.input_tok_norm, T, D, eps, h_.data());
+  be.RmsNorm(batch.input_features.data(), weights_.input_feat_norm, T, D, eps, o_.data());
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy_n(h_.data() + t * D, D, fused_.data() + t * 2 * D);
+    std::copy_n(o_.data() + t * D, D, fused_.data() + t * 2 * D + D);
+  }
+  MatMul(weights_.input_fc, fused_.data(), T, x_.data());
 }
 
 }  // namespace specd::engine

@@ -43,6 +43,14 @@ struct ModelWeights {
   // -inf, so the row is still a distribution over the whole vocabulary. nullptr = full head.
   const int32_t* head_token_ids = nullptr;
   std::vector<LayerWeights> layers;
+  // A feature-conditioned draft (tools/distill/eagle.py): the first layer's input is
+  // fc([rms(token_embd[x]) * input_tok_norm ; rms(feature) * input_feat_norm]) instead of the
+  // embedding alone, the feature being the target's final hidden state (ForwardBatch::
+  // input_features). Tensors eagle.fc.weight [D, 2D], eagle.tok_norm.weight,
+  // eagle.feat_norm.weight [D]. fc.data == nullptr: a plain model.
+  kernels::WeightMatrix input_fc;
+  const float* input_tok_norm = nullptr;
+  const float* input_feat_norm = nullptr;
 };
 
 struct ModelOptions {
@@ -77,6 +85,8 @@ class LlamaModel {
   int32_t local_heads() const { return local_heads_; }
   int32_t local_kv_heads() const { return local_kv_heads_; }
   int32_t vocab_size() const { return config_.vocab_size; }
+  // True for a feature-conditioned draft: every Forward needs batch.input_features.
+  bool feature_conditioned() const { return weights_.input_fc.data != nullptr; }
   // Bytes of weights one decode step reads (for roofline estimates).
   uint64_t weight_bytes() const { return weight_bytes_; }
 
@@ -84,11 +94,13 @@ class LlamaModel {
   KvCacheConfig MakeKvCacheConfig(int32_t num_blocks, int32_t block_size,
                                   kernels::KvDtype dtype) const;
 
-  // Runs `batch`, writing logits [batch.logit_rows.size(), vocab] row-major into `logits`.
-  // Each sequence must already exist in `kv`; it is cut to its slice's start_pos and grown to
-  // start_pos + num_tokens. Errors: INVALID_ARGUMENT naming the bad field, RESOURCE_EXHAUSTED
-  // when KV blocks run out (then no KV is written).
-  absl::Status Forward(const ForwardBatch& batch, PagedKvCache& kv, float* logits);
+  // Runs `batch`, writing logits [batch.logit_rows.size(), vocab] row-major into `logits` and
+  // the final hidden states of batch.hidden_rows, [hidden_rows.size(), D], into `hidden` (may
+  // be null without hidden rows). Each sequence must already exist in `kv`; it is cut to its
+  // slice's start_pos and grown to start_pos + num_tokens. Errors: INVALID_ARGUMENT naming the
+  // bad field, RESOURCE_EXHAUSTED when KV blocks run out (then no KV is written).
+  absl::Status Forward(const ForwardBatch& batch, PagedKvCache& kv, float* logits,
+                       float* hidden = nullptr);
   // What Forward checks before it runs anything (tensor-parallel ranks agree on it before any
   // of them enters a collective).
   absl::Status Validate(const ForwardBatch& batch, const PagedKvCache& kv) const;
@@ -99,6 +111,10 @@ class LlamaModel {
   absl::Status ReencodeWeights(gguf::GgmlType type);  // options_.reencode_weights
   void PackWeights();  // the backend's own layout of each matrix, where it has one
   absl::Status LoadHeadTokenIds(const gguf::GgufFile& file);  // output_token_ids, if present
+  absl::Status LoadInputFc(const gguf::GgufFile& file, int world);  // eagle.*, if present
+  // x_ = the first layer's input: token embeddings, or for a feature-conditioned draft the
+  // fused (embedding, feature) rows.
+  void EmbedInputs(const ForwardBatch& batch);
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) {
     if (options_.exact_activations) {
       backend_->MatMulExact(w, x, T, y);
@@ -127,6 +143,7 @@ class LlamaModel {
 
   // Workspace, sized once for max_batch_tokens: no allocation on the hot path.
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_, act_, head_in_;
+  std::vector<float> fused_;     // [max_batch_tokens, 2D]: a feature-conditioned draft's input
   std::vector<float> head_out_;  // [max_logit_rows, N]: a truncated head's rows before scatter
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;

@@ -18,9 +18,10 @@ namespace specd::engine {
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
-  // One ragged forward; logits: [batch.logit_rows.size(), vocab]. RESOURCE_EXHAUSTED (KV full)
-  // before any KV is written.
-  virtual absl::Status Forward(const ForwardBatch& batch, float* logits) = 0;
+  // One ragged forward; logits: [batch.logit_rows.size(), vocab]; hidden (may be null when
+  // batch.hidden_rows is empty): [batch.hidden_rows.size(), embedding_dim]. RESOURCE_EXHAUSTED
+  // (KV full) before any KV is written.
+  virtual absl::Status Forward(const ForwardBatch& batch, float* logits, float* hidden) = 0;
   virtual absl::Status AddSequence(SeqId seq) = 0;  // ALREADY_EXISTS if present
   virtual void FreeSequence(SeqId seq) = 0;         // no-op if absent
   // Rollback: keeps the first `length` tokens' KV, frees blocks past them.
@@ -39,8 +40,8 @@ class ModelRunner {
 class LocalModelRunner final : public ModelRunner {
  public:
   LocalModelRunner(LlamaModel* model, PagedKvCache* kv) : model_(model), kv_(kv) {}
-  absl::Status Forward(const ForwardBatch& batch, float* logits) override {
-    return model_->Forward(batch, *kv_, logits);
+  absl::Status Forward(const ForwardBatch& batch, float* logits, float* hidden) override {
+    return model_->Forward(batch, *kv_, logits, hidden);
   }
   absl::Status AddSequence(SeqId seq) override { return kv_->AddSequence(seq); }
   void FreeSequence(SeqId seq) override { kv_->FreeSequence(seq); }

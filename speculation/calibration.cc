@@ -54,7 +54,7 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
     double best = 1e30;
     for (int rep = 0; rep < (x <= 8 ? 5 : 2) && st.ok(); ++rep) {
       const auto t0 = Clock::now();
-      st = runner.Forward(batch, logits.data());
+      st = runner.Forward(batch, logits.data(), nullptr);
       best = std::min(best, Since(t0));
     }
     if (st.ok() && !warmup) points.push_back({double(x), best});
@@ -76,6 +76,10 @@ absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_
     std::vector<DraftInput> in(B);
     std::vector<DraftOutput> out(B);
     for (int32_t i = 0; i < B; ++i) in[i] = DraftInput{-1 - i, prompt, &greedy, &none, &rng, 2};
+    if (drafter.wants_features()) {  // it drafts only from the target's features (zeros here)
+      const std::vector<float> zeros((prompt.size() - 1) * drafter.feature_dim(), 0.0f);
+      for (int32_t i = 0; i < B; ++i) drafter.AddFeatures(-1 - i, 0, zeros);
+    }
     // Rep 0 prefills; then best of several. A draft cost measured too high would keep k at 0,
     // and then no draft step ever corrects it. A Propose of k = 2 runs two draft rounds (the
     // re-fed x_n, then d_1).

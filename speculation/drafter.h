@@ -66,6 +66,15 @@ class Drafter {
     for (SeqId s : seqs) Release(s);
   }
 
+  // A feature-conditioned drafter (EAGLE style) drafts from the target's final hidden states:
+  // the loop asks the target for them (TargetCall::want_features) and hands over every row the
+  // target keeps. AddFeatures: `rows` [n, dim] are the target's hidden states at positions
+  // first_pos .. first_pos + n - 1 of `seq` (re-sent positions overwrite). A sequence whose
+  // features the drafter lacks simply gets no drafts.
+  virtual bool wants_features() const { return false; }
+  virtual int32_t feature_dim() const { return 0; }  // D of the rows AddFeatures takes
+  virtual void AddFeatures(SeqId seq, int32_t first_pos, absl::Span<const float> rows) {}
+
   // True when drafting costs a model forward per token (the adaptive-k cost model needs it).
   virtual bool runs_model() const = 0;
   // Bytes of weights one draft token reads (0: no model): the nominal cost of pinned k.

@@ -128,12 +128,17 @@ const std::vector<int32_t>* ModelDrafter::Fed(SeqId seq) const {
 
 absl::Status ModelDrafter::RunForward() {
   logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(model().vocab_size()));
-  absl::Status st = runner_->Forward(batch_, logits_.data());
+  hidden_.resize(batch_.hidden_rows.size() *
+                 static_cast<size_t>(model().config().embedding_dim));
+  absl::Status st = runner_->Forward(batch_, logits_.data(), hidden_.data());
   if (!st.ok()) {
     // Forward cut each slice's sequence back to start_pos before it failed.
     for (const engine::SequenceSlice& s : batch_.slices) {
       std::vector<int32_t>& fed = fed_[s.seq];
       if (static_cast<int64_t>(fed.size()) > s.start_pos) fed.resize(s.start_pos);
+      if (auto f = features_.find(s.seq); f != features_.end()) {
+        f->second.true_len = std::min<int64_t>(f->second.true_len, s.start_pos);
+      }
       if (absl::Status t = runner_->Truncate(s.seq, static_cast<int64_t>(fed.size())); !t.ok()) {
         return absl::Status(st.code(), absl::StrCat(st.message(), "; rollback: ", t.message()));
       }
@@ -155,7 +160,10 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     int32_t k;                       // drafts wanted (clipped to the context)
     sampling::PenaltyState history;  // extended with d_1..d_{j-1} when penalties are on
     bool track = false;
+    std::vector<float> feature;      // feature-conditioned: the last row's hidden state [D]
   };
+  const bool conditioned = model().feature_conditioned();
+  const int64_t dim = model().config().embedding_dim;
   std::vector<Work> work;
   for (size_t i = 0; i < in.size(); ++i) {
     const DraftInput& d = in[i];
@@ -167,12 +175,17 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     }
     std::vector<int32_t>& fed = fed_[d.seq];
     // Re-feed x_n at least: its logits give d_1. Forward rolls the KV back to `next`.
-    const int64_t next = std::min<int64_t>(CommonPrefix(fed, d.tokens), n - 1);
+    int64_t next = std::min<int64_t>(CommonPrefix(fed, d.tokens), n - 1);
+    if (conditioned) {
+      // Rows fed drafted features are recomputed; without the target's features: no drafts.
+      next = std::min(next, features_[d.seq].true_len);
+      if (!KnowsTargetFeatures(d.seq, next, n)) continue;
+    }
     // The KV of x_1..x_next is committed: its full blocks may serve other sequences.
     if (absl::Status st = runner_->Publish(d.seq, d.tokens.subspan(0, next)); !st.ok()) {
       return st;
     }
-    Work w{i, next, k, {}, false};
+    Work w{i, next, k, {}, false, {}};
     if (sampling::HasPenalties(*d.params)) {
       // d_j's distribution counts d_1..d_{j-1}, exactly as the verifier's p_j does.
       w.track = true;
@@ -218,6 +231,7 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
         rest.push_back(w);
         continue;
       }
+      if (conditioned) AppendTargetFeatures(d.seq, w->next, w->next + take);
       if (w->next + take < n) {  // mid-prompt chunk: no logits needed
         batch_.AddPrompt(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
                          static_cast<int32_t>(take));
@@ -225,6 +239,7 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
       } else {
         batch_.Add(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
                    static_cast<int32_t>(take), /*all_logits=*/false);
+        if (conditioned) batch_.hidden_rows.push_back(batch_.logit_rows.back());
         finishing.push_back(w);
       }
       budget -= take;
@@ -237,6 +252,17 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     if (absl::Status st = RunForward(); !st.ok()) return fail(st);
     for (size_t r = 0; r < finishing.size(); ++r) {
       Work& w = *finishing[r];
+      if (conditioned) {
+        w.feature.assign(hidden_.begin() + r * dim, hidden_.begin() + (r + 1) * dim);
+        // Every committed row now holds the target's features. The next catch-up starts at
+        // row n (feature n - 1), or re-feeds row n - 1 (feature n - 2) when nothing new came.
+        SeqFeatures& f = features_[in[w.idx].seq];
+        f.true_len = static_cast<int64_t>(in[w.idx].tokens.size());
+        const int64_t drop = std::max<int64_t>(0, f.true_len - 2 - f.base);
+        const int64_t have = static_cast<int64_t>(f.rows.size()) / dim;
+        f.rows.erase(f.rows.begin(), f.rows.begin() + std::min(drop, have) * dim);
+        f.base += std::min(drop, have);
+      }
       absl::Status st = propose(w, logits_.data() + r * static_cast<size_t>(vocab),
                                 static_cast<int64_t>(in[w.idx].tokens.size()));
       if (!st.ok()) return fail(st);
@@ -254,6 +280,11 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
       const int64_t pos = static_cast<int64_t>(d.tokens.size()) + j - 1;  // of d_j
       const int32_t tok = out[w.idx].proposals.back().token;
       batch_.Add(d.seq, static_cast<int32_t>(pos), &tok, 1, false);
+      if (conditioned) {  // fed the draft's own hidden state of the row before
+        batch_.input_features.insert(batch_.input_features.end(), w.feature.begin(),
+                                     w.feature.end());
+        batch_.hidden_rows.push_back(batch_.logit_rows.back());
+      }
       fed_[d.seq].push_back(tok);
       active.push_back(&w);
     }
@@ -261,6 +292,9 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     if (absl::Status st = RunForward(); !st.ok()) return fail(st);
     for (size_t r = 0; r < active.size(); ++r) {
       Work& w = *active[r];
+      if (conditioned) {
+        w.feature.assign(hidden_.begin() + r * dim, hidden_.begin() + (r + 1) * dim);
+      }
       absl::Status st = propose(w, logits_.data() + r * static_cast<size_t>(vocab),
                                 static_cast<int64_t>(in[w.idx].tokens.size()) + j);
       if (!st.ok()) return fail(st);
@@ -285,12 +319,55 @@ absl::Status ModelDrafter::Commit(SeqId seq, absl::Span<const int32_t> committed
   if (it == fed_.end()) return absl::OkStatus();
   std::vector<int32_t>& fed = it->second;
   fed.resize(CommonPrefix(fed, committed));
+  if (auto f = features_.find(seq); f != features_.end()) {
+    f->second.true_len = std::min<int64_t>(f->second.true_len, fed.size());
+  }
   return runner_->Truncate(seq, static_cast<int64_t>(fed.size()));
 }
 
 void ModelDrafter::Release(SeqId seq) {
   fed_.erase(seq);
+  features_.erase(seq);
   runner_->FreeSequence(seq);
+}
+
+void ModelDrafter::AddFeatures(SeqId seq, int32_t first_pos, absl::Span<const float> rows) {
+  const int64_t dim = model().config().embedding_dim;
+  if (!wants_features() || rows.size() % dim != 0) return;
+  SeqFeatures& f = features_[seq];
+  const int64_t end = f.base + static_cast<int64_t>(f.rows.size()) / dim;
+  if (first_pos < f.base || first_pos > end) {  // starts over (a re-prefill, or a gap)
+    f.base = first_pos;
+    f.rows.clear();
+  } else {
+    f.rows.resize((first_pos - f.base) * dim);  // re-sent positions overwrite
+  }
+  f.rows.insert(f.rows.end(), rows.begin(), rows.end());
+}
+
+bool ModelDrafter::KnowsTargetFeatures(SeqId seq, int64_t from, int64_t to) const {
+  // Rows [from, to) read the target's hidden states at [from - 1, to - 1); row 0 reads zeros.
+  const int64_t first = std::max<int64_t>(from - 1, 0), last = to - 2;
+  if (last < first) return true;
+  auto it = features_.find(seq);
+  if (it == features_.end()) return false;
+  const int64_t dim = model().config().embedding_dim;
+  const SeqFeatures& f = it->second;
+  return first >= f.base && last < f.base + static_cast<int64_t>(f.rows.size()) / dim;
+}
+
+void ModelDrafter::AppendTargetFeatures(SeqId seq, int64_t from, int64_t to) {
+  const int64_t dim = model().config().embedding_dim;
+  const SeqFeatures& f = features_.at(seq);
+  std::vector<float>& out = batch_.input_features;
+  for (int64_t t = from; t < to; ++t) {
+    if (t == 0) {
+      out.insert(out.end(), dim, 0.0f);
+      continue;
+    }
+    const float* row = f.rows.data() + (t - 1 - f.base) * dim;
+    out.insert(out.end(), row, row + dim);
+  }
 }
 
 }  // namespace specd::spec

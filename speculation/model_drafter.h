@@ -68,6 +68,15 @@ class ModelDrafter final : public Drafter {
   absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override;
   absl::Status Commit(SeqId seq, absl::Span<const int32_t> committed) override;
   void Release(SeqId seq) override;
+  // A feature-conditioned draft model (LlamaModel::feature_conditioned): the row at position t
+  // is fed the target's hidden state at t - 1 while it is known (AddFeatures), and a drafted
+  // row is fed the draft's own hidden state of the row before it. Rows fed drafted features
+  // are recomputed from the target's once it has verified them.
+  bool wants_features() const override { return model().feature_conditioned(); }
+  int32_t feature_dim() const override {
+    return wants_features() ? model().config().embedding_dim : 0;
+  }
+  void AddFeatures(SeqId seq, int32_t first_pos, absl::Span<const float> rows) override;
   bool runs_model() const override { return true; }
   uint64_t weight_bytes() const override { return model().weight_bytes(); }
   const engine::PagedKvCache* kv_cache() const override { return &runner_->kv(); }
@@ -99,8 +108,22 @@ class ModelDrafter final : public Drafter {
   engine::ModelRunner* runner_ = nullptr;          // local_ or the caller's
   // Tokens whose KV the draft cache holds, per sequence: always a prefix of what was fed.
   absl::flat_hash_map<SeqId, std::vector<int32_t>> fed_;
+  // A feature-conditioned draft's per-sequence features: the target's hidden states from
+  // position `base` on (those its next catch-up rows need), and how many leading KV rows were
+  // fed the target's own features (the rest were fed drafted ones and are recomputed).
+  struct SeqFeatures {
+    int64_t base = 0;
+    std::vector<float> rows;  // [n, D]: positions base .. base + n - 1
+    int64_t true_len = 0;
+  };
+  absl::flat_hash_map<SeqId, SeqFeatures> features_;
+  // Whether the features of rows [from, to) of `seq` are known (row t: the target's hidden
+  // state at t - 1; zeros at t = 0), and appending them to batch_.input_features.
+  bool KnowsTargetFeatures(SeqId seq, int64_t from, int64_t to) const;
+  void AppendTargetFeatures(SeqId seq, int64_t from, int64_t to);
   engine::ForwardBatch batch_;
   std::vector<float> logits_;  // [logit rows of the current batch, vocab]
+  std::vector<float> hidden_;  // [hidden rows of the current batch, D]
 };
 
 }  // namespace specd::spec

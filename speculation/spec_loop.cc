@@ -86,6 +86,11 @@ int32_t SpecLoop::PrefillEnd(const LoopSeq& s) {
   return s.pinned() && s.generated() > 0 ? s.n() - 1 : s.n();
 }
 
+bool SpecLoop::WantsFeatures(const LoopSeq& s) const {
+  return s.drafter >= 0 && static_cast<size_t>(s.drafter) < drafters_.size() &&
+         drafters_[s.drafter].drafter->wants_features();
+}
+
 void SpecLoop::PlanLookups(const SchedulerConfig& config, LoopStep& step) {
   step.lookups.clear();
   if (!options_.prefix_lookups) return;
@@ -94,6 +99,9 @@ void SpecLoop::PlanLookups(const SchedulerConfig& config, LoopStep& step) {
   // find anything (the last token is always computed).
   auto offer = [&](const LoopSeqPtr& s) {
     if (s->prefix_looked_up || s->target_pos != 0 || PrefillEnd(*s) <= config.block_size) return;
+    // A feature-conditioned drafter needs the target's hidden state at every prompt position,
+    // which a cached prefix skips computing.
+    if (WantsFeatures(*s)) return;
     step.lookups.push_back(s);
   };
   for (const LoopSeqPtr& s : running_) offer(s);
@@ -319,6 +327,7 @@ absl::Status SpecLoop::Target(LoopStep& step) {
     c.history = &s.history;
     c.num_prompt = s.num_prompt;
     if (s.adopt_pending) c.cached_prefix = absl::MakeConstSpan(s.tokens).subspan(0, plan.start);
+    c.want_features = WantsFeatures(s);
     step.step_tokens += plan.tokens();
     prefill_tokens += plan.end - plan.start - (plan.emit ? 1 : 0);
     s.on_backends = true;
@@ -351,6 +360,9 @@ void SpecLoop::Apply(LoopStep& step, LoopClient& client) {
       s.target_cached = 0;
       s.prefix_looked_up = false;  // looked up again, in what the target holds now
       continue;
+    }
+    if (!step.outcomes[p].features.empty() && WantsFeatures(s)) {
+      drafters_[s.drafter].drafter->AddFeatures(s.id, plans[p].start, step.outcomes[p].features);
     }
     if (!plans[p].emit) {
       s.target_pos = plans[p].end;

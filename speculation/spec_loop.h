@@ -163,6 +163,8 @@ class SpecLoop {
                           int32_t block_size) const;
   bool Drafts(const LoopSeq& s) const;  // its drafter exists and is available
   void Commit(LoopStep& step, size_t p, LoopClient& client);
+  // Its drafter drafts from the target's hidden states (Drafter::wants_features).
+  bool WantsFeatures(const LoopSeq& s) const;
   void ApplyLookups(LoopStep& step);  // step 0's results, at the start of Schedule
   // Where `s`'s prefill ends (scheduler.cc PrefillEnd): what a lookup may offer.
   static int32_t PrefillEnd(const LoopSeq& s);

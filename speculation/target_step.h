@@ -34,6 +34,9 @@ struct TargetCall {
   // Prefix caching: x_1..x_start, which the runner takes from its prefix cache (the sequence
   // starts over holding them) rather than holding them already. Empty: it holds them.
   absl::Span<const int32_t> cached_prefix;
+  // The sequence's drafter is feature-conditioned: return the final hidden state of every row
+  // the target keeps (TargetOutcome::features).
+  bool want_features = false;
 };
 
 // What came of one TargetCall.
@@ -42,6 +45,10 @@ struct TargetOutcome {
   // the loop recomputes the sequence from its history.
   bool needs_prefill = false;
   sampling::VerifyResult verified;  // with emit: the emitted tokens (accepted drafts + one)
+  // With want_features: the target's final hidden state (before output_norm) at positions
+  // start, start + 1, ... of every row it kept (the call's tokens, then the accepted drafts):
+  // [rows, embedding_dim].
+  std::vector<float> features;
 };
 
 // A sequence about to be (re)prefilled, looked up in the target's prefix cache: `tokens` are

@@ -7,22 +7,40 @@ namespace specd::spec {
 namespace {
 
 // The step's batch: a prompt chunk per non-emitting call, a [tail.., x_n, d_1..d_k] group per
-// emitting one. first_row[i]: call i's first logit row (-1 without emit).
+// emitting one. first_row[i]: call i's first logit row (-1 without emit); first_hidden[i]: its
+// first hidden row (-1 unless it wants features: then every row of its slice).
 void BuildBatch(absl::Span<const TargetCall> calls, engine::ForwardBatch& batch,
-                std::vector<int32_t>& first_row) {
+                std::vector<int32_t>& first_row, std::vector<int32_t>& first_hidden) {
   batch.Clear();
   first_row.assign(calls.size(), -1);
+  first_hidden.assign(calls.size(), -1);
   std::vector<int32_t> drafts;
   for (size_t i = 0; i < calls.size(); ++i) {
     const TargetCall& c = calls[i];
+    const int32_t base = static_cast<int32_t>(batch.tokens.size());
     if (!c.emit) {
       batch.AddPrompt(c.seq, c.start, c.tokens.data(), static_cast<int32_t>(c.tokens.size()));
-      continue;
+    } else {
+      drafts.clear();
+      for (const sampling::SparseProposal& q : c.proposals) drafts.push_back(q.token);
+      first_row[i] = batch.AddVerify(c.seq, c.start, c.tokens, drafts);
     }
-    drafts.clear();
-    for (const sampling::SparseProposal& q : c.proposals) drafts.push_back(q.token);
-    first_row[i] = batch.AddVerify(c.seq, c.start, c.tokens, drafts);
+    if (c.want_features) {
+      first_hidden[i] = static_cast<int32_t>(batch.hidden_rows.size());
+      for (int32_t t = base; t < static_cast<int32_t>(batch.tokens.size()); ++t) {
+        batch.hidden_rows.push_back(t);
+      }
+    }
   }
+}
+
+// The hidden rows of call `c` that the target keeps: its tokens and the accepted drafts.
+void KeepFeatures(const TargetCall& c, int32_t first_hidden, int32_t accepted, int64_t dim,
+                  const std::vector<float>& hidden, TargetOutcome& out) {
+  if (first_hidden < 0) return;
+  const size_t rows = c.tokens.size() + static_cast<size_t>(accepted);
+  const float* from = hidden.data() + static_cast<size_t>(first_hidden) * dim;
+  out.features.assign(from, from + rows * dim);
 }
 
 // VerifyDraft on call `c`'s k + 1 logit rows starting at `first_row`.
@@ -49,13 +67,22 @@ absl::Status RunVerifyStep(engine::ModelRunner& runner, absl::Span<const TargetC
   out.assign(calls.size(), TargetOutcome{});
   if (calls.empty()) return absl::OkStatus();
   const int32_t vocab = runner.model().vocab_size();
-  std::vector<int32_t> first_row;
-  BuildBatch(calls, buffers.batch, first_row);
+  const int64_t dim = runner.model().config().embedding_dim;
+  std::vector<int32_t> first_row, first_hidden;
+  BuildBatch(calls, buffers.batch, first_row, first_hidden);
   buffers.logits.resize(buffers.batch.logit_rows.size() * static_cast<size_t>(vocab));
-  if (absl::Status st = runner.Forward(buffers.batch, buffers.logits.data()); !st.ok()) return st;
+  buffers.hidden.resize(buffers.batch.hidden_rows.size() * static_cast<size_t>(dim));
+  if (absl::Status st =
+          runner.Forward(buffers.batch, buffers.logits.data(), buffers.hidden.data());
+      !st.ok()) {
+    return st;
+  }
   for (size_t i = 0; i < calls.size(); ++i) {
     const TargetCall& c = calls[i];
-    if (!c.emit) continue;
+    if (!c.emit) {
+      KeepFeatures(c, first_hidden[i], 0, dim, buffers.hidden, out[i]);
+      continue;
+    }
     absl::StatusOr<sampling::VerifyResult> v =
         Verify(c, buffers.logits.data() + static_cast<size_t>(first_row[i]) * vocab, vocab,
                options);
@@ -67,6 +94,7 @@ absl::Status RunVerifyStep(engine::ModelRunner& runner, absl::Span<const TargetC
     const int64_t kept = int64_t{c.start} + static_cast<int64_t>(c.tokens.size()) +
                          v->num_accepted;
     if (absl::Status st = runner.Truncate(c.seq, kept); !st.ok()) return st;
+    KeepFeatures(c, first_hidden[i], v->num_accepted, dim, buffers.hidden, out[i]);
     out[i].verified = std::move(*v);
   }
   return absl::OkStatus();

@@ -30,6 +30,7 @@ struct VerifyStepOptions {
 struct VerifyStepBuffers {
   engine::ForwardBatch batch;
   std::vector<float> logits;  // [logit rows, vocab]
+  std::vector<float> hidden;  // [hidden rows, D]: the rows of calls that want features
 };
 
 // Runs `calls` on `runner` (every sequence must already be added). out: [calls.size()], each

@@ -244,6 +244,12 @@ absl::Status WriteTinyModel(const TinyModelSpec& s, const std::string& path) {
       if (!st.ok()) return st;
     }
   }
+  if (s.feature_conditioned) {  // drawn last: the other weights stay what they were
+    st = w.AddTensorF32("eagle.tok_norm.weight", GgmlType::kF32, {D}, ones_ish(D));
+    if (st.ok()) st = w.AddTensorF32("eagle.feat_norm.weight", GgmlType::kF32, {D}, ones_ish(D));
+    if (st.ok()) st = w.AddTensorF32("eagle.fc.weight", s.weight_type, {2 * D, D}, random(2 * D * D, 1.0f));
+    if (!st.ok()) return st;
+  }
   return w.WriteFile(path);
 }
 

@@ -36,6 +36,9 @@ struct TinyModelSpec {
   // Leave token_embd.weight out of the file (drawn all the same, so the other weights do not
   // change): a draft that borrows its target's embeddings.
   bool omit_token_embd = false;
+  // A feature-conditioned draft (engine::ModelWeights::input_fc): adds eagle.fc.weight and the
+  // two input norms.
+  bool feature_conditioned = false;
   uint64_t seed = 1;
   float weight_scale = 0.08f;   // std-dev-like spread of the random weights
   // Copy tokenizer.* metadata from this GGUF (its vocabulary size wins); empty = synthetic.

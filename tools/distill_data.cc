@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/gguf/gguf_file.h"
+#include "common/gguf/quants.h"
 #include "common/sampling/penalty_state.h"
 #include "common/sampling/philox.h"
 #include "common/sampling/sampler.h"
@@ -324,7 +325,7 @@ absl::Status RunDistillData(const DistillDataOptions& o) {
 }
 
 absl::Status RunLogits(int argc, char** argv) {
-  std::string model, borrow, out, tokens;
+  std::string model, borrow, out, tokens, features, hidden_out;
   bool exact = false;
   for (int i = 0; i < argc; ++i) {
     const std::string f = argv[i];
@@ -342,6 +343,10 @@ absl::Status RunLogits(int argc, char** argv) {
       out = v;
     } else if (f == "--tokens") {
       tokens = v;
+    } else if (f == "--features") {
+      features = v;
+    } else if (f == "--hidden-out") {
+      hidden_out = v;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", f));
     }
@@ -384,11 +389,156 @@ absl::Status RunLogits(int argc, char** argv) {
   if (!st.ok()) return st;
   engine::ForwardBatch b;
   b.Add(0, 0, ids.data(), static_cast<int32_t>(ids.size()), /*all_logits=*/true);
+  const size_t dim = static_cast<size_t>((*m)->config().embedding_dim);
+  if (!features.empty()) {  // a feature-conditioned draft's input: f32 [tokens, D]
+    std::ifstream in(features, std::ios::binary);
+    b.input_features.resize(ids.size() * dim);
+    in.read(reinterpret_cast<char*>(b.input_features.data()),
+            static_cast<std::streamsize>(b.input_features.size() * sizeof(float)));
+    if (!in.good()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--features ", features, ": cannot read ", ids.size(), " x ", dim, " floats"));
+    }
+  }
+  std::vector<float> hidden;
+  if (!hidden_out.empty()) {
+    for (int32_t t = 0; t < static_cast<int32_t>(ids.size()); ++t) b.hidden_rows.push_back(t);
+    hidden.resize(ids.size() * dim);
+  }
   std::vector<float> logits(ids.size() * static_cast<size_t>((*m)->vocab_size()));
-  if (!(st = (*m)->Forward(b, **kv, logits.data())).ok()) return st;
+  if (!(st = (*m)->Forward(b, **kv, logits.data(), hidden.data())).ok()) return st;
   std::ofstream o(out, std::ios::binary | std::ios::trunc);
   PutAll(o, logits);
   if (!o.good()) return absl::PermissionDeniedError(absl::StrCat("--out: cannot write ", out));
+  if (!hidden_out.empty()) {
+    std::ofstream h(hidden_out, std::ios::binary | std::ios::trunc);
+    PutAll(h, hidden);
+    if (!h.good()) {
+      return absl::PermissionDeniedError(absl::StrCat("--hidden-out: cannot write ", hidden_out));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `specd hidden`: reads a distill-data file and writes the target's final hidden state at every
+// token of every record (cut to --max-tokens), as the serving engine computes it.
+absl::Status RunHidden(int argc, char** argv) {
+  std::string model, data, out;
+  int threads = 0, max_tokens = 256;
+  for (int i = 0; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(f, ": missing value"));
+    const std::string v = argv[++i];
+    if (f == "-m" || f == "--model") {
+      model = v;
+    } else if (f == "--data") {
+      data = v;
+    } else if (f == "-o" || f == "--out") {
+      out = v;
+    } else if (f == "-t" || f == "--threads") {
+      if (!absl::SimpleAtoi(v, &threads) || threads < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--threads: not a count: ", v));
+      }
+    } else if (f == "--max-tokens") {
+      if (!absl::SimpleAtoi(v, &max_tokens) || max_tokens < 1 || max_tokens > 4096) {
+        return absl::InvalidArgumentError(absl::StrCat("--max-tokens: must be in [1, 4096]: ", v));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", f));
+    }
+  }
+  if (model.empty() || data.empty() || out.empty()) {
+    return absl::InvalidArgumentError("--model, --data and --out are required");
+  }
+  // Step 1: the records' token sequences.
+  std::ifstream in(data, std::ios::binary);
+  char magic[8] = {};
+  uint32_t header[4] = {};
+  uint64_t fingerprint = 0;
+  in.read(magic, 8);
+  in.read(reinterpret_cast<char*>(header), sizeof(header));
+  in.read(reinterpret_cast<char*>(&fingerprint), sizeof(fingerprint));
+  if (!in.good() || std::string(magic, 8) != "SPDDATA1") {
+    return absl::InvalidArgumentError(absl::StrCat("--data ", data, ": not a distill-data file"));
+  }
+  const uint32_t top_n = header[1], num_records = header[3];
+  std::vector<std::vector<int32_t>> seqs;
+  for (uint32_t r = 0; r < num_records; ++r) {
+    uint32_t rec[4];
+    if (!in.read(reinterpret_cast<char*>(rec), sizeof(rec))) break;  // a file cut short
+    std::vector<int32_t> toks(rec[0] + rec[1]);
+    in.read(reinterpret_cast<char*>(toks.data()), toks.size() * sizeof(int32_t));
+    in.seekg(static_cast<std::streamoff>(rec[1]) * top_n * 8, std::ios::cur);
+    if (!in.good()) break;
+    if (static_cast<int>(toks.size()) > max_tokens) toks.resize(max_tokens);
+    seqs.push_back(std::move(toks));
+  }
+  // Step 2: the target.
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(model);
+  if (!file.ok()) return file.status();
+  std::unique_ptr<engine::Backend> backend = engine::MakeCpuBackend(threads);
+  engine::LocalCommunicator comm;
+  engine::ModelOptions mo;
+  mo.max_batch_tokens = std::max(512, max_tokens);
+  mo.max_logit_rows = 1;
+  absl::StatusOr<std::unique_ptr<engine::LlamaModel>> m =
+      engine::LlamaModel::Load(**file, backend.get(), &comm, mo);
+  if (!m.ok()) return m.status();
+  const int64_t dim = (*m)->config().embedding_dim;
+  const int32_t blocks = 2 * (mo.max_batch_tokens / kBlockSize + 1) + 16;
+  absl::StatusOr<std::unique_ptr<engine::PagedKvCache>> kv = engine::PagedKvCache::Create(
+      (*m)->MakeKvCacheConfig(blocks, kBlockSize, kernels::KvDtype::kF16));
+  if (!kv.ok()) return kv.status();
+  // Step 3: whole records in batches of up to max_batch_tokens, every row's hidden state kept.
+  std::ofstream o(out, std::ios::binary | std::ios::trunc);
+  if (!o) return absl::PermissionDeniedError(absl::StrCat("--out: cannot write ", out));
+  o.write("SPDHID01", 8);
+  Put<uint32_t>(o, static_cast<uint32_t>(dim));
+  Put<uint32_t>(o, static_cast<uint32_t>(seqs.size()));
+  engine::ForwardBatch batch;
+  std::vector<float> hidden;
+  std::vector<uint16_t> half;
+  int64_t tokens_done = 0;
+  double reported_secs = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t first = 0; first < seqs.size();) {
+    batch.Clear();
+    size_t last = first;
+    while (last < seqs.size() &&
+           batch.tokens.size() + seqs[last].size() <= static_cast<size_t>(mo.max_batch_tokens)) {
+      const engine::SeqId id = static_cast<engine::SeqId>(last);
+      if (absl::Status st = (*kv)->AddSequence(id); !st.ok()) return st;
+      const int32_t base = static_cast<int32_t>(batch.tokens.size());
+      batch.AddPrompt(id, 0, seqs[last].data(), static_cast<int32_t>(seqs[last].size()));
+      for (int32_t t = 0; t < static_cast<int32_t>(seqs[last].size()); ++t) {
+        batch.hidden_rows.push_back(base + t);
+      }
+      ++last;
+    }
+    hidden.resize(batch.hidden_rows.size() * dim);
+    if (absl::Status st = (*m)->Forward(batch, **kv, nullptr, hidden.data()); !st.ok()) return st;
+    half.resize(hidden.size());
+    for (size_t i = 0; i < hidden.size(); ++i) half[i] = gguf::F32ToF16(hidden[i]);
+    size_t row = 0;
+    for (size_t r = first; r < last; ++r) {
+      Put<uint32_t>(o, static_cast<uint32_t>(seqs[r].size()));
+      o.write(reinterpret_cast<const char*>(half.data() + row * dim),
+              static_cast<std::streamsize>(seqs[r].size() * dim * sizeof(uint16_t)));
+      row += seqs[r].size();
+      (*kv)->FreeSequence(static_cast<engine::SeqId>(r));
+    }
+    tokens_done += static_cast<int64_t>(batch.tokens.size());
+    first = last;
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (first == seqs.size() || secs - reported_secs > 5) {
+      reported_secs = secs;
+      std::fprintf(stderr, "specd hidden: %zu/%zu records, %.0f tok/s, ETA %.0f s\n", first,
+                   seqs.size(), tokens_done / secs,
+                   secs / static_cast<double>(first) * static_cast<double>(seqs.size() - first));
+    }
+  }
+  if (!o.good()) return absl::DataLossError(absl::StrCat("--out: write failed: ", out));
   return absl::OkStatus();
 }
 

@@ -46,6 +46,12 @@ absl::Status RunDistillData(const DistillDataOptions& o);
 // --exact runs float activations (ModelOptions::exact_activations).
 absl::Status RunLogits(int argc, char** argv);
 
+// `specd hidden -m TARGET --data DATA.bin -o OUT.bin [--max-tokens 256] [-t N]`: the target's
+// final hidden state (before output_norm) at every token of every record of a distill-data
+// file, cut to --max-tokens: what a feature-conditioned draft (specd-distill --kind eagle) is
+// fed. Format: "SPDHID01" u32 dim u32 num_records, per record u32 n, f16 [n][dim].
+absl::Status RunHidden(int argc, char** argv);
+
 }  // namespace specd
 
 #endif  // SPECD_TOOLS_DISTILL_DATA_H_

@@ -39,6 +39,10 @@ constexpr char kUsage[] =
     "            [-n 128] [--max-prompt-tokens 384] [--top 32] [--batch 16] [--seed S] [--limit N]\n"
     "            (the target's responses and sparse next-token distributions, for specd-distill)\n"
     "       specd logits -m FILE.gguf [--borrow-from TARGET.gguf] --tokens 1,2,3 [--exact] -o OUT\n"
+    "            [--features F32FILE] [--hidden-out OUT2]  (a feature-conditioned draft's input\n"
+    "            features [tokens, D]; the final hidden state of every token)\n"
+    "       specd hidden -m TARGET.gguf --data DATA.bin -o OUT.bin [--max-tokens 256] [-t N]\n"
+    "            (the target's final hidden states over a distill-data file, for specd-distill)\n"
     "  -m, --model FILE        GGUF model file\n"
     "  -p, --prompt TEXT       prompt text\n"
     "  --chat                  wrap the prompt as a user message in the model's chat template\n"
@@ -295,6 +299,14 @@ int main(int argc, char** argv) {
     absl::Status st = specd::RunLogits(argc - 2, argv + 2);
     if (!st.ok()) {
       std::fprintf(stderr, "specd logits: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (cmd == "hidden") {
+    absl::Status st = specd::RunHidden(argc - 2, argv + 2);
+    if (!st.ok()) {
+      std::fprintf(stderr, "specd hidden: %s\n", st.ToString().c_str());
       return 1;
     }
     return 0;

@@ -424,7 +424,8 @@ absl::Status ModelHost::ServeRank(const ModelHostOptions& options) {
   return RankLoop(&rank, options.inject_forward_fault_on_rank);
 }
 
-absl::Status ModelHost::Forward(const engine::ForwardBatch& batch, float* logits) {
+absl::Status ModelHost::Forward(const engine::ForwardBatch& batch, float* logits,
+                               float* hidden) {
   GroupOp op(this);
   Command c;
   c.op = Op::kForward;
@@ -434,13 +435,15 @@ absl::Status ModelHost::Forward(const engine::ForwardBatch& batch, float* logits
   const bool fault = options_.inject_forward_fault_on_rank == 0;
   if (Single()) {
     if (fault) return CheckForward(*model_, batch, *kv_, fault);
-    return model_->Forward(batch, *kv_, logits);
+    return model_->Forward(batch, *kv_, logits, hidden);
   }
+  // Only rank 0 returns hidden rows (every rank holds the whole residual after the all-reduce);
+  // a feature-conditioned draft loads on one rank only, so input_features never get here.
   if (absl::Status s = Broadcast(c, &batch); !s.ok()) return s;
   if (absl::Status s = GatherStatus(*comm_, CheckForward(*model_, batch, *kv_, fault)); !s.ok()) {
     return s;
   }
-  return GatherStatus(*comm_, model_->Forward(batch, *kv_, logits));
+  return GatherStatus(*comm_, model_->Forward(batch, *kv_, logits, hidden));
 }
 
 std::vector<int32_t>* ModelHost::History(engine::SeqId seq) {
@@ -555,6 +558,8 @@ specd::internal::v1::ServiceInfo ModelHost::Info() const {
   info.set_model_layers(model_->config().num_layers);
   info.set_weight_bytes(model_->weight_bytes() * static_cast<uint64_t>(options_.world_size));
   info.set_prefix_caching(kv_->config().prefix_caching);
+  info.set_feature_conditioned(model_->feature_conditioned());
+  info.set_embedding_dim(model_->config().embedding_dim);
   return info;
 }
 

@@ -80,7 +80,7 @@ class ModelHost final : public engine::ModelRunner {
 
   // One forward on every rank (logits from rank 0): the only way to run the model. A failure
   // on any rank comes back here, named "rank r: ...".
-  absl::Status Forward(const engine::ForwardBatch& batch, float* logits) override;
+  absl::Status Forward(const engine::ForwardBatch& batch, float* logits, float* hidden) override;
   const engine::LlamaModel& model() const override { return *model_; }
   const engine::PagedKvCache& kv() const override { return *kv_; }
   int32_t world_size() const { return options_.world_size; }

@@ -1,5 +1,10 @@
 #include "services/common/proto_convert.h"
 
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/gguf/quants.h"
+
 namespace specd::services {
 
 sampling::SamplingParams FromProto(const specd::internal::v1::SamplingParams& p) {
@@ -59,6 +64,31 @@ spec::CostCurve CostCurveFromProto(const specd::internal::v1::ServiceInfo& info)
   std::vector<std::pair<double, double>> points;
   for (const auto& p : info.step_cost()) points.push_back({p.size(), p.seconds()});
   return points.empty() ? spec::CostCurve() : spec::CostCurve(std::move(points));
+}
+
+std::string FeaturesToBytes(absl::Span<const float> rows) {
+  std::string out(rows.size() * sizeof(uint16_t), '\0');
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint16_t h = gguf::F32ToF16(rows[i]);
+    out[2 * i] = static_cast<char>(h & 0xff);
+    out[2 * i + 1] = static_cast<char>(h >> 8);
+  }
+  return out;
+}
+
+absl::Status FeaturesFromBytes(const std::string& bytes, int64_t dim, const char* field,
+                               std::vector<float>* rows) {
+  if (dim <= 0 || bytes.size() % (2 * static_cast<size_t>(dim)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", bytes.size(), " bytes are not whole rows of ", dim, " half floats"));
+  }
+  rows->resize(bytes.size() / 2);
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const uint16_t h = static_cast<uint16_t>(static_cast<uint8_t>(bytes[2 * i])) |
+                       static_cast<uint16_t>(static_cast<uint8_t>(bytes[2 * i + 1])) << 8;
+    (*rows)[i] = gguf::F16ToF32(h);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace specd::services

@@ -66,6 +66,21 @@ absl::Status DraftWorker::Validate(const iv1::DraftStepRequest& request) const {
     if (absl::Status st = sampling::Validate(FromProto(s.sampling()), vocab); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ".sampling: ", st.message()));
     }
+    if (!s.features().empty()) {
+      const int64_t dim = host_->model().config().embedding_dim;
+      if (!drafter_->wants_features()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".features: this draft model is not feature-conditioned"));
+      }
+      if (s.features_start() < 0 ||
+          s.features().size() % (2 * static_cast<size_t>(dim)) != 0 ||
+          s.features_start() + static_cast<int64_t>(s.features().size() / (2 * dim)) >
+              s.start_pos() + s.tokens_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".features: need whole rows of ", dim,
+            " half floats at positions from features_start >= 0 up to the last token"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -106,6 +121,14 @@ absl::StatusOr<iv1::DraftStepResponse> DraftWorker::Step(const iv1::DraftStepReq
     penalties[i] = sampling::PenaltyState::FromTokens(
         absl::MakeConstSpan(tokens[i].data(), n_prompt),
         absl::MakeConstSpan(tokens[i].data() + n_prompt, tokens[i].size() - n_prompt));
+    if (!s.features().empty()) {
+      std::vector<float> rows;
+      const int64_t dim = host_->model().config().embedding_dim;
+      if (absl::Status st = FeaturesFromBytes(s.features(), dim, "features", &rows); !st.ok()) {
+        return st;  // Validate checked the size: cannot happen
+      }
+      drafter_->AddFeatures(s.seq_id(), s.features_start(), rows);
+    }
     in.push_back(spec::DraftInput{s.seq_id(), tokens[i], &params[i], &penalties[i], &rngs[i],
                                   s.num_draft_tokens()});
     result_of.push_back(i);

@@ -50,6 +50,10 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
     s->set_num_draft_tokens(d.max_tokens);
     s->set_num_prompt_tokens(d.num_prompt);
     services::ToProto(*d.params, s->mutable_sampling());
+    if (auto f = pending_features_.find(d.seq); f != pending_features_.end()) {
+      s->set_features_start(f->second.start);
+      s->set_features(services::FeaturesToBytes(f->second.rows));
+    }
     metrics_->router_chosen_k.Observe(d.max_tokens);
   }
   const absl::Time t0 = absl::Now();
@@ -63,6 +67,8 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
   for (const iv1::DraftSequenceResult& r : response->sequences()) result_of[r.seq_id()] = &r;
   for (size_t j = 0; j < in.size(); ++j) {
     out[j].proposals.clear();
+    // Delivered (or, after a restart, lost with the rest: that sequence drafts no more).
+    pending_features_.erase(in[j].seq);
     auto it = result_of.find(in[j].seq);
     if (it == result_of.end() || it->second->needs_prefill()) {
       held_.erase(in[j].seq);  // lost (a restart): resend everything next time
@@ -77,8 +83,26 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
   return absl::OkStatus();
 }
 
+void RemoteDrafter::AddFeatures(spec::SeqId seq, int32_t first_pos,
+                                absl::Span<const float> rows) {
+  const int32_t dim = feature_dim_;
+  if (dim <= 0 || rows.size() % dim != 0) return;
+  PendingFeatures& p = pending_features_[seq];
+  const int64_t end = p.start + static_cast<int64_t>(p.rows.size()) / dim;
+  if (p.rows.empty() || first_pos < p.start || first_pos > end) {
+    p.start = first_pos;
+    p.rows.clear();
+  } else {
+    p.rows.resize(static_cast<size_t>(first_pos - p.start) * dim);  // re-sent rows overwrite
+  }
+  p.rows.insert(p.rows.end(), rows.begin(), rows.end());
+}
+
 void RemoteDrafter::ReleaseMany(absl::Span<const spec::SeqId> seqs) {
-  for (spec::SeqId s : seqs) held_.erase(s);
+  for (spec::SeqId s : seqs) {
+    held_.erase(s);
+    pending_features_.erase(s);
+  }
   if (!available_ || seqs.empty()) return;
   absl::StatusOr<iv1::KvUsage> kv =
       backend_->Release(std::vector<int64_t>(seqs.begin(), seqs.end()));
@@ -100,6 +124,7 @@ absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
     t->set_start_pos(c.start);
     t->mutable_tokens()->Assign(c.tokens.begin(), c.tokens.end());
     t->set_emit(c.emit);
+    t->set_want_features(c.want_features);
     t->set_num_prompt_tokens(c.num_prompt);
     t->mutable_cached_prefix()->Assign(c.cached_prefix.begin(), c.cached_prefix.end());
     services::ToProto(*c.params, t->mutable_sampling());
@@ -121,6 +146,11 @@ absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
     const iv1::TargetSequenceResult& r = *it->second;
     spec::TargetOutcome& o = out[i];
     o.needs_prefill = r.needs_prefill();
+    if (!r.features().empty()) {
+      absl::Status st = services::FeaturesFromBytes(r.features(), r.feature_dim(),
+                                                    "TargetSequenceResult.features", &o.features);
+      if (!st.ok()) return absl::InternalError(absl::StrCat("the target's answer: ", st.message()));
+    }
     sampling::VerifyResult& v = o.verified;
     v.num_drafted = static_cast<int32_t>(calls[i].proposals.size());
     v.num_accepted = r.num_accepted();

@@ -39,8 +39,14 @@ class RemoteDrafter final : public spec::Drafter {
   bool runs_model() const override { return true; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
   int64_t CachedLength(spec::SeqId seq) const override;
+  // A feature-conditioned draft service: the target's hidden states are kept here until the
+  // sequence's next draft step carries them (DraftSequenceStep.features).
+  bool wants_features() const override { return feature_dim_ > 0; }
+  int32_t feature_dim() const override { return feature_dim_; }
+  void AddFeatures(spec::SeqId seq, int32_t first_pos, absl::Span<const float> rows) override;
 
   void set_weight_bytes(uint64_t bytes) { weight_bytes_ = bytes; }
+  void set_feature_dim(int32_t dim) { feature_dim_ = dim; }
   // While unavailable nothing is sent (Release included: a restarted service holds nothing).
   void set_available(bool up) { available_ = up; }
   bool available() const { return available_; }
@@ -51,6 +57,12 @@ class RemoteDrafter final : public spec::Drafter {
   uint64_t weight_bytes_ = 0;
   std::atomic<bool> available_{false};
   absl::flat_hash_map<spec::SeqId, int32_t> held_;  // committed tokens the service holds
+  std::atomic<int32_t> feature_dim_{0};
+  struct PendingFeatures {
+    int32_t start = 0;        // position of the first row
+    std::vector<float> rows;  // [n, feature_dim]
+  };
+  absl::flat_hash_map<spec::SeqId, PendingFeatures> pending_features_;  // not yet sent
 };
 
 // The target service: one Step per loop iteration, verification on the service (dense logits

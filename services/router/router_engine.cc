@@ -158,6 +158,17 @@ void RouterEngine::MaybeReconnectDraft() {
     draft_retry_at_ = absl::InfiniteFuture();
     return;
   }
+  if (info->feature_conditioned() && info->embedding_dim() != target_info_.embedding_dim()) {
+    // It drafts from the target's hidden states: another width can never be fed.
+    services::LogEvent(services::LogLevel::kError, "draft_refused",
+                       {{"reason", "it is feature-conditioned on another model width"},
+                        {"draft_dim", info->embedding_dim()},
+                        {"target_dim", target_info_.embedding_dim()}});
+    SetDraftUp(false, "feature width mismatch");
+    draft_retry_at_ = absl::InfiniteFuture();
+    return;
+  }
+  remote_draft_->set_feature_dim(info->feature_conditioned() ? info->embedding_dim() : 0);
   spec::KPolicy* policy;
   {
     absl::MutexLock l(&mu_);

@@ -167,6 +167,7 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
     c.params = &params[j];
     c.history = &penalties[j];
     c.num_prompt = static_cast<int32_t>(n_prompt);
+    c.want_features = s.want_features();
   }
   for (const spec::TargetCall& c : calls) {
     if (host_->History(c.seq) != nullptr) continue;
@@ -186,9 +187,13 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
     std::vector<int32_t>& hist = *host_->History(s.seq_id());
     hist = std::move(committed[j]);
     if (absl::Status st = PublishCommitted(s.seq_id(), hist); !st.ok()) return st;
+    iv1::TargetSequenceResult* r = response.mutable_sequences(run[j]);
+    if (!outcomes[j].features.empty()) {
+      r->set_features(FeaturesToBytes(outcomes[j].features));
+      r->set_feature_dim(host_->model().config().embedding_dim);
+    }
     if (!s.emit()) continue;
     const sampling::VerifyResult& v = outcomes[j].verified;
-    iv1::TargetSequenceResult* r = response.mutable_sequences(run[j]);
     for (size_t t = 0; t < v.tokens.size(); ++t) {
       iv1::TokenResult* tr = r->add_tokens();
       tr->set_token(v.tokens[t]);

@@ -8,6 +8,8 @@ Usage: distill_test.py SPECD SPECD_MAKE_TINY_MODEL  (run by ctest as distill_tes
 """
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +54,18 @@ class DistillTest(unittest.TestCase):
         with open(os.path.join(cls.work, "report.json")) as f:
             cls.report = json.load(f)
         cls.draft = cls.report["output"]
+        # The feature-conditioned draft (--kind eagle) on the same data.
+        cls.ework = os.path.join(cls.tmp, "eagle")
+        os.makedirs(cls.ework)
+        for name in ("train.bin", "eval.bin"):
+            shutil.copy(os.path.join(cls.work, name), cls.ework)
+        cls.eproc = distill("train", "--target", cls.target, "--out-dir", cls.ework,
+                            "--specd", SPECD, "--kind", "eagle", "--depths", "3",
+                            "--head-vocab", "128", "--steps", "40", "--batch", "8",
+                            "--seq-len", "96", "--lr", "3e-3", "--log-every", "5")
+        with open(os.path.join(cls.ework, "report.json")) as f:
+            cls.ereport = json.load(f)
+        cls.eagle = cls.ereport["output"]
 
     def test_progress_and_report(self):
         err = self.proc.stderr
@@ -96,6 +110,63 @@ class DistillTest(unittest.TestCase):
         self.assertEqual(spec.stdout, plain)
         self.assertIn("accepted", spec.stderr)
 
+    def test_eagle_loss_falls_and_the_chain_is_accepted(self):
+        self.assertIn("specd hidden:", self.eproc.stderr)  # the engine computed the features
+        curve = self.ereport["loss_curve"]
+        first, last = curve[0][1], np.mean([l for _, l in curve[-3:]])
+        self.assertLess(last, 0.7 * first, curve)
+        before, after = self.ereport["before"], self.ereport["exported"]
+        self.assertEqual(len(after["greedy_per_position"]), 3)
+        self.assertGreater(after["greedy_acceptance"], before["greedy_acceptance"] + 0.2)
+        self.assertGreater(after["greedy_accepted_length"], 1.5)
+
+    def test_eagle_engine_logits_equal_the_training_forward(self):
+        n = len(TOKENS.split(","))
+        feats = os.path.join(self.tmp, "feats.bin")
+        np.random.default_rng(0).normal(0, 2, (n, 64)).astype(np.float32).tofile(feats)
+        eng, jax_out = os.path.join(self.tmp, "e_eng.bin"), os.path.join(self.tmp, "e_jax.bin")
+        run([SPECD, "logits", "-m", self.eagle, "--borrow-from", self.target, "--tokens", TOKENS,
+             "--exact", "--features", feats, "-o", eng])
+        distill("forward", "--target", self.target, "--draft", self.eagle, "--tokens", TOKENS,
+                "--features", feats, "--out", jax_out)
+        a = np.fromfile(eng, np.float32).reshape(n, -1)
+        b = np.fromfile(jax_out, np.float32).reshape(n, -1)
+        fa = np.isfinite(a)
+        self.assertTrue((fa == np.isfinite(b)).all(), "the head's tokens differ")
+        diff = float(np.abs(a[fa] - b[fa]).max())
+        print(f"eagle engine vs JAX forward: max |logit diff| {diff:.2e}")
+        self.assertLess(diff, LOGIT_TOLERANCE)
+        # Without its features the draft is a clear error naming them.
+        p = run([SPECD, "logits", "-m", self.eagle, "--borrow-from", self.target, "--tokens",
+                 TOKENS, "-o", eng], ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("input_features", p.stderr)
+
+    def test_engine_hidden_states_equal_the_training_forward(self):
+        # What the target serves the draft (specd logits --hidden-out, like `specd hidden`)
+        # against the JAX float forward of the same weights.
+        n = len(TOKENS.split(","))
+        eng, jax_out = os.path.join(self.tmp, "h_eng.bin"), os.path.join(self.tmp, "h_jax.bin")
+        run([SPECD, "logits", "-m", self.target, "--tokens", TOKENS, "--exact", "-o",
+             os.path.join(self.tmp, "h_logits.bin"), "--hidden-out", eng])
+        distill("hidden", "--target", self.target, "--tokens", TOKENS, "--out", jax_out)
+        a = np.fromfile(eng, np.float32).reshape(n, -1)
+        b = np.fromfile(jax_out, np.float32).reshape(n, -1)
+        diff = float(np.abs(a - b).max())
+        print(f"target hidden states, engine vs JAX: max |diff| {diff:.2e} "
+              f"(max |h| {np.abs(a).max():.2f}; JAX side rounded to half floats)")
+        self.assertLess(diff, 2e-3 * max(1.0, float(np.abs(a).max())))
+
+    def test_eagle_draft_speculates_losslessly(self):
+        base = [SPECD, "generate", "-m", self.target, "-p", "hello there", "-n", "24", "-t", "1",
+                "--ignore-eos"]
+        plain = run(base).stdout
+        spec = run(base + ["--draft", self.eagle, "--k", "4"])
+        self.assertEqual(spec.stdout, plain)
+        m = re.search(r"draft acceptance [0-9.]+ \((\d+)/(\d+)\)", spec.stderr)
+        self.assertIsNotNone(m, spec.stderr)
+        self.assertGreater(int(m.group(2)), 0)  # it drafted: the features reached it
+
     def test_a_draft_without_its_target_is_a_clear_error(self):
         p = run([SPECD, "logits", "-m", self.draft, "--tokens", "1,2", "-o",
                  os.path.join(self.tmp, "x.bin")], ok=False)
@@ -138,6 +209,10 @@ class DistillTest(unittest.TestCase):
             (["train", "--target", self.target, "--out-dir", self.work, "--head-vocab", "1"],
              "--head-vocab"),
             (["train", "--target", self.target, "--out-dir", self.work, "--lr", "-1"], "--lr"),
+            (["train", "--target", self.target, "--out-dir", self.work, "--kind", "eagle",
+              "--depths", "0"], "--depths"),
+            (["train", "--target", self.target, "--out-dir", self.work, "--kind", "eagle",
+              "--init-layers", "7"], "--init-layers"),
         ]
         for args, needle in cases:
             p = distill(*args, ok=False)

@@ -233,6 +233,78 @@ TEST(LlamaModelTest, BadBatchesAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(m->kv->num_used_blocks(), 0);
 }
 
+// A feature-conditioned draft (eagle.* tensors): its first layer reads fc([rms(embedding) ;
+// rms(feature)]). The fast backend matches the reference twin, the features are really read,
+// every row's final hidden state comes back on request, and a batch without the features (or
+// a plain model given some) is INVALID_ARGUMENT naming the field.
+TEST(LlamaModelTest, FeatureConditionedModelReadsItsFeatures) {
+  testing::TinyModelSpec spec;
+  spec.num_layers = 1;
+  spec.feature_conditioned = true;
+  const std::string path = TinyModelPath("feature_conditioned", spec);
+  auto ref = Load(path, /*reference=*/true);
+  auto fast = Load(path, /*reference=*/false);
+  ASSERT_TRUE(ref && fast);
+  ASSERT_TRUE(fast->model->feature_conditioned());
+  const int vocab = fast->model->vocab_size();
+  const int64_t D = fast->model->config().embedding_dim;
+  const std::vector<int32_t> toks = Tokens(21, vocab, 4);
+  std::vector<float> feats(toks.size() * D);
+  for (size_t i = 0; i < feats.size(); ++i) feats[i] = std::sin(0.37f * i) * 3.0f;
+  auto run = [&](Loaded& m, const std::vector<float>& f, std::vector<float>* hidden) {
+    ForwardBatch b;
+    EXPECT_TRUE(m.kv->AddSequence(1).ok() || m.kv->HasSequence(1));
+    b.Add(1, 0, toks.data(), static_cast<int32_t>(toks.size()), /*all_logits=*/true);
+    b.input_features = f;
+    for (int32_t t = 0; t < static_cast<int32_t>(toks.size()); ++t) b.hidden_rows.push_back(t);
+    hidden->assign(toks.size() * D, 0.0f);
+    std::vector<float> logits(toks.size() * vocab);
+    absl::Status st = m.model->Forward(b, *m.kv, logits.data(), hidden->data());
+    EXPECT_TRUE(st.ok()) << st;
+    return logits;
+  };
+  std::vector<float> h_ref, h_fast, h_other;
+  const std::vector<float> a = run(*ref, feats, &h_ref), c = run(*fast, feats, &h_fast);
+  double max_diff = 0, max_abs = 0, h_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(c[i])) << i;
+    max_diff = std::max(max_diff, std::fabs(double{a[i]} - c[i]));
+    max_abs = std::max(max_abs, std::fabs(double{a[i]}));
+  }
+  for (size_t i = 0; i < h_ref.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(h_fast[i])) << i;
+    h_diff = std::max(h_diff, std::fabs(double{h_ref[i]} - h_fast[i]));
+  }
+  EXPECT_LT(max_diff, 1e-2 * std::max(1.0, max_abs));
+  EXPECT_LT(h_diff, 1e-2);
+  // Other features, other logits: the input is read, not ignored.
+  std::vector<float> other = feats;
+  for (float& x : other) x = -x;
+  const std::vector<float> o = run(*fast, other, &h_other);
+  EXPECT_GT(std::fabs(o[0] - c[0]) + std::fabs(o[vocab + 1] - c[vocab + 1]), 1e-3);
+
+  std::vector<float> logits(toks.size() * vocab), hidden(toks.size() * D);
+  ForwardBatch b;
+  b.Add(1, 0, toks.data(), static_cast<int32_t>(toks.size()), /*all_logits=*/true);
+  absl::Status st = fast->model->Forward(b, *fast->kv, logits.data());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("batch.input_features"), std::string::npos) << st;
+  b.input_features = feats;
+  b.hidden_rows = {static_cast<int32_t>(toks.size())};
+  st = fast->model->Forward(b, *fast->kv, logits.data(), hidden.data());
+  EXPECT_NE(st.message().find("batch.hidden_rows[0]"), std::string::npos) << st;
+  b.hidden_rows = {0};
+  st = fast->model->Forward(b, *fast->kv, logits.data(), nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  // A plain model given features.
+  auto plain = Load(TinyModelPath("not_feature_conditioned"), /*reference=*/false);
+  ASSERT_TRUE(plain && plain->kv->AddSequence(1).ok());
+  b.hidden_rows.clear();
+  st = plain->model->Forward(b, *plain->kv, logits.data());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("not feature-conditioned"), std::string::npos) << st;
+}
+
 // Converted Llama 3.1+ files carry their RoPE scaling as the tensor rope_freqs.weight (per-pair
 // frequency divisors) instead of metadata. A model whose divisors are the Llama-3 formula,
 // computed here independently, gives the logits of the same model with the metadata form.

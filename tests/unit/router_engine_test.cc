@@ -185,6 +185,34 @@ TEST_F(RouterEngineTest, GreedyEqualsPlainWithAndWithoutSpeculation) {
   }
 }
 
+// A feature-conditioned (EAGLE-style) draft service: the router asks the target for its hidden
+// states and forwards them with the draft steps. Output equals plain greedy, drafts are made
+// (the features arrive), and a repeated prompt (whose prefix the target has cached) still gets
+// drafts: the target computes its features rather than taking the cached prefix.
+TEST_F(RouterEngineTest, FeatureConditionedDraftServiceGetsTheTargetsFeatures) {
+  testing::TinyModelSpec spec;
+  spec.seed = 22;
+  spec.num_layers = 1;
+  spec.feature_conditioned = true;
+  const std::string eagle = ::testing::TempDir() + "/router_tiny_eagle.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(spec, eagle).ok());
+  Make({}, 256, true, &eagle);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::shared_ptr<Collect>> sinks;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) {
+      prompts.push_back(Prompt(40 + 7 * i, i));
+      sinks.push_back(Run(Req(prompts.back(), 20, SpecMode::kDraft, 3)));
+    }
+    for (int i = 0; i < 3; ++i) {
+      sinks[i]->Wait();
+      ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
+      EXPECT_EQ(sinks[i]->tokens(), ReferenceGreedy(*target_path_, prompts[i], 20)) << i;
+      EXPECT_GT(sinks[i]->completion().speculation().draft_tokens(), 0) << round << " " << i;
+    }
+  }
+}
+
 TEST_F(RouterEngineTest, SelfDraftAcceptsEverything) {
   Make({}, 256, true, target_path_);
   const auto prompt = Prompt(9, 2);

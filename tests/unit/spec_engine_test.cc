@@ -61,6 +61,11 @@ class SpecEngineTest : public ::testing::Test {
     d.num_layers = 3;
     d.weight_type = gguf::GgmlType::kQ4_1;  // a quantized sibling: mostly agrees
     draft_path_ = TinyPath("draft", d);
+    testing::TinyModelSpec e = t;  // one random layer over (token, the target's hidden state)
+    e.seed = 7;
+    e.num_layers = 1;
+    e.feature_conditioned = true;
+    eagle_path_ = TinyPath("eagle", e);
     target_ = LoadModel(target_path_, backend_.get(), 256, 256);
     ASSERT_TRUE(target_);
     auto tk = tok::Tokenizer::FromGguf(*target_->file);
@@ -74,6 +79,11 @@ class SpecEngineTest : public ::testing::Test {
     o.kv_blocks = 256;
     if (kind == "model") {
       auto d = ModelDrafter::CreateFromFile(draft_path_, identity_, backend_.get(), o);
+      EXPECT_TRUE(d.ok()) << d.status();
+      return d.ok() ? std::move(*d) : nullptr;
+    }
+    if (kind == "eagle") {
+      auto d = ModelDrafter::CreateFromFile(eagle_path_, identity_, backend_.get(), o);
       EXPECT_TRUE(d.ok()) << d.status();
       return d.ok() ? std::move(*d) : nullptr;
     }
@@ -99,7 +109,7 @@ class SpecEngineTest : public ::testing::Test {
   }
 
   std::unique_ptr<engine::Backend> backend_;
-  std::string target_path_, draft_path_;
+  std::string target_path_, draft_path_, eagle_path_;
   std::unique_ptr<test::LoadedModel> target_;
   TargetIdentity identity_;
   int32_t vocab_ = 0;
@@ -110,7 +120,7 @@ TEST_F(SpecEngineTest, GreedyEqualsPlainForEveryDrafterAndK) {
   const auto params = Greedy(prompts.size());
   constexpr int kNew = 20;
   const auto plain = PlainGenerate(*target_->model, prompts, params, kNew, {});
-  for (const std::string kind : {"model", "same", "self", "ngram"}) {
+  for (const std::string kind : {"model", "same", "self", "ngram", "eagle"}) {
     for (int k : {1, 4, 8}) {
       for (int running : {1, 12}) {
         auto d = MakeDrafter(kind);
@@ -136,6 +146,87 @@ TEST_F(SpecEngineTest, GreedyEqualsPlainForEveryDrafterAndK) {
       }
     }
   }
+}
+
+// The feature-conditioned drafter against its plain-loop twin: every proposal equals a fresh
+// forward of the draft over the whole sequence, row t fed the target's hidden state at t - 1
+// (zeros at 0) and each drafted row fed the hidden state of the draft row before it. After a
+// partial acceptance the rows that had been fed drafted features are fed the target's.
+TEST_F(SpecEngineTest, FeatureConditionedDraftMatchesItsPlainTwin) {
+  auto eagle = test::LoadModel(eagle_path_, backend_.get(), 64, 64);
+  ASSERT_TRUE(eagle);
+  ASSERT_TRUE(eagle->model->feature_conditioned());
+  const int64_t D = target_->model->config().embedding_dim;
+  // The target's hidden states at every position of `toks`.
+  auto target_hidden = [&](const std::vector<int32_t>& toks) {
+    auto kv = engine::PagedKvCache::Create(
+        target_->model->MakeKvCacheConfig(16, 16, kernels::KvDtype::kF16));
+    EXPECT_TRUE(kv.ok() && (*kv)->AddSequence(0).ok());
+    engine::ForwardBatch b;
+    b.AddPrompt(0, 0, toks.data(), static_cast<int32_t>(toks.size()));
+    for (int32_t t = 0; t < static_cast<int32_t>(toks.size()); ++t) b.hidden_rows.push_back(t);
+    std::vector<float> hidden(toks.size() * D);
+    EXPECT_TRUE(target_->model->Forward(b, **kv, nullptr, hidden.data()).ok());
+    return hidden;
+  };
+  // The twin: k greedy drafts after `toks`, each from a fresh forward of the whole row set.
+  auto twin = [&](const std::vector<int32_t>& toks, int k) {
+    const std::vector<float> target = target_hidden(toks);
+    std::vector<int32_t> seq = toks;
+    std::vector<float> feats(D, 0.0f);  // row 0
+    feats.insert(feats.end(), target.begin(), target.end() - D);  // rows 1..n-1
+    std::vector<int32_t> drafts;
+    for (int j = 0; j < k; ++j) {
+      auto kv = engine::PagedKvCache::Create(
+          eagle->model->MakeKvCacheConfig(16, 16, kernels::KvDtype::kF16));
+      EXPECT_TRUE(kv.ok() && (*kv)->AddSequence(0).ok());
+      engine::ForwardBatch b;
+      b.Add(0, 0, seq.data(), static_cast<int32_t>(seq.size()), /*all_logits=*/false);
+      b.input_features = feats;
+      b.hidden_rows = b.logit_rows;
+      std::vector<float> logits(vocab_), hidden(D);
+      EXPECT_TRUE(eagle->model->Forward(b, **kv, logits.data(), hidden.data()).ok());
+      const int32_t d = static_cast<int32_t>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      drafts.push_back(d);
+      seq.push_back(d);
+      feats.insert(feats.end(), hidden.begin(), hidden.end());
+    }
+    return drafts;
+  };
+  auto drafter = MakeDrafter("eagle");
+  ASSERT_TRUE(drafter && drafter->wants_features());
+  const auto params = Greedy(1);
+  const sampling::CounterRng rng(1);
+  auto propose = [&](const std::vector<int32_t>& toks, int k) {
+    const sampling::PenaltyState history;
+    DraftInput in{0, toks, &params[0], &history, &rng, k, 3};
+    std::vector<DraftOutput> out(1);
+    EXPECT_TRUE(drafter->Propose({in}, absl::MakeSpan(out)).ok());
+    std::vector<int32_t> got;
+    for (const auto& q : out[0].proposals) got.push_back(q.token);
+    return got;
+  };
+  std::vector<int32_t> toks = {5, 17, 33, 2, 90, 41, 8};
+  // Without the target's features there is nothing to draft from.
+  EXPECT_TRUE(propose(toks, 3).empty());
+  std::vector<float> h = target_hidden(toks);
+  drafter->AddFeatures(0, 0, absl::MakeConstSpan(h.data(), (toks.size() - 1) * D));
+  std::vector<int32_t> got = propose(toks, 3);
+  EXPECT_EQ(got, twin(toks, 3));
+  // The verifier accepts d_1 and emits a correction: the target kept rows n-1 and n.
+  const int64_t n = static_cast<int64_t>(toks.size());
+  toks.push_back(got[0]);
+  toks.push_back((got[1] + 1) % vocab_);
+  h = target_hidden(toks);
+  drafter->AddFeatures(0, static_cast<int32_t>(n - 1),
+                       absl::MakeConstSpan(h.data() + (n - 1) * D, 2 * D));
+  ASSERT_TRUE(drafter->Commit(0, toks).ok());
+  EXPECT_EQ(propose(toks, 4), twin(toks, 4));
+  // Asked again with nothing new (a lost step): the same drafts.
+  EXPECT_EQ(propose(toks, 4), twin(toks, 4));
+  drafter->Release(0);
+  EXPECT_EQ(drafter->kv_cache()->num_used_blocks(), 0);
 }
 
 TEST_F(SpecEngineTest, AdaptiveKAndKvPressureKeepGreedyOutput) {

@@ -108,6 +108,23 @@ def read_data(path):
     return dict(top_n=top_n, vocab=vocab, fingerprint=fingerprint, records=recs)
 
 
+def read_hidden(path, shape, dim):
+    """`specd hidden` output as [rows, seq_len, dim] float16 (zeros past each row's length)."""
+    buf = np.memmap(path, np.uint8, mode="r")
+    if bytes(buf[:8]) != b"SPDHID01":
+        die(f"{path}: not a specd hidden file")
+    fdim, n = struct.unpack_from("<II", buf, 8)
+    if fdim != dim or n != shape[0]:
+        die(f"{path}: {n} records of width {fdim}, expected {shape[0]} of {dim}")
+    F = np.zeros(shape + (dim,), np.float16)
+    off = 16
+    for r in range(n):
+        (L,) = struct.unpack_from("<I", buf, off); off += 4
+        F[r, :L] = np.frombuffer(buf, np.float16, L * dim, off).reshape(L, dim)
+        off += 2 * L * dim
+    return F
+
+
 def choose_head_vocab(data, n, vocab, always=()):
     """The n tokens with the most target probability mass over the data (plus `always`)."""
     mass = np.zeros(vocab, np.float64)
@@ -308,6 +325,12 @@ def export_gguf(target, params, head_ids, layers_src, path, layer_type, head_typ
         for k in LAYER_TENSORS:
             arr = np.asarray(W[k])
             q(f"blk.{i}.{k}.weight", arr, Q.F32 if arr.ndim == 1 else layer_type)
+    if "eagle" in params:  # a feature-conditioned draft (tools/distill/eagle.py)
+        E = params["eagle"]
+        w.add_string("specd.draft.kind", "eagle")
+        q("eagle.tok_norm.weight", np.asarray(E["tok_norm"]), Q.F32)
+        q("eagle.feat_norm.weight", np.asarray(E["feat_norm"]), Q.F32)
+        q("eagle.fc.weight", np.asarray(E["fc"]), layer_type)
     q("output_norm.weight", np.asarray(params["output_norm"]), Q.F32)
     q("output.weight", np.asarray(params["output"]), head_type)
     w.add_tensor("output_token_ids", np.asarray(head_ids, np.int32))
@@ -323,6 +346,9 @@ def load_exported(path, target):
     params = {"layers": [{k: d.w(f"blk.{i}.{k}.weight") for k in LAYER_TENSORS}
                          for i in range(d.L)],
               "output_norm": d.w("output_norm.weight"), "output": d.w("output.weight")}
+    if "eagle.fc.weight" in d.t:
+        params["eagle"] = {"fc": d.w("eagle.fc.weight"), "tok_norm": d.w("eagle.tok_norm.weight"),
+                           "feat_norm": d.w("eagle.feat_norm.weight")}
     ids = np.asarray(d.t["output_token_ids"].data, np.int32)
     return params, ids
 
@@ -485,6 +511,141 @@ def cmd_train(args):
           f"report in {d}/report.json and {d}/loss.png", file=sys.stderr)
 
 
+def cmd_train_eagle(args):
+    """`train --kind eagle`: the feature-conditioned draft (tools/distill/eagle.py)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    import eagle
+    check_target(args)
+    if args.head_vocab < 2 or args.steps < 1 or args.batch < 1 or args.seq_len < 8 \
+            or not (args.lr > 0) or not (1 <= args.depths <= 8):
+        die("--head-vocab, --steps, --batch, --seq-len, --lr must be positive and --depths in "
+            f"[1, 8] (got head_vocab={args.head_vocab} steps={args.steps} batch={args.batch} "
+            f"seq_len={args.seq_len} lr={args.lr} depths={args.depths})")
+    target = Gguf(args.target)
+    init_layer = target.L - 1 if args.init_layers == "" else int(args.init_layers)
+    if not 0 <= init_layer < target.L:
+        die(f"--init-layers {args.init_layers!r}: one layer index in [0, {target.L}) for eagle")
+    d = args.out_dir
+    train = read_data(os.path.join(d, "train.bin"))
+    evald = read_data(os.path.join(d, "eval.bin"))
+    if not train["records"]:
+        die(f"{d}/train.bin holds no records")
+    eos = [int(target.field("tokenizer.ggml.eos_token_id", 2))]
+    head_ids = choose_head_vocab(train, args.head_vocab, target.vocab, always=eos)
+    cfg = eagle.config_of(target)
+    X, S, P, W = make_batches(train, head_ids, args.seq_len, target.vocab)
+    EX, ES, EP, EW = make_batches(evald, head_ids, args.seq_len, target.vocab)
+    etemps = [r["temperature"] for r in evald["records"]]
+    lengths = np.asarray([min(len(r["tokens"]), args.seq_len) for r in train["records"]])
+
+    def features(name, XX):
+        # The serving engine's hidden states (`specd hidden`): what the draft is fed when it
+        # serves (the JAX float forward agrees to ~1e-3: distill_test).
+        path = os.path.join(d, f"{name}.hidden")
+        cmd = [args.specd, "hidden", "-m", args.target, "--data", os.path.join(d, f"{name}.bin"),
+               "-o", path, "--max-tokens", str(args.seq_len)]
+        if args.threads:
+            cmd += ["-t", str(args.threads)]
+        print("specd-distill: " + " ".join(cmd), file=sys.stderr)
+        if subprocess.call(cmd) != 0:
+            die(f"specd hidden failed for {name}.bin")
+        return read_hidden(path, XX.shape, target.D)
+    EF = features("eval", EX)
+    F = features("train", X)
+
+    params, emb = eagle.init_params(target, head_ids, init_layer, args.seed)
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    emb = jnp.asarray(emb)
+    warmup = max(1, min(50, args.steps // 10))
+    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, warmup, max(args.steps, warmup + 1),
+                                               args.lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+    state = opt.init(params)
+
+    def loss_fn(p, x, f, s, pr, w):
+        return eagle.chain_loss(p, emb, x, f, s, pr, w, cfg, args.depths, kl_loss)
+
+    @jax.jit
+    def step(p, st, x, f, s, pr, w):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, f, s, pr, w)
+        upd, st = opt.update(g, st, p)
+        return optax.apply_updates(p, upd), st, loss
+
+    rng = np.random.default_rng(args.seed)
+    by_len = np.argsort(lengths, kind="stable")
+    buckets = [by_len[i:i + args.batch] for i in range(0, len(by_len), args.batch)]
+    buckets = [b for b in buckets if len(b) == args.batch] or buckets
+
+    def batch_of(idx):
+        idx = np.sort(idx)
+        L = min(args.seq_len, int(-(-lengths[idx].max() // 32) * 32))
+        return X[idx, :L], np.asarray(F[idx, :L]), S[idx, :L], P[idx, :L], W[idx, :L]
+
+    def held_out(p):
+        return eagle.evaluate(p, emb, cfg, EX, EF, ES, EP, EW, etemps, args.batch, args.depths)
+    before = held_out(params)
+    print(f"specd-distill: before training: held-out greedy acceptance per position "
+          f"{fmt(before['greedy_per_position'])}, sampled {before['sampled_acceptance']:.3f}",
+          file=sys.stderr)
+    curve = []
+    t0 = time.time()
+    tokens_done = 0
+    order = rng.permutation(len(buckets))
+    pos = 0
+    for it in range(1, args.steps + 1):
+        if pos >= len(order):
+            order = rng.permutation(len(buckets)); pos = 0
+        bx, bf, bs, bp, bw = batch_of(buckets[order[pos]]); pos += 1
+        params, state, loss = step(params, state, bx, bf, bs, bp, bw)
+        tokens_done += int(bw.sum())
+        if it % args.log_every == 0 or it == 1 or it == args.steps:
+            loss = float(loss)
+            curve.append((it, loss))
+            el = time.time() - t0
+            print(f"specd-distill: step {it}/{args.steps} loss {loss:.4f} "
+                  f"{tokens_done / el:.0f} target tok/s, {el:.0f} s, "
+                  f"ETA {el / it * (args.steps - it):.0f} s", file=sys.stderr, flush=True)
+    train_secs = time.time() - t0
+    after = held_out(params)
+    print(f"specd-distill: after training: held-out greedy acceptance per position "
+          f"{fmt(after['greedy_per_position'])} (accepted length "
+          f"{after['greedy_accepted_length']:.2f} at k {args.depths}), sampled "
+          f"{after['sampled_acceptance']:.3f}", file=sys.stderr)
+    from gguf import GGMLQuantizationType as Q
+    types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
+    recipe = dict(kind="eagle", init_layer=init_layer, depths=args.depths,
+                  head_vocab=len(head_ids), steps=args.steps, batch=args.batch,
+                  seq_len=args.seq_len, lr=args.lr, seed=args.seed,
+                  layer_type=args.layer_type, head_type=args.head_type)
+    out = args.output or os.path.join(d, "draft.gguf")
+    try:
+        export_gguf(target, eagle.as_export(params), head_ids, [init_layer], out,
+                    types[args.layer_type], types[args.head_type], args.seed, recipe)
+    except OSError as e:
+        die(f"--output {out}: cannot write ({e})")
+    xp, _ = load_exported(out, target)
+    exported = held_out(jax.tree_util.tree_map(jnp.asarray, eagle.from_export(xp)))
+    from importlib.metadata import version
+    versions = {p: version(p) for p in ("jax", "jaxlib", "optax", "gguf", "numpy")}
+    report = dict(recipe=recipe, versions=versions, before=before, after=after,
+                  exported=exported, loss_curve=curve, train_seconds=train_secs,
+                  output=out, target=args.target, train_rows=len(X),
+                  train_positions=int(W.sum()))
+    with open(os.path.join(d, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    plot_curve(curve, os.path.join(d, "loss.png"), report)
+    print(f"specd-distill: wrote {out} (exported held-out greedy acceptance per position "
+          f"{fmt(exported['greedy_per_position'])}, accepted length "
+          f"{exported['greedy_accepted_length']:.2f}, sampled "
+          f"{exported['sampled_acceptance']:.3f}); report in {d}/report.json", file=sys.stderr)
+
+
+def fmt(xs):
+    return " ".join(f"{x:.3f}" for x in xs)
+
+
 def plot_curve(curve, path, report):
     try:
         import matplotlib
@@ -511,10 +672,34 @@ def cmd_forward(args):
     emb = jnp.asarray(target.w("token_embd.weight"))
     cfg = dict(D=target.D, H=target.H, Hkv=target.Hkv, eps=target.eps, base=target.base)
     toks = np.asarray([[int(t) for t in args.tokens.split(",")]], np.int32)
-    lg = np.asarray(forward(params, emb, jnp.asarray(toks), cfg))[0]
+    if "eagle" in params:  # row t is fed row t of --features (f32 [tokens, D])
+        import eagle
+        if not args.features:
+            die(f"--draft {args.draft} is feature-conditioned: --features is required")
+        feats = np.fromfile(args.features, np.float32).reshape(1, toks.shape[1], target.D)
+        lg = np.asarray(eagle.rows_forward(eagle.from_export(params), emb, jnp.asarray(toks),
+                                           jnp.asarray(feats), cfg)[0])[0]
+    else:
+        lg = np.asarray(forward(params, emb, jnp.asarray(toks), cfg))[0]
     full = np.full((lg.shape[0], target.vocab), -np.inf, np.float32)
     full[:, ids] = lg
     full.astype(np.float32).tofile(args.out)
+
+
+def train_any(args):
+    return cmd_train_eagle(args) if args.kind == "eagle" else cmd_train(args)
+
+
+def cmd_hidden(args):
+    """The target's last hidden state at every token (what eagle drafts are trained on),
+    compared with `specd logits --hidden-out` by the tests."""
+    import jax.numpy as jnp
+    import eagle
+    target = Gguf(args.target)
+    toks = np.asarray([[int(t) for t in args.tokens.split(",")]], np.int32)
+    F = eagle.target_features(target, toks, np.asarray([toks.shape[1]]), 1, None)
+    F = np.asarray(F, np.float32)  # float16 in training: the test reads the rounding too
+    F[0].tofile(args.out)
 
 
 def main():
@@ -537,6 +722,10 @@ def main():
         p.add_argument("--prompt-seed", type=int, default=0, help="shuffles the prompt sets")
 
     def train_flags(p):
+        p.add_argument("--kind", choices=["llama", "eagle"], default="llama",
+                       help="llama: a small Llama draft; eagle: one layer over the target's "
+                            "hidden state (tools/distill/eagle.py)")
+        p.add_argument("--depths", type=int, default=4, help="eagle: chain depths trained")
         p.add_argument("--layers", type=int, default=2)
         p.add_argument("--init-layers", default="", help="target layers to start from, e.g. 0,1")
         p.add_argument("--head-vocab", type=int, default=8192)
@@ -551,14 +740,22 @@ def main():
 
     p = sub.add_parser("prompts"); common(p); data_flags(p); p.set_defaults(fn=cmd_prompts)
     p = sub.add_parser("data"); common(p); data_flags(p); p.set_defaults(fn=cmd_data)
-    p = sub.add_parser("train"); common(p); train_flags(p); p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("train"); common(p); train_flags(p)
+    p.add_argument("--specd", default=os.path.join(HERE, "..", "..", "build", "tools", "specd"))
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(fn=train_any)
     p = sub.add_parser("run", help="prompts + data + train + export + report")
     common(p); data_flags(p); train_flags(p)
-    p.set_defaults(fn=lambda a: (cmd_prompts(a), cmd_data(a), cmd_train(a)))
+    p.set_defaults(fn=lambda a: (cmd_prompts(a), cmd_data(a), train_any(a)))
     p = sub.add_parser("forward")
     p.add_argument("--target", required=True); p.add_argument("--draft", required=True)
     p.add_argument("--tokens", required=True); p.add_argument("--out", required=True)
+    p.add_argument("--features", default="", help="eagle drafts: f32 [tokens, D] row features")
     p.set_defaults(fn=cmd_forward)
+    p = sub.add_parser("hidden", help="the target's final hidden states (JAX), f32 [tokens, D]")
+    p.add_argument("--target", required=True); p.add_argument("--tokens", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_hidden)
     args = ap.parse_args()
     if getattr(args, "out_dir", None):
         try:
