@@ -311,6 +311,8 @@ absl::Status ModelDrafter::AddWithCachedPrefix(SeqId seq, absl::Span<const int32
     return adopted.status();
   }
   fed_[seq].assign(tokens.begin(), tokens.begin() + *adopted);
+  // Published rows were all fed the target's features (Propose publishes below true_len only).
+  if (wants_features()) features_[seq].true_len = *adopted;
   return absl::OkStatus();
 }
 

@@ -112,6 +112,12 @@ class SpecLosslessTest : public ::testing::Test {
     for (int32_t id = 0; id < 300; id += 2) cut.head_token_ids.push_back(id);
     cut_draft_path_ = new std::string(::testing::TempDir() + "/lossless_cut_draft.gguf");
     ASSERT_TRUE(testing::WriteTinyModel(cut, *cut_draft_path_).ok());
+    // A feature-conditioned draft (one layer over the token and the target's hidden state).
+    testing::TinyModelSpec fc = d;
+    fc.feature_conditioned = true;
+    fc.seed = 12;
+    feature_draft_path_ = new std::string(::testing::TempDir() + "/lossless_feature_draft.gguf");
+    ASSERT_TRUE(testing::WriteTinyModel(fc, *feature_draft_path_).ok());
     target_ = test::LoadModel(*target_path_, backend_, 1024, 1024).release();
     ASSERT_NE(target_, nullptr);
     // Describe p_1 at temperature 1 (the shape the test works with).
@@ -138,7 +144,8 @@ class SpecLosslessTest : public ::testing::Test {
   std::vector<std::vector<int32_t>> Run(const sampling::SamplingParams& base, bool speculative,
                                         uint64_t seed0, bool wrong_verifier = false,
                                         int samples = kSamples,
-                                        const std::string* draft_path = nullptr) {
+                                        const std::string* draft_path = nullptr,
+                                        double min_acceptance = 0.1) {
     if (draft_path == nullptr) draft_path = draft_path_;
     auto tk = tok::Tokenizer::FromGguf(*target_->file);
     EXPECT_TRUE(tk.ok());
@@ -198,9 +205,9 @@ class SpecLosslessTest : public ::testing::Test {
     auto out = test::EngineGenerate(**e, prompts, params, kNew);
     if (speculative) {
       // The test is only meaningful if speculation really happened, with rejections.
-      EXPECT_GT((*e)->stats().drafted, samples);
+      EXPECT_GE((*e)->stats().drafted, samples);
       EXPECT_LT((*e)->stats().accepted, (*e)->stats().drafted * 0.9);
-      EXPECT_GT((*e)->stats().accepted, (*e)->stats().drafted * 0.1);
+      EXPECT_GT((*e)->stats().accepted, (*e)->stats().drafted * min_acceptance);
       std::printf("%s\n", (*e)->stats().ToString().c_str());
     }
     return out;
@@ -237,6 +244,7 @@ class SpecLosslessTest : public ::testing::Test {
   static std::string* target_path_;
   static std::string* draft_path_;
   static std::string* cut_draft_path_;
+  static std::string* feature_draft_path_;
   static test::LoadedModel* target_;
 };
 
@@ -244,6 +252,7 @@ engine::Backend* SpecLosslessTest::backend_ = nullptr;
 std::string* SpecLosslessTest::target_path_ = nullptr;
 std::string* SpecLosslessTest::draft_path_ = nullptr;
 std::string* SpecLosslessTest::cut_draft_path_ = nullptr;
+std::string* SpecLosslessTest::feature_draft_path_ = nullptr;
 test::LoadedModel* SpecLosslessTest::target_ = nullptr;
 
 struct Config {
@@ -300,6 +309,17 @@ TEST_F(SpecLosslessTest, TruncatedHeadDraftIsLossless) {
   const auto wrong = Run(Configs()[0].params, true, 1, true, n, cut_draft_path_);
   const auto plain = Run(Configs()[0].params, false, 10'000'000, false, n);
   EXPECT_GT(Compare(wrong, plain, "WRONG verifier, truncated head"), kZFail);
+}
+
+// The feature-conditioned draft (its q depends on the target's hidden states and its own) is
+// verified like any other: temperature 1, the full sample count, and it really drafted.
+TEST_F(SpecLosslessTest, FeatureConditionedDraftIsLossless) {
+  const Config c = Configs()[0];
+  // A random feature-conditioned draft is accepted rarely (~2 %: ~1,800 accepts, ~98,000
+  // residual samples); Run checks it drafted for every request and accepted some.
+  const auto spec = Run(c.params, true, 1, false, kSamples, feature_draft_path_, 0.01);
+  const auto plain = Run(c.params, false, 10'000'000);
+  EXPECT_LT(Compare(spec, plain, std::string("feature-conditioned, ") + c.name), kZFail);
 }
 
 }  // namespace
