@@ -147,7 +147,9 @@ def init_params(target, head_ids, init_layer, seed):
                          np.eye(D, dtype=np.float32)], axis=1)  # [D, 2D]
     emb = target.w("token_embd.weight")
     out = target.w("output.weight") if "output.weight" in target.t else emb
-    params = dict(fc=fc, tok_norm=np.ones(D, np.float32), feat_norm=np.ones(D, np.float32),
+    # The feature enters normalized as the target's head reads it.
+    params = dict(fc=fc, tok_norm=np.ones(D, np.float32),
+                  feat_norm=target.w("output_norm.weight").copy(),
                   layer={k: target.w(f"blk.{init_layer}.{k}.weight") for k in LAYER_TENSORS},
                   output_norm=target.w("output_norm.weight"), output=out[head_ids].copy())
     return params, emb
@@ -174,33 +176,47 @@ def shift_left(a, j, fill=0):
     return jnp.concatenate([a[:, j:], pad], axis=1)
 
 
-def chain_forward(p, emb, tokens, feats, cfg, depths):
+def chain_forward(p, emb, tokens, feats, cfg, depths, with_hidden=False):
     """Logits of every depth. tokens: [B, S]; feats: [B, S, D] the target's hidden state at each
     position (depth 0 at position t reads feats[t - 1]). Returns [depths] x [B, S, N]: depth j,
-    anchor a = the draft's distribution for token a + j + 1."""
+    anchor a = the draft's distribution for token a + j + 1 (and with_hidden, the draft's
+    hidden states [depths] x [B, S, D]: depth j, anchor a = its guess of feats[a + j])."""
     import jax.numpy as jnp
     eps = cfg["eps"]
     prev = jnp.concatenate([jnp.zeros_like(feats[:, :1]), feats[:, :-1]], axis=1)
     x = fuse_input(p, emb, tokens, prev.astype(jnp.float32), eps)
     h, k0, v0 = causal_layer(p["layer"], x, cfg)
-    out = [head(p, h, eps)]
+    out, hid = [head(p, h, eps)], [h]
     chain = []
     for j in range(1, depths):
         x = fuse_input(p, emb, shift_left(tokens, j), h, eps)
         h, k, v = chain_layer(p["layer"], x, cfg, j, k0, v0, chain)
         chain.append((k, v))
         out.append(head(p, h, eps))
-    return out
+        hid.append(h)
+    return (out, hid) if with_hidden else out
 
 
-def chain_loss(p, emb, tokens, feats, slots, probs, weight, cfg, depths, kl):
-    """Mean over depths of the KL at each depth. slots/probs/weight: [B, S, ...] at index t the
-    target's distribution for token t + 1 (specd_distill.make_batches)."""
-    outs = chain_forward(p, emb, tokens, feats, cfg, depths)
+def chain_loss(p, emb, tokens, feats, slots, probs, weight, cfg, depths, kl, mask=None,
+               feature_weight=0.0):
+    """Mean over depths of the KL at each depth (slots/probs/weight: [B, S, ...] at index t the
+    target's distribution for token t + 1, specd_distill.make_batches), plus feature_weight x
+    the mean absolute error between the draft's hidden state and the target's, both as the head
+    sees them (rms-normed, times output_norm), over every real position (mask: [B, S], prompt
+    positions included): a dense signal where the KL only has the response's top-N."""
+    import jax.numpy as jnp
+    outs, hids = chain_forward(p, emb, tokens, feats, cfg, depths, with_hidden=True)
+    eps = cfg["eps"]
     total = 0.0
     for j, lg in enumerate(outs):
         total = total + kl(lg, shift_left(slots, j, -1), shift_left(probs, j, 0.0),
                            shift_left(weight, j, 0.0))
+        if feature_weight > 0:
+            want = _rms(shift_left(feats, j).astype(jnp.float32), p["output_norm"], eps)
+            got = _rms(hids[j], p["output_norm"], eps)
+            m = shift_left(mask, j, 0.0)[..., None]
+            err = (jnp.abs(got - jnp.asarray(want)) * m).sum() / jnp.maximum(m.sum() * want.shape[-1], 1.0)
+            total = total + feature_weight * err
     return total / depths
 
 

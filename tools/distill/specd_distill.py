@@ -13,6 +13,11 @@ Pipeline (`specd-distill run`, each step also a subcommand):
   5. report    loss curve PNG, held-out acceptance (greedy: argmax agreement; sampled:
                1 - total variation, over the stored top-N), report.json
 
+`train --kind eagle` trains a feature-conditioned draft instead (tools/distill/eagle.py): one
+layer over (token, the target's final hidden state), the states computed by the serving engine
+(`specd hidden`), the loss taken at every depth of the draft's own chain (plus a regression of
+its hidden state onto the target's, --feature-weight); held-out acceptance per draft position.
+
 Why JAX: PyPI's jax + optax install CPU-only in ~100 MB; torch for Linux pulls several GB of
 CUDA libraries, and the trainer has to run on the 2-core development machine and in CI.
 """
@@ -544,6 +549,9 @@ def cmd_train_eagle(args):
         # The serving engine's hidden states (`specd hidden`): what the draft is fed when it
         # serves (the JAX float forward agrees to ~1e-3: distill_test).
         path = os.path.join(d, f"{name}.hidden")
+        data = os.path.join(d, f"{name}.bin")
+        if os.path.isfile(path) and os.path.getmtime(path) > os.path.getmtime(data):
+            return read_hidden(path, XX.shape, target.D)  # made from this data already
         cmd = [args.specd, "hidden", "-m", args.target, "--data", os.path.join(d, f"{name}.bin"),
                "-o", path, "--max-tokens", str(args.seq_len)]
         if args.threads:
@@ -564,12 +572,13 @@ def cmd_train_eagle(args):
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
     state = opt.init(params)
 
-    def loss_fn(p, x, f, s, pr, w):
-        return eagle.chain_loss(p, emb, x, f, s, pr, w, cfg, args.depths, kl_loss)
+    def loss_fn(p, x, f, s, pr, w, m):
+        return eagle.chain_loss(p, emb, x, f, s, pr, w, cfg, args.depths, kl_loss, m,
+                                args.feature_weight)
 
     @jax.jit
-    def step(p, st, x, f, s, pr, w):
-        loss, g = jax.value_and_grad(loss_fn)(p, x, f, s, pr, w)
+    def step(p, st, x, f, s, pr, w, m):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, f, s, pr, w, m)
         upd, st = opt.update(g, st, p)
         return optax.apply_updates(p, upd), st, loss
 
@@ -581,7 +590,8 @@ def cmd_train_eagle(args):
     def batch_of(idx):
         idx = np.sort(idx)
         L = min(args.seq_len, int(-(-lengths[idx].max() // 32) * 32))
-        return X[idx, :L], np.asarray(F[idx, :L]), S[idx, :L], P[idx, :L], W[idx, :L]
+        mask = (np.arange(L)[None, :] < lengths[idx][:, None]).astype(np.float32)
+        return X[idx, :L], np.asarray(F[idx, :L]), S[idx, :L], P[idx, :L], W[idx, :L], mask
 
     def held_out(p):
         return eagle.evaluate(p, emb, cfg, EX, EF, ES, EP, EW, etemps, args.batch, args.depths)
@@ -597,8 +607,8 @@ def cmd_train_eagle(args):
     for it in range(1, args.steps + 1):
         if pos >= len(order):
             order = rng.permutation(len(buckets)); pos = 0
-        bx, bf, bs, bp, bw = batch_of(buckets[order[pos]]); pos += 1
-        params, state, loss = step(params, state, bx, bf, bs, bp, bw)
+        bx, bf, bs, bp, bw, bm = batch_of(buckets[order[pos]]); pos += 1
+        params, state, loss = step(params, state, bx, bf, bs, bp, bw, bm)
         tokens_done += int(bw.sum())
         if it % args.log_every == 0 or it == 1 or it == args.steps:
             loss = float(loss)
@@ -616,6 +626,7 @@ def cmd_train_eagle(args):
     from gguf import GGMLQuantizationType as Q
     types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
     recipe = dict(kind="eagle", init_layer=init_layer, depths=args.depths,
+                  feature_weight=args.feature_weight,
                   head_vocab=len(head_ids), steps=args.steps, batch=args.batch,
                   seq_len=args.seq_len, lr=args.lr, seed=args.seed,
                   layer_type=args.layer_type, head_type=args.head_type)
@@ -726,6 +737,8 @@ def main():
                        help="llama: a small Llama draft; eagle: one layer over the target's "
                             "hidden state (tools/distill/eagle.py)")
         p.add_argument("--depths", type=int, default=4, help="eagle: chain depths trained")
+        p.add_argument("--feature-weight", type=float, default=1.0,
+                       help="eagle: weight of the hidden-state regression beside the KL")
         p.add_argument("--layers", type=int, default=2)
         p.add_argument("--init-layers", default="", help="target layers to start from, e.g. 0,1")
         p.add_argument("--head-vocab", type=int, default=8192)
