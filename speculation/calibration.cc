@@ -64,6 +64,12 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
   return CostCurve(std::move(points));
 }
 
+void AddProbeFeatures(Drafter& drafter, SeqId seq, size_t num_tokens) {
+  if (!drafter.wants_features() || num_tokens < 2) return;
+  const std::vector<float> zeros((num_tokens - 1) * drafter.feature_dim(), 0.0f);
+  drafter.AddFeatures(seq, 0, zeros);
+}
+
 absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences) {
   sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -76,10 +82,7 @@ absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_
     std::vector<DraftInput> in(B);
     std::vector<DraftOutput> out(B);
     for (int32_t i = 0; i < B; ++i) in[i] = DraftInput{-1 - i, prompt, &greedy, &none, &rng, 2};
-    if (drafter.wants_features()) {  // it drafts only from the target's features (zeros here)
-      const std::vector<float> zeros((prompt.size() - 1) * drafter.feature_dim(), 0.0f);
-      for (int32_t i = 0; i < B; ++i) drafter.AddFeatures(-1 - i, 0, zeros);
-    }
+    for (int32_t i = 0; i < B; ++i) AddProbeFeatures(drafter, -1 - i, prompt.size());
     // Rep 0 prefills; then best of several. A draft cost measured too high would keep k at 0,
     // and then no draft step ever corrects it. A Propose of k = 2 runs two draft rounds (the
     // re-fed x_n, then d_1).

@@ -25,6 +25,11 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
 // prefill; seconds per draft round. Uses (and releases) ids -1 .. -max_sequences.
 absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences);
 
+// A feature-conditioned drafter drafts nothing without the target's hidden states: a probe
+// sequence of `num_tokens` tokens gets zeros for them (a timing needs the work, not the values).
+// No-op for other drafters.
+void AddProbeFeatures(Drafter& drafter, SeqId seq, size_t num_tokens);
+
 }  // namespace specd::spec
 
 #endif  // SPECD_SPECULATION_CALIBRATION_H_

@@ -208,6 +208,7 @@ absl::Status SpecEngine::Calibrate() {
   absl::Status st = kv_->AddSequence(kProbe);
   if (!st.ok()) return st;
   std::vector<DraftInput> in1{DraftInput{-1, prompt, &greedy, &none, &rng, 2}};
+  AddProbeFeatures(*drafter_, -1, prompt.size());
   std::vector<DraftOutput> out1(1);
   for (int rep = 0; rep < 5 && st.ok(); ++rep) {
     batch_.Clear();
