@@ -395,6 +395,46 @@ def check_target(args):
         die(f"--target {args.target!r}: no such file")
 
 
+def make_optimizer(args):
+    """AdamW with a short warm-up and a cosine decay to 5 % of --lr, gradients clipped at 1."""
+    import optax
+    warmup = max(1, min(50, args.steps // 10))
+    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, warmup, max(args.steps, warmup + 1),
+                                               args.lr * 0.05)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+
+
+def run_steps(args, step, params, state, lengths, batch_of):
+    """--steps optimizer steps over batches of rows of similar length (cut to their longest row
+    rounded up to 32: most rows are far shorter than --seq-len, and padding is most of the work
+    otherwise; one compile per shape), in a random order, with progress lines. batch_of(idx) ->
+    (the step's arguments after params and state, target positions in them). Returns (params,
+    loss curve, seconds)."""
+    rng = np.random.default_rng(args.seed)
+    by_len = np.argsort(lengths, kind="stable")
+    buckets = [by_len[i:i + args.batch] for i in range(0, len(by_len), args.batch)]
+    buckets = [b for b in buckets if len(b) == args.batch] or buckets
+    curve = []
+    t0 = time.time()
+    tokens_done = 0
+    order = rng.permutation(len(buckets))
+    pos = 0
+    for it in range(1, args.steps + 1):
+        if pos >= len(order):
+            order = rng.permutation(len(buckets)); pos = 0
+        batch, positions = batch_of(buckets[order[pos]]); pos += 1
+        params, state, loss = step(params, state, *batch)
+        tokens_done += positions
+        if it % args.log_every == 0 or it == 1 or it == args.steps:
+            loss = float(loss)
+            curve.append((it, loss))
+            el = time.time() - t0
+            print(f"specd-distill: step {it}/{args.steps} loss {loss:.4f} "
+                  f"{tokens_done / el:.0f} target tok/s, {el:.0f} s, "
+                  f"ETA {el / it * (args.steps - it):.0f} s", file=sys.stderr, flush=True)
+    return params, curve, time.time() - t0
+
+
 def cmd_train(args):
     import jax
     import jax.numpy as jnp
@@ -431,10 +471,7 @@ def cmd_train(args):
           f"{len(EX)} held-out rows; head of {len(head_ids)} tokens covers "
           f"{coverage:.3f} of the held-out top-{train['top_n']} target mass", file=sys.stderr)
 
-    warmup = max(1, min(50, args.steps // 10))
-    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, warmup, max(args.steps, warmup + 1),
-                                               args.lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+    opt = make_optimizer(args)
     state = opt.init(params)
 
     def loss_fn(p, x, s, pr, w):
@@ -446,42 +483,17 @@ def cmd_train(args):
         upd, st = opt.update(g, st, p)
         return optax.apply_updates(p, upd), st, loss
 
-    rng = np.random.default_rng(args.seed)
-    # Batches of similar length, cut to their longest row rounded up to 32: most rows are far
-    # shorter than --seq-len, and padding is most of the work otherwise (one compile per shape).
     lengths = np.asarray([min(len(r["tokens"]), args.seq_len) for r in train["records"]])
-    by_len = np.argsort(lengths, kind="stable")
-    buckets = [by_len[i:i + args.batch] for i in range(0, len(by_len), args.batch)]
-    buckets = [b for b in buckets if len(b) == args.batch] or buckets
 
     def batch_of(idx):
         L = min(args.seq_len, int(-(-lengths[idx].max() // 32) * 32))
-        return X[idx, :L], S[idx, :L], P[idx, :L], W[idx, :L]
+        return (X[idx, :L], S[idx, :L], P[idx, :L], W[idx, :L]), int(W[idx, :L].sum())
 
     before = evaluate(params, emb, cfg, EX, ES, EP, EW, etemps, args.batch)
     print(f"specd-distill: before training: held-out greedy acceptance "
           f"{before['greedy_acceptance']:.3f}, sampled {before['sampled_acceptance']:.3f}",
           file=sys.stderr)
-    curve = []
-    t0 = time.time()
-    tokens_done = 0
-    order = rng.permutation(len(buckets))
-    pos = 0
-    for it in range(1, args.steps + 1):
-        if pos >= len(order):
-            order = rng.permutation(len(buckets)); pos = 0
-        idx = buckets[order[pos]]; pos += 1
-        bx, bs, bp, bw = batch_of(idx)
-        params, state, loss = step(params, state, bx, bs, bp, bw)
-        tokens_done += int(bw.sum())
-        if it % args.log_every == 0 or it == 1 or it == args.steps:
-            loss = float(loss)
-            curve.append((it, loss))
-            el = time.time() - t0
-            print(f"specd-distill: step {it}/{args.steps} loss {loss:.4f} "
-                  f"{tokens_done / el:.0f} target tok/s, {el:.0f} s, "
-                  f"ETA {el / it * (args.steps - it):.0f} s", file=sys.stderr, flush=True)
-    train_secs = time.time() - t0
+    params, curve, train_secs = run_steps(args, step, params, state, lengths, batch_of)
     after = evaluate(params, emb, cfg, EX, ES, EP, EW, etemps, args.batch)
     print(f"specd-distill: after training: held-out greedy acceptance "
           f"{after['greedy_acceptance']:.3f}, sampled {after['sampled_acceptance']:.3f}",
@@ -566,10 +578,7 @@ def cmd_train_eagle(args):
     params, emb = eagle.init_params(target, head_ids, init_layer, args.seed)
     params = jax.tree_util.tree_map(jnp.asarray, params)
     emb = jnp.asarray(emb)
-    warmup = max(1, min(50, args.steps // 10))
-    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, warmup, max(args.steps, warmup + 1),
-                                               args.lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+    opt = make_optimizer(args)
     state = opt.init(params)
 
     def loss_fn(p, x, f, s, pr, w, m):
@@ -582,16 +591,12 @@ def cmd_train_eagle(args):
         upd, st = opt.update(g, st, p)
         return optax.apply_updates(p, upd), st, loss
 
-    rng = np.random.default_rng(args.seed)
-    by_len = np.argsort(lengths, kind="stable")
-    buckets = [by_len[i:i + args.batch] for i in range(0, len(by_len), args.batch)]
-    buckets = [b for b in buckets if len(b) == args.batch] or buckets
-
     def batch_of(idx):
-        idx = np.sort(idx)
+        idx = np.sort(idx)  # F may be a memory map: read in order
         L = min(args.seq_len, int(-(-lengths[idx].max() // 32) * 32))
         mask = (np.arange(L)[None, :] < lengths[idx][:, None]).astype(np.float32)
-        return X[idx, :L], np.asarray(F[idx, :L]), S[idx, :L], P[idx, :L], W[idx, :L], mask
+        return ((X[idx, :L], np.asarray(F[idx, :L]), S[idx, :L], P[idx, :L], W[idx, :L], mask),
+                int(W[idx, :L].sum()))
 
     def held_out(p):
         return eagle.evaluate(p, emb, cfg, EX, EF, ES, EP, EW, etemps, args.batch, args.depths)
@@ -599,25 +604,7 @@ def cmd_train_eagle(args):
     print(f"specd-distill: before training: held-out greedy acceptance per position "
           f"{fmt(before['greedy_per_position'])}, sampled {before['sampled_acceptance']:.3f}",
           file=sys.stderr)
-    curve = []
-    t0 = time.time()
-    tokens_done = 0
-    order = rng.permutation(len(buckets))
-    pos = 0
-    for it in range(1, args.steps + 1):
-        if pos >= len(order):
-            order = rng.permutation(len(buckets)); pos = 0
-        bx, bf, bs, bp, bw, bm = batch_of(buckets[order[pos]]); pos += 1
-        params, state, loss = step(params, state, bx, bf, bs, bp, bw, bm)
-        tokens_done += int(bw.sum())
-        if it % args.log_every == 0 or it == 1 or it == args.steps:
-            loss = float(loss)
-            curve.append((it, loss))
-            el = time.time() - t0
-            print(f"specd-distill: step {it}/{args.steps} loss {loss:.4f} "
-                  f"{tokens_done / el:.0f} target tok/s, {el:.0f} s, "
-                  f"ETA {el / it * (args.steps - it):.0f} s", file=sys.stderr, flush=True)
-    train_secs = time.time() - t0
+    params, curve, train_secs = run_steps(args, step, params, state, lengths, batch_of)
     after = held_out(params)
     print(f"specd-distill: after training: held-out greedy acceptance per position "
           f"{fmt(after['greedy_per_position'])} (accepted length "
