@@ -229,6 +229,45 @@ TEST_F(SpecEngineTest, FeatureConditionedDraftMatchesItsPlainTwin) {
   EXPECT_EQ(drafter->kv_cache()->num_used_blocks(), 0);
 }
 
+// Calibration times real draft rounds of a feature-conditioned drafter: its probe sequences
+// get (zero) target states, so every Propose it times drafts. Without them the rounds were
+// empty and the draft was priced at ~0.
+TEST_F(SpecEngineTest, CalibrationProbesMakeAFeatureConditionedDrafterDraft) {
+  class Counting final : public Drafter {
+   public:
+    explicit Counting(Drafter* d) : d_(d) {}
+    std::string_view name() const override { return d_->name(); }
+    absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override {
+      absl::Status st = d_->Propose(in, out);
+      ++calls;
+      for (const DraftOutput& o : out) empty += o.proposals.empty() ? 1 : 0;
+      return st;
+    }
+    absl::Status Commit(SeqId s, absl::Span<const int32_t> c) override { return d_->Commit(s, c); }
+    void Release(SeqId s) override { d_->Release(s); }
+    bool runs_model() const override { return true; }
+    bool wants_features() const override { return d_->wants_features(); }
+    int32_t feature_dim() const override { return d_->feature_dim(); }
+    void AddFeatures(SeqId s, int32_t p, absl::Span<const float> r) override {
+      d_->AddFeatures(s, p, r);
+    }
+    int calls = 0, empty = 0;
+
+   private:
+    Drafter* d_;
+  };
+  auto eagle = MakeDrafter("eagle");
+  ASSERT_TRUE(eagle);
+  Counting counting(eagle.get());
+  SpecEngineOptions o;
+  o.adaptive_k = true;
+  o.calibrate = true;
+  auto e = MakeEngine(&counting, o);
+  ASSERT_TRUE(e);
+  EXPECT_GT(counting.calls, 5);
+  EXPECT_EQ(counting.empty, 0) << "calibration timed draft rounds that drafted nothing";
+}
+
 TEST_F(SpecEngineTest, AdaptiveKAndKvPressureKeepGreedyOutput) {
   const auto prompts = Prompts(10, vocab_);
   const auto params = Greedy(prompts.size());
