@@ -395,6 +395,26 @@ def check_target(args):
         die(f"--target {args.target!r}: no such file")
 
 
+def read_training_sets(args, target):
+    """The data both draft kinds train on: OUT_DIR/train.bin and eval.bin as fixed-length rows
+    (make_batches) over the head's tokens (the --head-vocab with the most target mass, EOS
+    always), the held-out rows' temperatures and the training rows' lengths."""
+    import types
+    d = args.out_dir
+    train = read_data(os.path.join(d, "train.bin"))
+    evald = read_data(os.path.join(d, "eval.bin"))
+    if not train["records"]:
+        die(f"{d}/train.bin holds no records")
+    eos = [int(target.field("tokenizer.ggml.eos_token_id", 2))]
+    head_ids = choose_head_vocab(train, args.head_vocab, target.vocab, always=eos)
+    X, S, P, W = make_batches(train, head_ids, args.seq_len, target.vocab)
+    EX, ES, EP, EW = make_batches(evald, head_ids, args.seq_len, target.vocab)
+    return types.SimpleNamespace(
+        train=train, head_ids=head_ids, X=X, S=S, P=P, W=W, EX=EX, ES=ES, EP=EP, EW=EW,
+        etemps=[r["temperature"] for r in evald["records"]],
+        lengths=np.asarray([min(len(r["tokens"]), args.seq_len) for r in train["records"]]))
+
+
 def make_optimizer(args):
     """AdamW with a short warm-up and a cosine decay to 5 % of --lr, gradients clipped at 1."""
     import optax
@@ -449,12 +469,10 @@ def cmd_train(args):
     if args.layers >= target.L:
         die(f"--layers {args.layers}: the draft must have fewer layers than the target's {target.L}")
     d = args.out_dir
-    train = read_data(os.path.join(d, "train.bin"))
-    evald = read_data(os.path.join(d, "eval.bin"))
-    if not train["records"]:
-        die(f"{d}/train.bin holds no records")
-    eos = [int(target.field("tokenizer.ggml.eos_token_id", 2))]
-    head_ids = choose_head_vocab(train, args.head_vocab, target.vocab, always=eos)
+    sets = read_training_sets(args, target)
+    train, head_ids = sets.train, sets.head_ids
+    X, S, P, W, EX, ES, EP, EW = sets.X, sets.S, sets.P, sets.W, sets.EX, sets.ES, sets.EP, sets.EW
+    etemps, lengths = sets.etemps, sets.lengths
     cfg = dict(D=target.D, H=target.H, Hkv=target.Hkv, eps=target.eps, base=target.base)
     src_layers = [int(x) for x in args.init_layers.split(",")] if args.init_layers else \
         list(range(args.layers))
@@ -463,9 +481,6 @@ def cmd_train(args):
     params, emb = init_params(target, src_layers, head_ids)
     params = jax.tree_util.tree_map(jnp.asarray, params)
     emb = jnp.asarray(emb)
-    X, S, P, W = make_batches(train, head_ids, args.seq_len, target.vocab)
-    EX, ES, EP, EW = make_batches(evald, head_ids, args.seq_len, target.vocab)
-    etemps = [r["temperature"] for r in evald["records"]]
     coverage = float((EP * (ES >= 0)).sum() / max((EP).sum(), 1e-9))
     print(f"specd-distill: {len(X)} training rows ({int(W.sum())} target positions), "
           f"{len(EX)} held-out rows; head of {len(head_ids)} tokens covers "
@@ -482,8 +497,6 @@ def cmd_train(args):
         loss, g = jax.value_and_grad(loss_fn)(p, x, s, pr, w)
         upd, st = opt.update(g, st, p)
         return optax.apply_updates(p, upd), st, loss
-
-    lengths = np.asarray([min(len(r["tokens"]), args.seq_len) for r in train["records"]])
 
     def batch_of(idx):
         L = min(args.seq_len, int(-(-lengths[idx].max() // 32) * 32))
@@ -545,17 +558,11 @@ def cmd_train_eagle(args):
     if not 0 <= init_layer < target.L:
         die(f"--init-layers {args.init_layers!r}: one layer index in [0, {target.L}) for eagle")
     d = args.out_dir
-    train = read_data(os.path.join(d, "train.bin"))
-    evald = read_data(os.path.join(d, "eval.bin"))
-    if not train["records"]:
-        die(f"{d}/train.bin holds no records")
-    eos = [int(target.field("tokenizer.ggml.eos_token_id", 2))]
-    head_ids = choose_head_vocab(train, args.head_vocab, target.vocab, always=eos)
+    sets = read_training_sets(args, target)
+    head_ids = sets.head_ids
+    X, S, P, W, EX, ES, EP, EW = sets.X, sets.S, sets.P, sets.W, sets.EX, sets.ES, sets.EP, sets.EW
+    etemps, lengths = sets.etemps, sets.lengths
     cfg = eagle.config_of(target)
-    X, S, P, W = make_batches(train, head_ids, args.seq_len, target.vocab)
-    EX, ES, EP, EW = make_batches(evald, head_ids, args.seq_len, target.vocab)
-    etemps = [r["temperature"] for r in evald["records"]]
-    lengths = np.asarray([min(len(r["tokens"]), args.seq_len) for r in train["records"]])
 
     def features(name, XX):
         # The serving engine's hidden states (`specd hidden`): what the draft is fed when it
