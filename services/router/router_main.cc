@@ -3,6 +3,7 @@
 // flags or SPECD_ROUTER_* variables.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -267,10 +268,15 @@ int Main(int argc, char** argv) {
   const bool idle = engine.WaitIdle(absl::Seconds(drain_grace_s));
   services::LogEvent(idle ? services::LogLevel::kInfo : services::LogLevel::kWarn, "drain_end",
                      {{"in_flight_finished", idle}});
-  // Close only once calls have stopped coming (each got UNAVAILABLE meanwhile), up to
-  // --drain-linger-s: a call that arrives as the listener closes is cut, not answered.
+  // Close only once calls have stopped coming, on gRPC and HTTP (each got UNAVAILABLE or 503
+  // meanwhile), up to --drain-linger-s: a call that arrives as the listener closes is cut, not
+  // answered.
   const absl::Time linger_until = absl::Now() + absl::Seconds(drain_linger_s);
-  while (absl::Now() < linger_until && absl::Now() - service.last_call() < absl::Milliseconds(300)) {
+  auto last_call = [&] {
+    return http_server != nullptr ? std::max(service.last_call(), openai.last_request())
+                                  : service.last_call();
+  };
+  while (absl::Now() < linger_until && absl::Now() - last_call() < absl::Milliseconds(300)) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

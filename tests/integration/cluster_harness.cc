@@ -163,6 +163,7 @@ Cluster::Cluster(ClusterOptions o) : options(std::move(o)) {
   draft_model = dir + "/draft.gguf";
   TinyModelSpec spec;
   spec.seed = 31;
+  if (options.target_model_spec) options.target_model_spec(spec);
   EXPECT_TRUE(WriteTinyModel(spec, target_model).ok());
   spec.seed = 32;
   if (options.draft_model_spec) options.draft_model_spec(spec);

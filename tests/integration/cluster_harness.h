@@ -70,6 +70,9 @@ struct ClusterOptions {
   // random models mostly repeat their input, so they agree almost always; e.g. a larger
   // weight_scale makes the draft's proposals get rejected part of the time.
   std::function<void(TinyModelSpec&)> draft_model_spec;
+  // Changes the target's tiny model (the draft starts from the changed spec), e.g. a wider one
+  // whose steps take long enough for a test to act while requests are in flight.
+  std::function<void(TinyModelSpec&)> target_model_spec;
 };
 
 class Cluster {

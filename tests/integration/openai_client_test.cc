@@ -109,6 +109,14 @@ TEST(OpenAiClientTest, DrainingIs503AndFinishesInFlightStreams) {
   }
   ClusterOptions o;
   o.router_flags = {"--drain-grace-s", "60", "--max-running", "1"};
+  // A wider target (about 1 s per stream here, more on a loaded machine): the streams must
+  // outlast the start of the four curls and the checks after SIGTERM, or the drain ends first.
+  o.target_model_spec = [](TinyModelSpec& spec) {
+    spec.num_layers = 4;
+    spec.embedding_dim = 512;
+    spec.ffn_dim = 2048;
+  };
+  o.with_draft = false;  // the drain does not depend on speculation
   Cluster c(o);
   const std::string base = "http://127.0.0.1:" + std::to_string(c.router_http_port);
   const std::string body =

@@ -148,6 +148,7 @@ void OpenAiService::Fail(const std::shared_ptr<HttpExchange>& exchange, const Ap
 }
 
 void OpenAiService::Handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) {
+  last_request_ns_.store(absl::ToUnixNanos(absl::Now()));
   const std::string& path = request.path;
   const bool post = request.method == "POST", get = request.method == "GET";
   if (path.rfind("/v1/", 0) == 0 && keys_ != nullptr) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/time/time.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/common/metrics.h"
@@ -38,6 +39,9 @@ class OpenAiService final : public HttpHandler {
   void set_ready(std::function<bool()> ready) { ready_ = std::move(ready); }
   // With keys, /v1/* needs `Authorization: Bearer <key>` (401 otherwise; /health stays open).
   void set_api_keys(const ApiKeys* keys) { keys_ = keys; }
+  // When the last request of any path arrived (the drain lingers while requests keep coming,
+  // as it does for gRPC calls, so a client sees 503 rather than a cut connection).
+  absl::Time last_request() const { return absl::FromUnixNanos(last_request_ns_.load()); }
 
  private:
   void Generate(const HttpRequest& request, Endpoint endpoint,
@@ -50,6 +54,7 @@ class OpenAiService final : public HttpHandler {
   const std::string model_id_;
   services::Metrics* metrics_;
   std::atomic<int64_t> next_id_{1};
+  std::atomic<int64_t> last_request_ns_{0};
   std::function<bool()> ready_;
   const ApiKeys* keys_ = nullptr;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));  // ids unique across restarts
