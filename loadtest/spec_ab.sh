@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Speculation on vs off through the cluster, in one run: starts scripts/run_cluster.sh (default
-# draft: the distilled draft shipped in drafts/; DRAFT_MODEL=self for the first 8 layers), then runs the built-in chat prompts closed-loop with
-# --spec off and --spec auto, alternating, at each concurrency, and prints auto / off.
+# draft: the distilled draft shipped in drafts/; DRAFT_MODEL=self for the first 8 layers), then
+# runs the built-in chat prompts closed-loop with --spec off and --spec auto, alternating (the
+# order swapped each round), at each concurrency, and prints auto / off: the median of the
+# rounds' paired ratios, which cancels the machine's drift.
 #
 #   loadtest/spec_ab.sh [OUT_DIR]
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], CONCURRENCY
-# ["1 16"], REQUESTS per point [32], NEW_TOKENS [128], ROUNDS of off/auto pairs [3],
+# ["1 16"], REQUESTS per run [32], NEW_TOKENS [128], ROUNDS of off/auto pairs [3],
 # TEMPERATURE [0], DRAFT_MODEL [default].
 set -euo pipefail
 
@@ -29,7 +31,11 @@ for c in ${CONCURRENCY:-1 16}; do
   n="${REQUESTS:-32}"
   [ "$n" -lt "$c" ] && n="$c"
   for r in $(seq 1 "${ROUNDS:-3}"); do
-    for spec in off auto; do
+    # Each round swaps which side goes first: the run after another is measurably faster or
+    # slower on some machines, so a fixed order would read as a speed difference.
+    order="off auto"
+    [ $((r % 2)) -eq 0 ] && order="auto off"
+    for spec in $order; do
       echo "spec_ab: concurrency $c, --spec $spec, round $r" >&2
       "$LOADTEST" "${COMMON[@]}" --spec "$spec" --concurrency "$c" --requests "$n" \
         --out "$OUT/c${c}_${spec}_${r}.json"
@@ -39,26 +45,29 @@ done
 stop_cluster
 
 "$PYTHON" - "$OUT" <<'PY'
-import glob, json, os, sys
+import glob, json, os, statistics, sys
 out = sys.argv[1]
 rows = {}
 for f in sorted(glob.glob(os.path.join(out, "c*_*_*.json"))):
-    c, spec, _ = os.path.basename(f)[1:-5].split("_")
+    c, spec, r = os.path.basename(f)[1:-5].split("_")
     p = json.load(open(f))["points"][0]
     if p["ok"] != p["requests"]:
         print(f"spec_ab: {f}: {p['requests'] - p['ok']} requests failed: {p['errors_by_code']}")
-    r = rows.setdefault(int(c), {}).setdefault(spec, [])
-    r.append(p)
-print("| concurrency | off tok/s | auto tok/s | auto / off | ITL p50 off / auto ms | drafts accepted (auto) | tokens per target step (auto) |")
-print("|---|---|---|---|---|---|---|")
+    rows.setdefault(int(c), {}).setdefault(spec, {})[int(r)] = p
+# The machine drifts over a run (shared hosts), so each round's auto is divided by the off run
+# beside it, and the median of those paired ratios is the figure; their range is beside it.
+print("| concurrency | off tok/s | auto tok/s | auto / off (median of paired rounds) | paired range | ITL p50 off / auto ms | drafts proposed / accepted (auto) | tokens per target step (auto) |")
+print("|---|---|---|---|---|---|---|---|")
 for c in sorted(rows):
-    off = sum(p["throughput_tokens_per_s"] for p in rows[c]["off"]) / len(rows[c]["off"])
-    auto = sum(p["throughput_tokens_per_s"] for p in rows[c]["auto"]) / len(rows[c]["auto"])
-    acc = [p.get("acceptance_rate") for p in rows[c]["auto"] if p.get("acceptance_rate") is not None]
-    a = f"{100 * sum(acc) / len(acc):.1f} %" if acc else "n/a"
-    itl = {s: sorted(p["itl_ms"]["p50"] for p in rows[c][s]) for s in ("off", "auto")}
-    med = {s: v[len(v) // 2] for s, v in itl.items()}
-    tps = [p.get("tokens_per_target_step", 0) for p in rows[c]["auto"]]
-    print(f"| {c} | {off:.1f} | {auto:.1f} | {auto / off:.3f}x | {med['off']:.2f} / {med['auto']:.2f} "
-          f"| {a} | {sum(tps) / len(tps):.2f} |")
+    off, auto = rows[c]["off"], rows[c]["auto"]
+    rounds = sorted(set(off) & set(auto))
+    tput = {s: [v[r]["throughput_tokens_per_s"] for r in rounds] for s, v in (("off", off), ("auto", auto))}
+    ratios = [a / o for a, o in zip(tput["auto"], tput["off"])]
+    itl = {s: statistics.median(v[r]["itl_ms"]["p50"] for r in rounds) for s, v in (("off", off), ("auto", auto))}
+    drafted = sum(auto[r].get("draft_tokens", 0) for r in rounds)
+    accepted = sum(auto[r].get("accepted_tokens", 0) for r in rounds)
+    tps = statistics.mean(auto[r].get("tokens_per_target_step", 0) for r in rounds)
+    print(f"| {c} | {statistics.mean(tput['off']):.1f} | {statistics.mean(tput['auto']):.1f} "
+          f"| {statistics.median(ratios):.3f}x | {min(ratios):.3f}-{max(ratios):.3f} "
+          f"| {itl['off']:.2f} / {itl['auto']:.2f} | {drafted} / {accepted} | {tps:.2f} |")
 PY
