@@ -53,7 +53,47 @@ std::vector<std::string> Make() {
   return p;
 }
 
+// A program the editing prompts hand back with a change.
+constexpr char kProgram[] =
+    "def load_orders(path):\n"
+    "    orders = []\n"
+    "    with open(path) as f:\n"
+    "        for line in f:\n"
+    "            fields = line.strip().split(\",\")\n"
+    "            if len(fields) != 3:\n"
+    "                continue\n"
+    "            customer, item, amount = fields\n"
+    "            orders.append({\"customer\": customer, \"item\": item, \"amount\": float(amount)})\n"
+    "    return orders\n"
+    "\n"
+    "def total_by_customer(orders):\n"
+    "    totals = {}\n"
+    "    for order in orders:\n"
+    "        totals[order[\"customer\"]] = totals.get(order[\"customer\"], 0) + order[\"amount\"]\n"
+    "    return totals\n";
+
+std::vector<std::string> MakeEdits() {
+  const std::string passage = kPassage, program = kProgram;
+  return {
+      "Fix any spelling mistakes in the following text and return the whole text.\n\n" + passage,
+      "Rename the function load_orders to read_orders everywhere in this code and return the "
+      "complete code.\n\n" + program,
+      "Add a one-line docstring to each function in this code and return the complete code.\n\n" +
+          program,
+      "Put each sentence of the following text on its own line, without changing any words.\n\n" +
+          passage,
+      "Change every year in the following text to words (1872 becomes eighteen seventy-two) "
+      "and return the whole text.\n\n" + passage,
+      "Add type hints to this code and return the complete code.\n\n" + program,
+  };
+}
+
 }  // namespace
+
+const std::vector<std::string>& EditPrompts() {
+  static const std::vector<std::string>* prompts = new std::vector<std::string>(MakeEdits());
+  return *prompts;
+}
 
 const std::vector<std::string>& BuiltinPrompts() {
   static const std::vector<std::string>* prompts = new std::vector<std::string>(Make());

@@ -8,7 +8,8 @@
 #   loadtest/spec_ab.sh [OUT_DIR]
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], CONCURRENCY
 # ["1 16"], REQUESTS per run [32], NEW_TOKENS [128], ROUNDS of off/auto pairs [3],
-# TEMPERATURE [0], DRAFT_MODEL [default].
+# TEMPERATURE [0], DRAFT_MODEL [default], PROMPTS [builtin; edit: editing traffic, see
+# specd-loadtest --prompts].
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,7 +25,7 @@ export SPECD_DRAFT_MODEL="${DRAFT_MODEL:-default}"
 . "$ROOT/loadtest/cluster_lib.sh"
 start_cluster spec_ab
 
-COMMON=(--server "localhost:$PORT" --mode closed --prompts builtin
+COMMON=(--server "localhost:$PORT" --mode closed --prompts "${PROMPTS:-builtin}"
         --max-new-tokens "${NEW_TOKENS:-128}" --temperature "${TEMPERATURE:-0}")
 "$LOADTEST" "${COMMON[@]}" --spec off --concurrency 1 --requests 2 >/dev/null  # warm-up
 for c in ${CONCURRENCY:-1 16}; do

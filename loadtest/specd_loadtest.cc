@@ -99,8 +99,9 @@ specd::v1::GenerateRequest MakeRequest(const Config& c, int index) {
   specd::v1::GenerateRequest r;
   if (c.prompts == "multiturn") {
     MultiTurnChat(c, index, r.mutable_chat());
-  } else if (c.prompts == "builtin") {
-    const auto& set = specd::loadtest::BuiltinPrompts();
+  } else if (c.prompts == "builtin" || c.prompts == "edit") {
+    const auto& set = c.prompts == "edit" ? specd::loadtest::EditPrompts()
+                                          : specd::loadtest::BuiltinPrompts();
     specd::v1::ChatMessage* m = r.mutable_chat()->add_messages();
     m->set_role("user");
     m->set_content(set[index % set.size()]);
@@ -376,8 +377,9 @@ int main(int argc, char** argv) {
   f.Add("qps-sweep", "SPECD_LOADTEST_QPS_SWEEP", &c.qps_sweep, "open loop: comma-separated rates");
   f.Add("duration-s", "SPECD_LOADTEST_DURATION_S", &c.duration_s, "open loop: seconds per point");
   f.Add("prompts", "SPECD_LOADTEST_PROMPTS", &c.prompts,
-        "builtin (chat prompts of varied length, loadtest/prompt_set.cc), multiturn (a shared "
-        "system prompt and a growing history per conversation) or random (token ids)");
+        "builtin (chat prompts of varied length, loadtest/prompt_set.cc), edit (a given text or "
+        "program back with a small change), multiturn (a shared system prompt and a growing "
+        "history per conversation) or random (token ids)");
   f.Add("prompt-tokens", "SPECD_LOADTEST_PROMPT_TOKENS", &c.prompt_tokens,
         "random prompts: length in tokens (after the shared prefix)");
   f.Add("shared-prefix-tokens", "SPECD_LOADTEST_SHARED_PREFIX_TOKENS", &c.shared_prefix_tokens,
@@ -411,9 +413,10 @@ int main(int argc, char** argv) {
                  f.Usage().c_str());
     return 2;
   }
-  if (c.prompts != "builtin" && c.prompts != "random" && c.prompts != "multiturn") {
+  if (c.prompts != "builtin" && c.prompts != "edit" && c.prompts != "random" &&
+      c.prompts != "multiturn") {
     std::fprintf(stderr,
-                 "specd-loadtest: --prompts must be builtin, multiturn or random, got '%s'\n",
+                 "specd-loadtest: --prompts must be builtin, edit, multiturn or random, got '%s'\n",
                  c.prompts.c_str());
     return 2;
   }

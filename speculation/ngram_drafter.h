@@ -29,6 +29,9 @@ class NgramDrafter final : public Drafter {
   absl::Status Commit(SeqId, absl::Span<const int32_t>) override { return absl::OkStatus(); }
   void Release(SeqId) override {}
   bool runs_model() const override { return false; }
+  bool HasProposal(absl::Span<const int32_t> tokens) const override {
+    return !Lookup(tokens, 1).empty();
+  }
 
   // The continuation (at most k tokens) after the most recent earlier occurrence of the longest
   // matching suffix of `tokens`; empty when nothing matches.

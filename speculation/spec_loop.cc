@@ -67,9 +67,20 @@ LoopSeq* SpecLoop::Find(SeqId id) const {
   return it == by_id_.end() ? nullptr : it->second;
 }
 
-bool SpecLoop::Drafts(const LoopSeq& s) const {
-  return s.drafter >= 0 && static_cast<size_t>(s.drafter) < drafters_.size() &&
-         drafters_[s.drafter].available;
+bool SpecLoop::Available(int32_t d) const {
+  return d >= 0 && static_cast<size_t>(d) < drafters_.size() && drafters_[d].available;
+}
+
+bool SpecLoop::Drafts(const LoopSeq& s) const { return Available(s.drafter); }
+
+bool SpecLoop::LookupCanDraft(const LoopSeq& s) const {
+  return !s.fixed_k && s.lookup != s.drafter && Available(s.lookup) &&
+         !drafters_[s.lookup].drafter->runs_model() &&
+         drafters_[s.lookup].drafter->HasProposal(s.tokens);
+}
+
+SpecSeqState& SpecLoop::StateFor(LoopSeq& s, int32_t d) {
+  return d == s.lookup && d != s.drafter ? s.lookup_spec : s.spec;
 }
 
 int32_t SpecLoop::KCap(const LoopSeq& s) const {
@@ -151,15 +162,19 @@ void SpecLoop::ApplyLookups(LoopStep& step) {
 std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t admissible) {
   // Who may verify this step: decode rows (with drafts_with_prompt, every running sequence and
   // the admissible head of the queue: a prompt's last chunk verifies drafts). Each gets a
-  // fixed k or its drafter's policy's choice; the rest of the step (prompt chunks, the other
-  // groups' rows and drafts) is what the policy sees riding along.
+  // fixed k or a drafter's policy's choice: its lookup drafter's where that has a match and
+  // drafts, else its own drafter's. The rest of the step (prompt chunks, the other groups' rows
+  // and drafts) is what a policy sees riding along.
   const size_t total = running_.size() + admissible;
+  auto seq = [&](size_t i) -> LoopSeq& {
+    return i < running_.size() ? *running_[i] : *waiting_[i - running_.size()];
+  };
   std::vector<int32_t> k(total, 0);
-  std::vector<std::vector<KRequest>> group(drafters_.size());
-  std::vector<std::vector<size_t>> index(drafters_.size());
+  std::vector<size_t> decided;  // by a policy
   int64_t pending = 0, rows = 0, fixed_drafts = 0;
   for (size_t i = 0; i < total; ++i) {
-    LoopSeq& s = i < running_.size() ? *running_[i] : *waiting_[i - running_.size()];
+    LoopSeq& s = seq(i);
+    s.step_drafter = -1;
     const int64_t uncomputed = s.n() - s.target_pos;
     // Rows that may verify: decode rows (scheduler.cc Decoding), or every last row.
     if (!options_.drafts_with_prompt && (uncomputed != 1 || s.generated() == 0)) {
@@ -168,42 +183,75 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
     }
     pending += uncomputed - 1;
     ++rows;
-    if (!Drafts(s)) continue;
-    const int32_t cap = KCap(s);
     if (s.fixed_k) {
-      k[i] = cap;
-      fixed_drafts += cap;
+      if (!Drafts(s)) continue;
+      s.step_drafter = s.drafter;
+      k[i] = KCap(s);
+      fixed_drafts += k[i];
       continue;
     }
-    const Drafter& d = *drafters_[s.drafter].drafter;
-    // A sampled sequence's k follows its own history only, never the batch (k_policy.h).
-    const int32_t behind =
-        d.runs_model() ? static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0))
-                       : 0;
-    group[s.drafter].push_back({&s.spec, cap, s.pinned(), behind});
-    index[s.drafter].push_back(i);
+    if (LookupCanDraft(s)) {
+      s.step_drafter = s.lookup;
+    } else if (Drafts(s)) {
+      s.step_drafter = s.drafter;
+    } else {
+      continue;
+    }
+    decided.push_back(i);
   }
   const int64_t prefill =
       std::min<int64_t>(pending, std::max<int64_t>(0, config.max_batch_tokens - rows));
   int64_t other_drafts = fixed_drafts;
-  for (size_t g = 0; g < drafters_.size(); ++g) {
-    if (group[g].empty()) continue;
-    const int64_t fixed =
-        prefill + rows - static_cast<int64_t>(group[g].size()) + other_drafts;
-    const std::vector<int32_t> chosen = drafters_[g].policy.Choose(
-        group[g], static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX)));
-    for (size_t j = 0; j < chosen.size(); ++j) {
-      k[index[g][j]] = chosen[j];
-      other_drafts += chosen[j];
+  auto by_lookup = [](const LoopSeq& s) {
+    return s.step_drafter == s.lookup && s.lookup != s.drafter;
+  };
+  // One policy choice per drafter over its group (`lookups`: the lookup drafters' groups).
+  auto choose = [&](bool lookups) {
+    std::vector<std::vector<KRequest>> group(drafters_.size());
+    std::vector<std::vector<size_t>> index(drafters_.size());
+    for (size_t i : decided) {
+      LoopSeq& s = seq(i);
+      if (s.step_drafter < 0 || by_lookup(s) != lookups) continue;
+      const Drafter& d = *drafters_[s.step_drafter].drafter;
+      // A sampled sequence's k follows its own history only, never the batch (k_policy.h).
+      const int32_t behind =
+          d.runs_model()
+              ? static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0))
+              : 0;
+      group[s.step_drafter].push_back({&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind});
+      index[s.step_drafter].push_back(i);
     }
+    for (size_t g = 0; g < drafters_.size(); ++g) {
+      if (group[g].empty()) continue;
+      const int64_t fixed =
+          prefill + rows - static_cast<int64_t>(group[g].size()) + other_drafts;
+      const std::vector<int32_t> chosen = drafters_[g].policy.Choose(
+          group[g], static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX)));
+      for (size_t j = 0; j < chosen.size(); ++j) {
+        k[index[g][j]] = chosen[j];
+        other_drafts += chosen[j];
+      }
+    }
+  };
+  choose(/*lookups=*/true);
+  // Where a lookup's policy declined its match, the sequence's own drafter decides. The lookup
+  // policy hears that it drafted nothing, so its probes still come round.
+  for (size_t i : decided) {
+    LoopSeq& s = seq(i);
+    if (!by_lookup(s) || k[i] > 0) continue;
+    drafters_[s.lookup].policy.AfterDraft(s.lookup_spec, 0);
+    s.step_drafter = Drafts(s) ? s.drafter : -1;
   }
+  choose(/*lookups=*/false);
   return k;
 }
 
 SchedulerState SpecLoop::Snapshot(absl::Span<const int32_t> k, size_t admissible,
                                   int32_t block_size) const {
   auto view = [&](const LoopSeq& s, int32_t want) {
-    const bool local = Drafts(s) && !drafters_[s.drafter].drafter->runs_model();
+    // Sequences no policy decided for this step (prefills) are seen with their own drafter.
+    const int32_t d = s.step_drafter >= 0 ? s.step_drafter : (Drafts(s) ? s.drafter : -1);
+    const bool local = d >= 0 && !drafters_[d].drafter->runs_model();
     SeqView v{s.id, s.n(), s.target_pos, want, local, s.pinned(), s.generated() > 0};
     v.cached_blocks = s.target_cached / std::max(1, block_size);
     return v;
@@ -264,12 +312,14 @@ absl::Status SpecLoop::Draft(LoopStep& step) {
     std::vector<int32_t> ks;
     for (size_t p = 0; p < plans.size(); ++p) {
       LoopSeq& s = *step.seqs[p];
-      if (!plans[p].emit || plans[p].k <= 0 || s.drafter != static_cast<int32_t>(d)) continue;
+      if (!plans[p].emit || plans[p].k <= 0 || s.step_drafter != static_cast<int32_t>(d)) {
+        continue;
+      }
       rngs.emplace_back(s.params.seed);
       in.push_back(DraftInput{s.id, s.tokens, &s.params, &s.history, &rngs.back(), plans[p].k,
                               s.num_prompt});
       which.push_back(p);
-      drafting.push_back({&s.spec, plans[p].k, s.pinned()});
+      drafting.push_back({&StateFor(s, s.step_drafter), plans[p].k, s.pinned()});
       ks.push_back(plans[p].k);
       s.on_backends = true;
     }
@@ -300,7 +350,8 @@ absl::Status SpecLoop::Draft(LoopStep& step) {
     if (!plans[p].emit) continue;
     LoopSeq& s = *step.seqs[p];
     plans[p].k = static_cast<int32_t>(step.drafts[p].proposals.size());
-    if (s.drafter >= 0) drafters_[s.drafter].policy.AfterDraft(s.spec, plans[p].k);
+    const int32_t d = s.step_drafter >= 0 ? s.step_drafter : s.drafter;
+    if (d >= 0) drafters_[d].policy.AfterDraft(StateFor(s, d), plans[p].k);
     Bump(stats_.k_chosen, plans[p].k);
     stats_.last_k.push_back(plans[p].k);
   }
@@ -379,7 +430,8 @@ void SpecLoop::Commit(LoopStep& step, size_t p, LoopClient& client) {
   LoopSeq& s = *step.seqs[p];
   const sampling::VerifyResult& v = step.outcomes[p].verified;
   const int32_t drafted = step.sched.plans[p].k;
-  if (s.drafter >= 0) drafters_[s.drafter].policy.AfterVerify(s.spec, drafted, v.num_accepted);
+  const int32_t d = s.step_drafter >= 0 ? s.step_drafter : s.drafter;
+  if (d >= 0) drafters_[d].policy.AfterVerify(StateFor(s, d), drafted, v.num_accepted);
   const Emission e = client.OnVerified(s, v, drafted);
   const int32_t take = std::clamp<int32_t>(e.take, 0, static_cast<int32_t>(v.tokens.size()));
   for (int32_t j = 0; j < take; ++j) {
@@ -404,10 +456,15 @@ void SpecLoop::Commit(LoopStep& step, size_t p, LoopClient& client) {
     return;
   }
   s.target_pos = s.n() - 1;
-  if (s.drafter < 0) return;
-  if (absl::Status st = drafters_[s.drafter].drafter->Commit(s.id, s.tokens); !st.ok()) {
-    step.finished.push_back(step.seqs[p]);
-    step.finish_status.push_back(st);
+  // Both drafters that may draft it roll back (the lookup drafter too, though the n-gram one
+  // keeps no state).
+  for (const int32_t d : {s.drafter, s.lookup == s.drafter ? -1 : s.lookup}) {
+    if (d < 0) continue;
+    if (absl::Status st = drafters_[d].drafter->Commit(s.id, s.tokens); !st.ok()) {
+      step.finished.push_back(step.seqs[p]);
+      step.finish_status.push_back(st);
+      return;
+    }
   }
 }
 

@@ -51,6 +51,13 @@ struct LoopSeq {
   const int32_t num_prompt;
   int32_t max_new_tokens = 128;
   int32_t drafter = -1;   // index of its drafter in the loop (-1: no speculation)
+  // A free lookup drafter (n-gram) tried first each step, -1: none. Where it has a match and its
+  // policy drafts, it drafts this step; otherwise `drafter` does (speculation "auto": text that
+  // repeats its context is drafted for free, the rest by the draft model). Its policy keeps its
+  // own acceptance in lookup_spec. Never for a fixed k (that is the draft model's k).
+  int32_t lookup = -1;
+  SpecSeqState lookup_spec;
+  int32_t step_drafter = -1;  // who drafts this step (Schedule sets it; -1: no one)
   int32_t max_k = 0;      // most drafts per step
   bool fixed_k = false;   // always draft max_k (capped), no policy
 
@@ -162,6 +169,11 @@ class SpecLoop {
   SchedulerState Snapshot(absl::Span<const int32_t> k, size_t admissible,
                           int32_t block_size) const;
   bool Drafts(const LoopSeq& s) const;  // its drafter exists and is available
+  bool Available(int32_t d) const;      // drafter d exists and is available
+  // The lookup drafter drafts `s` this step, if its policy chooses a k: it has a match.
+  bool LookupCanDraft(const LoopSeq& s) const;
+  // The policy state of `s` that drafter d decides on (lookup_spec for its lookup drafter).
+  static SpecSeqState& StateFor(LoopSeq& s, int32_t d);
   void Commit(LoopStep& step, size_t p, LoopClient& client);
   // Its drafter drafts from the target's hidden states (Drafter::wants_features).
   bool WantsFeatures(const LoopSeq& s) const;

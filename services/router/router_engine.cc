@@ -268,6 +268,9 @@ absl::StatusOr<int64_t> RouterEngine::Submit(ValidatedRequest request,
   r->drafter = r->req.spec_mode == SpecMode::kOff     ? -1
                : r->req.spec_mode == SpecMode::kNgram ? ngram_slot_
                                                       : draft_slot_;
+  // AUTO: the n-gram lookup first (free; text that repeats its context), the draft service for
+  // the rest, and the lookup alone when there is no draft service.
+  if (r->req.spec_mode == SpecMode::kAuto) r->lookup = ngram_slot_;
   r->fixed_k = r->req.fixed_k > 0 || options_.default_k > 0;
   r->max_k = r->req.fixed_k > 0     ? r->req.fixed_k
              : options_.default_k > 0 ? options_.default_k
@@ -639,8 +642,9 @@ spec::Emission RouterEngine::EmitTokens(Request& r, const sampling::VerifyResult
   if (drafted > 0) {
     for (int i = 0; i < drafted; ++i) {
       const std::string pos = std::to_string(i + 1);
-      // Model drafts and n-gram drafts are different drafters: their acceptance apart.
-      const char* mode = r.drafter == ngram_slot_ ? "ngram" : "draft";
+      // Model drafts and n-gram drafts are different drafters: their acceptance apart (an
+      // AUTO request's step was drafted by one or the other).
+      const char* mode = r.step_drafter == ngram_slot_ ? "ngram" : "draft";
       metrics_->router_draft_proposed.Add({{"position", pos}, {"mode", mode}}).Increment();
       if (i < static_cast<int>(v.accepted.size()) && v.accepted[i]) {
         metrics_->router_draft_accepted.Add({{"position", pos}, {"mode", mode}}).Increment();

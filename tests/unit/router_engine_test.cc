@@ -269,6 +269,40 @@ TEST_F(RouterEngineTest, NgramSpeculationWithoutDraftServiceMatchesPlain) {
   EXPECT_EQ(s1->tokens().size(), 30u);
 }
 
+// AUTO tries the n-gram lookup first each step: text that repeats its context is drafted for
+// free even when the draft model is never right, and with no draft service at all.
+TEST_F(RouterEngineTest, AutoDraftsRepeatedTextFromTheLookup) {
+  testing::TinyModelSpec spec;
+  spec.seed = 23;
+  spec.tied_output = false;  // its own head: disagrees with the tied target almost always
+  const std::string bad = ::testing::TempDir() + "/router_bad_draft_auto.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(spec, bad).ok());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 6; ++i) {
+    for (int32_t t : {40, 41, 42, 43, 44}) prompt.push_back(t);
+  }
+  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, prompt, 40);
+  Make({}, 256, true, &bad);
+  auto draft_only = Run(Req(prompt, 40, SpecMode::kDraft, 0));
+  draft_only->Wait();
+  ASSERT_TRUE(draft_only->status().ok()) << draft_only->status();
+  EXPECT_EQ(draft_only->tokens(), want);
+  EXPECT_EQ(draft_only->completion().speculation().accepted_tokens(), 0) << "the control";
+  auto sink = Run(Req(prompt, 40, SpecMode::kAuto, 0));
+  sink->Wait();
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->tokens(), want);
+  EXPECT_GT(sink->completion().speculation().accepted_tokens(), 0);
+  EXPECT_NE(metrics_.Text().find("mode=\"ngram\",position=\"1\""), std::string::npos);
+  engine_->Stop();
+  Make({}, 256, /*with_draft=*/false);
+  auto alone = Run(Req(prompt, 40, SpecMode::kAuto, 0));
+  alone->Wait();
+  ASSERT_TRUE(alone->status().ok()) << alone->status();
+  EXPECT_EQ(alone->tokens(), want);
+  EXPECT_GT(alone->completion().speculation().accepted_tokens(), 0);
+}
+
 TEST_F(RouterEngineTest, ConcurrentRequestsWithChunkedPrefill) {
   RouterOptions o;
   o.scheduler.max_batch_tokens = 16;  // forces chunked prefill mixed with decode rows
@@ -733,7 +767,9 @@ TEST_F(RouterEngineTest, AdaptiveKStartsFromTheDraftsTrackRecord) {
   Make({}, 256, true, &bad);
   std::vector<int32_t> drafted;
   for (int i = 0; i < 4; ++i) {
-    auto sink = Run(Req(Prompt(10, 40 + i), 30, SpecMode::kAuto, 0));
+    // DRAFT: the draft model alone (AUTO would also try the n-gram lookup, which these models'
+    // repetitive text rewards).
+    auto sink = Run(Req(Prompt(10, 40 + i), 30, SpecMode::kDraft, 0));
     sink->Wait();
     ASSERT_TRUE(sink->status().ok()) << sink->status();
     EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, Prompt(10, 40 + i), 30));

@@ -4,6 +4,7 @@
 // in-process engine and the router both rely on: committed tokens, KV positions, rollback,
 // re-prefill, preemption, releases, and what the owner decides.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <vector>
@@ -327,6 +328,144 @@ TEST(SpecLoopTest, ATargetErrorEndsTheStepAndCommitsNothing) {
   EXPECT_EQ(a->tokens, before);
   f.RunAll(client);
   EXPECT_EQ(a->tokens, Expected({4}, 8));
+}
+
+// A free lookup drafter (the n-gram one's part): it has a match where `match` says so, and
+// guesses right or wrong.
+class FakeLookup final : public Drafter {
+ public:
+  FakeLookup(Guess g, std::function<bool(int32_t last)> m) : guess(g), match(std::move(m)) {}
+  std::string_view name() const override { return "lookup"; }
+  bool HasProposal(absl::Span<const int32_t> tokens) const override {
+    return match(tokens.back());
+  }
+  absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override {
+    for (size_t i = 0; i < in.size(); ++i) {
+      last_seen.push_back(in[i].tokens.back());
+      int32_t prev = in[i].tokens.back();
+      for (int32_t j = 0; j < in[i].max_tokens; ++j) {
+        const int32_t t = guess == Guess::kRight ? Next(prev) : (Next(prev) + 1) % kVocab;
+        out[i].proposals.push_back(sampling::SparseProposal{t, {t}, {1.0f}});
+        prev = t;
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Commit(SeqId, absl::Span<const int32_t>) override { return absl::OkStatus(); }
+  void Release(SeqId) override {}
+  bool runs_model() const override { return false; }
+
+  Guess guess;
+  std::function<bool(int32_t)> match;
+  std::vector<int32_t> last_seen;  // the last token of every sequence it drafted for
+};
+
+// A model drafter that records the last token of what it drafted from.
+class RecordingDrafter final : public Drafter {
+ public:
+  std::string_view name() const override { return "model"; }
+  absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override {
+    for (size_t i = 0; i < in.size(); ++i) {
+      last_seen.push_back(in[i].tokens.back());
+      int32_t prev = in[i].tokens.back();
+      for (int32_t j = 0; j < in[i].max_tokens; ++j) {
+        const int32_t t = Next(prev);
+        out[i].proposals.push_back(sampling::SparseProposal{t, {t}, {1.0f}});
+        prev = t;
+      }
+      fed[in[i].seq] = static_cast<int64_t>(in[i].tokens.size());
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Commit(SeqId, absl::Span<const int32_t>) override { return absl::OkStatus(); }
+  void Release(SeqId seq) override { fed.erase(seq); }
+  bool runs_model() const override { return true; }
+  int64_t CachedLength(SeqId seq) const override {
+    auto it = fed.find(seq);
+    return it == fed.end() ? -1 : it->second;
+  }
+  std::vector<int32_t> last_seen;
+  std::map<SeqId, int64_t> fed;
+};
+
+// Speculation "auto": per step, the lookup drafts where it has a match and its policy drafts,
+// the sequence's own drafter everywhere else. Both policies are adaptive (no fixed k).
+struct AutoFixture {
+  AutoFixture(Guess lookup_guess, std::function<bool(int32_t)> match)
+      : lookup(lookup_guess, std::move(match)) {
+    LoopOptions o;
+    o.context_length = 4096;
+    KPolicyOptions ko;
+    ko.max_k = 4;
+    ko.track_load = false;
+    ko.verify_cost = CostCurve({{1, 1.0}, {5, 1.2}});
+    KPolicyOptions model = ko;
+    model.draft_cost = CostCurve({{1, 0.05}});  // cheap: a right draft pays at any k
+    loop = std::make_unique<SpecLoop>(
+        o, &target,
+        std::vector<LoopDrafter>{{&drafter, KPolicy(model), true}, {&lookup, KPolicy(ko), true}});
+    config.max_batch_tokens = 64;
+    config.max_running = 8;
+    config.block_size = 4;
+    config.target_blocks = 1024;
+    config.draft_blocks = 1024;  // the model drafter's KV
+  }
+  LoopSeqPtr Add(SeqId id, std::vector<int32_t> prompt, int32_t new_tokens) {
+    sampling::SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    auto s = std::make_shared<LoopSeq>(id, std::move(prompt), greedy);
+    s->max_new_tokens = new_tokens;
+    s->drafter = 0;
+    s->lookup = 1;
+    s->max_k = 4;
+    loop->Enqueue(s);
+    return s;
+  }
+  FakeTarget target;
+  RecordingDrafter drafter;
+  FakeLookup lookup;
+  std::unique_ptr<SpecLoop> loop;
+  SchedulerConfig config;
+};
+
+TEST(SpecLoopTest, AutoDraftsFromTheLookupWhereItHasAMatchAndFromTheDrafterElsewhere) {
+  // Matches after even tokens only.
+  AutoFixture f(Guess::kRight, [](int32_t last) { return last % 2 == 0; });
+  LoopSeqPtr a = f.Add(1, {4, 9}, 120);
+  TakeAll client;
+  int steps = 0;
+  while (!f.loop->running().empty() || !f.loop->waiting().empty()) {
+    LoopStep step;
+    ASSERT_TRUE(f.loop->RunStep(f.config, client, step).ok());
+    ASSERT_LT(++steps, 500);
+  }
+  EXPECT_EQ(a->tokens, Expected({4, 9}, 120));
+  ASSERT_FALSE(f.lookup.last_seen.empty());
+  ASSERT_FALSE(f.drafter.last_seen.empty());
+  for (int32_t t : f.lookup.last_seen) EXPECT_EQ(t % 2, 0) << "the lookup drafts only on a match";
+  for (int32_t t : f.drafter.last_seen) {
+    EXPECT_EQ(t % 2, 1) << "where the lookup matched and drafted, the draft model did not";
+  }
+  EXPECT_EQ(a->accepted, a->drafted);  // both right
+  EXPECT_LT(steps, 120 / 2);
+}
+
+TEST(SpecLoopTest, AutoGivesAMissingLookupUpForTheDrafter) {
+  AutoFixture f(Guess::kWrong, [](int32_t) { return true; });  // always a match, always wrong
+  LoopSeqPtr a = f.Add(1, {4, 9}, 200);
+  TakeAll client;
+  int steps = 0;
+  while (!f.loop->running().empty() || !f.loop->waiting().empty()) {
+    LoopStep step;
+    ASSERT_TRUE(f.loop->RunStep(f.config, client, step).ok());
+    ASSERT_LT(++steps, 500);
+  }
+  EXPECT_EQ(a->tokens, Expected({4, 9}, 200));
+  // The lookup's policy learns it is never right and only probes now and then; the draft
+  // model, always right, drafts the rest.
+  EXPECT_LE(f.lookup.last_seen.size(), 20u);
+  EXPECT_GT(f.drafter.last_seen.size(), 20u);
+  EXPECT_GT(a->accepted, 100);
 }
 
 }  // namespace
