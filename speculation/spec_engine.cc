@@ -113,6 +113,10 @@ absl::StatusOr<std::unique_ptr<SpecEngine>> SpecEngine::Create(engine::LlamaMode
     return absl::InvalidArgumentError(absl::StrFormat(
         "kv_blocks (%d) and block_size (%d) must be >= 1", o.kv_blocks, o.block_size));
   }
+  if (o.lookup != nullptr && (!o.adaptive_k || o.lookup->runs_model())) {
+    return absl::InvalidArgumentError(
+        "lookup must be a drafter without a model (n-gram), with adaptive_k on");
+  }
   if (o.adaptive_k && !o.calibrate && o.verify_cost.empty()) {
     return absl::InvalidArgumentError(
         "verify_cost must be given when adaptive_k is on and calibrate is off");
@@ -138,8 +142,15 @@ absl::StatusOr<std::unique_ptr<SpecEngine>> SpecEngine::Create(engine::LlamaMode
   ko.pinned_draft_ratio =
       drafter == nullptr ? 0.0 : NominalDraftRatio(drafter->weight_bytes(), target->weight_bytes(),
                                                    drafter->runs_model() ? 0.5 : 0.0);
+  KPolicyOptions lookup_ko = ko;  // free drafts
+  lookup_ko.draft_cost = CostCurve();
+  lookup_ko.pinned_draft_ratio = 0.0;
   std::vector<LoopDrafter> drafters;
   if (drafter != nullptr) drafters.push_back(LoopDrafter{drafter, KPolicy(std::move(ko))});
+  if (o.lookup != nullptr) {
+    e->lookup_index_ = static_cast<int32_t>(drafters.size());
+    drafters.push_back(LoopDrafter{o.lookup, KPolicy(std::move(lookup_ko))});
+  }
   LoopOptions lo;
   lo.drafts_with_prompt = true;
   lo.context_length = target->config().context_length;
@@ -179,6 +190,7 @@ absl::Status SpecEngine::Calibrate() {
   absl::StatusOr<CostCurve> verify = CalibrateVerify(runner, options_.max_batch_tokens,
                                                      target_->options().max_logit_rows, kProbe);
   if (!verify.ok()) return verify.status();
+  if (lookup_index_ >= 0) loop_->drafters()[lookup_index_].policy.set_costs(*verify, CostCurve());
   if (drafter_ == nullptr) {
     verify_cost_ = std::move(*verify);
     return absl::OkStatus();
@@ -267,6 +279,7 @@ absl::StatusOr<RequestId> SpecEngine::Admit(SpecRequest r) {
   const RequestId id = next_id_++;
   auto s = std::make_shared<Sequence>(id, std::move(r));
   s->drafter = drafter_ != nullptr ? 0 : -1;
+  s->lookup = lookup_index_;
   s->max_k = s->req.k >= 0 ? s->req.k : options_.k;
   s->fixed_k = !options_.adaptive_k;
   loop_->Enqueue(std::move(s));

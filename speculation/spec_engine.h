@@ -74,6 +74,10 @@ struct SpecEngineOptions {
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   int32_t k = 4;  // drafts per step (fixed mode) / upper bound (adaptive)
   bool adaptive_k = false;
+  // Adaptive k only: a free lookup drafter (the n-gram one) tried first each step, on its own
+  // policy; the engine's drafter drafts the steps it does not (the router's speculation
+  // "auto"). Must outlive the engine; null: none.
+  Drafter* lookup = nullptr;
   // Adaptive mode: measure target and draft costs at Create (a few forwards). Without it
   // the curves start from `verify_cost` / `draft_cost` (must be set then).
   bool calibrate = true;
@@ -151,6 +155,7 @@ class SpecEngine {
   std::unique_ptr<engine::LocalModelRunner> runner_;
   std::unique_ptr<LocalTarget> local_target_;
   std::unique_ptr<SpecLoop> loop_;       // THE loop; its drafter 0 is drafter_ (if any)
+  int32_t lookup_index_ = -1;            // options_.lookup's index in the loop (-1: none)
   CostCurve verify_cost_, draft_cost_;  // the curves when there is no drafter (no policy)
   absl::flat_hash_map<RequestId, SpecResult> finished_;
   RequestId next_id_ = 1;

@@ -14,6 +14,7 @@
 #include "engine/communicator.h"
 #include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
+#include "speculation/ngram_drafter.h"
 #include "speculation/spec_engine.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/detokenizer.h"
@@ -45,6 +46,8 @@ absl::StatusOr<bool> ParseSpecFlag(int argc, char** argv, int* i, SpecGenerateOp
     }
   } else if (f == "--ngram") {
     o->drafter.kind = spec::DrafterChoice::Kind::kNgram;
+  } else if (f == "--no-lookup") {
+    o->lookup = false;
   } else if (f == "--k") {
     absl::StatusOr<std::string> v = value();
     if (!v.ok()) return v.status();
@@ -135,6 +138,15 @@ absl::Status SpecGenerate(const SpecGenerateOptions& a) {
   for (int32_t id = 0; id < tk.vocab_size(); ++id) {
     if (tk.IsEndOfGeneration(id)) eo.eos_token_ids.push_back(id);
   }
+  // As the router's "auto": with adaptive k, a model draft gets the n-gram lookup in front.
+  std::unique_ptr<spec::NgramDrafter> lookup;
+  if (a.adaptive_k && a.lookup && (*drafter)->runs_model()) {
+    absl::StatusOr<std::unique_ptr<spec::NgramDrafter>> n =
+        spec::NgramDrafter::Create(spec::NgramDrafterOptions{});
+    if (!n.ok()) return n.status();
+    lookup = std::move(*n);
+    eo.lookup = lookup.get();
+  }
   auto engine = spec::SpecEngine::Create(model->get(), drafter->get(), eo);
   if (!engine.ok()) return engine.status();
 
@@ -165,7 +177,7 @@ absl::Status SpecGenerate(const SpecGenerateOptions& a) {
   std::fprintf(stderr,
                "\n[specd] %s, k %s: prompt %zu tokens + %zu generated in %.3f s (%.1f tok/s "
                "including prefill); finish: %s\n%s\n",
-               choice.Describe().c_str(),
+               (choice.Describe() + (lookup != nullptr ? " after the n-gram lookup" : "")).c_str(),
                a.adaptive_k ? absl::StrCat("auto<=", a.k).c_str() : absl::StrCat(a.k).c_str(),
                prompt->size(), result->tokens.size(), secs, result->tokens.size() / secs,
                spec::FinishReasonName(result->finish), (*engine)->stats().ToString().c_str());

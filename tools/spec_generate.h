@@ -25,12 +25,15 @@ struct SpecGenerateOptions {
   spec::DrafterChoice drafter;
   int k = 4;
   bool adaptive_k = false;
+  // With --k auto and a model draft: the n-gram lookup drafts first where it has a match (the
+  // router's speculation "auto"); --no-lookup turns it off.
+  bool lookup = true;
   std::optional<gguf::GgmlType> target_weights;  // re-encode the target at load (e.g. F16)
   std::string exe_dir;  // where the binary lives: --draft default looks in ../../drafts
 };
 
 // Parses one speculation flag at argv[*i] ("--draft", "--self-draft", "--ngram", "--k",
-// "--target-weights"), advancing *i past its value. Returns false if argv[*i] is not one.
+// "--no-lookup", "--target-weights"), advancing *i past its value. Returns false if argv[*i] is not one.
 // INVALID_ARGUMENT for a bad value, naming the flag.
 absl::StatusOr<bool> ParseSpecFlag(int argc, char** argv, int* i, SpecGenerateOptions* o);
 

@@ -60,7 +60,9 @@ constexpr char kUsage[] =
     "                          the distilled draft shipped for the target (drafts/<target>.draft.gguf)\n"
     "  --self-draft L          draft with the target's first L layers + its head\n"
     "  --ngram                 draft by prompt/n-gram lookup\n"
-    "  --k N|auto              drafts per step (default 4); auto = adaptive, up to 8\n"
+    "  --k N|auto              drafts per step (default 4); auto = adaptive, up to 8; with a\n"
+    "                          model draft, auto also drafts from the n-gram lookup first\n"
+    "  --no-lookup             --k auto: the model draft alone\n"
     "  --target-weights f16|bf16|f32  re-encode the target's weights at load\n";
 
 struct GenerateArgs {

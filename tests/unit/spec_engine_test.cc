@@ -339,6 +339,78 @@ TEST_F(SpecEngineTest, AdaptiveKProbesAndFindsAGoodDrafter) {
   EXPECT_EQ(e2->stats().drafted, 0);
 }
 
+// The router's speculation "auto" in one process: the n-gram lookup drafts first where it has a
+// match, the draft model elsewhere. Greedy output equals plain decoding, and both drafted.
+TEST_F(SpecEngineTest, LookupFirstThenTheDraftModelKeepsGreedyOutput) {
+  class Counting final : public Drafter {
+   public:
+    explicit Counting(std::unique_ptr<Drafter> d) : d_(std::move(d)) {}
+    std::string_view name() const override { return d_->name(); }
+    absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override {
+      absl::Status st = d_->Propose(in, out);
+      for (const DraftOutput& o : out) drafted += static_cast<int64_t>(o.proposals.size());
+      return st;
+    }
+    absl::Status Commit(SeqId s, absl::Span<const int32_t> c) override { return d_->Commit(s, c); }
+    void Release(SeqId s) override { d_->Release(s); }
+    bool HasProposal(absl::Span<const int32_t> t) const override { return d_->HasProposal(t); }
+    bool runs_model() const override { return d_->runs_model(); }
+    uint64_t weight_bytes() const override { return d_->weight_bytes(); }
+    const engine::PagedKvCache* kv_cache() const override { return d_->kv_cache(); }
+    int64_t CachedLength(SeqId s) const override { return d_->CachedLength(s); }
+    int64_t drafted = 0;
+
+   private:
+    std::unique_ptr<Drafter> d_;
+  };
+  // Prompts that repeat a pattern (the lookup has matches), then random ones (it has few).
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p;
+    for (int r = 0; r < 5; ++r) {
+      for (int32_t t = 0; t < 6; ++t) p.push_back(10 + 7 * i + t);
+    }
+    prompts.push_back(p);
+  }
+  for (const auto& p : Prompts(4, vocab_)) prompts.push_back(p);
+  const auto params = Greedy(prompts.size());
+  constexpr int kNew = 40;
+  const auto plain = PlainGenerate(*target_->model, prompts, params, kNew, {});
+  for (int running : {1, 8}) {
+    Counting model(MakeDrafter("model"));
+    Counting lookup(MakeDrafter("ngram"));
+    SpecEngineOptions o;
+    o.k = 4;
+    o.adaptive_k = true;
+    o.max_running = running;
+    o.lookup = &lookup;
+    auto e = MakeEngine(&model, o);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(EngineGenerate(*e, prompts, params, kNew), plain) << running;
+    // Alone, both draft; in a batch of 8 the policies decide what pays on this machine's
+    // timings, and what drafts must still give the same text.
+    if (running == 1) {
+      EXPECT_GT(lookup.drafted, 0);
+      EXPECT_GT(model.drafted, 0);
+    } else {
+      EXPECT_GT(lookup.drafted + model.drafted, 0);
+    }
+    EXPECT_EQ(e->kv_cache().num_used_blocks(), 0);
+    EXPECT_EQ(model.kv_cache()->num_used_blocks(), 0);
+  }
+  // A lookup needs adaptive k and must be model-free.
+  auto d = MakeDrafter("model");
+  auto n = MakeDrafter("ngram");
+  SpecEngineOptions bad;
+  bad.lookup = n.get();
+  EXPECT_EQ(SpecEngine::Create(target_->model.get(), d.get(), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.adaptive_k = true;
+  bad.lookup = d.get();
+  EXPECT_EQ(SpecEngine::Create(target_->model.get(), d.get(), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SpecEngineTest, SeededSamplingIsIndependentOfBatching) {
   const auto prompts = Prompts(6, vocab_);
   std::vector<sampling::SamplingParams> params(prompts.size());
