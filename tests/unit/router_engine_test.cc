@@ -33,6 +33,17 @@ std::string TinyModel(uint64_t seed) {
   return path;
 }
 
+// A draft with its own head: it disagrees with the tied target almost always. "" on failure.
+std::string NeverRightDraft(const std::string& name) {
+  testing::TinyModelSpec spec;
+  spec.seed = 23;
+  spec.tied_output = false;
+  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
+  const absl::Status st = testing::WriteTinyModel(spec, path);
+  EXPECT_TRUE(st.ok()) << st;
+  return st.ok() ? path : "";
+}
+
 std::unique_ptr<services::ModelHost> Host(const std::string& path, int kv_blocks,
                                           int num_layers = 0, bool prefix_caching = true) {
   services::ModelHostOptions o;
@@ -272,11 +283,8 @@ TEST_F(RouterEngineTest, NgramSpeculationWithoutDraftServiceMatchesPlain) {
 // AUTO tries the n-gram lookup first each step: text that repeats its context is drafted for
 // free even when the draft model is never right, and with no draft service at all.
 TEST_F(RouterEngineTest, AutoDraftsRepeatedTextFromTheLookup) {
-  testing::TinyModelSpec spec;
-  spec.seed = 23;
-  spec.tied_output = false;  // its own head: disagrees with the tied target almost always
-  const std::string bad = ::testing::TempDir() + "/router_bad_draft_auto.gguf";
-  ASSERT_TRUE(testing::WriteTinyModel(spec, bad).ok());
+  const std::string bad = NeverRightDraft("router_bad_draft_auto");
+  ASSERT_FALSE(bad.empty());
   std::vector<int32_t> prompt;
   for (int i = 0; i < 6; ++i) {
     for (int32_t t : {40, 41, 42, 43, 44}) prompt.push_back(t);
@@ -759,11 +767,8 @@ TEST_F(RouterEngineTest, SeededSampledOutputIndependentOfBatchWithAdaptiveK) {
 // A draft that is never right: the first greedy request learns it (drafting a few steps from
 // the fixed prior); later ones start from the router-wide acceptance and hardly draft at all.
 TEST_F(RouterEngineTest, AdaptiveKStartsFromTheDraftsTrackRecord) {
-  testing::TinyModelSpec spec;
-  spec.seed = 23;
-  spec.tied_output = false;  // its own head: disagrees with the tied target almost always
-  const std::string bad = ::testing::TempDir() + "/router_bad_draft.gguf";
-  ASSERT_TRUE(testing::WriteTinyModel(spec, bad).ok());
+  const std::string bad = NeverRightDraft("router_bad_draft");
+  ASSERT_FALSE(bad.empty());
   Make({}, 256, true, &bad);
   std::vector<int32_t> drafted;
   for (int i = 0; i < 4; ++i) {

@@ -131,6 +131,17 @@ class TakeAll final : public LoopClient {
   int64_t drafted_seen = 0;
 };
 
+// Steps until the queues are empty (at most 1000 steps); returns how many ran.
+int RunLoop(SpecLoop& loop, const SchedulerConfig& config, LoopClient& client) {
+  int steps = 0;
+  while (!loop.running().empty() || !loop.waiting().empty()) {
+    LoopStep step;
+    EXPECT_TRUE(loop.RunStep(config, client, step).ok());
+    if (++steps > 1000) break;
+  }
+  return steps;
+}
+
 struct Fixture {
   Fixture(Guess g, LoopOptions o = {}) : drafter(g) {
     o.context_length = o.context_length > 0 ? o.context_length : 4096;
@@ -155,15 +166,7 @@ struct Fixture {
     loop->Enqueue(s);
     return s;
   }
-  int RunAll(LoopClient& client) {
-    int steps = 0;
-    while (!loop->running().empty() || !loop->waiting().empty()) {
-      LoopStep step;
-      EXPECT_TRUE(loop->RunStep(config, client, step).ok());
-      if (++steps > 1000) break;
-    }
-    return steps;
-  }
+  int RunAll(LoopClient& client) { return RunLoop(*loop, config, client); }
   FakeTarget target;
   FakeDrafter drafter;
   std::unique_ptr<SpecLoop> loop;
@@ -421,6 +424,7 @@ struct AutoFixture {
     loop->Enqueue(s);
     return s;
   }
+  int RunAll(LoopClient& client) { return RunLoop(*loop, config, client); }
   FakeTarget target;
   RecordingDrafter drafter;
   FakeLookup lookup;
@@ -433,12 +437,7 @@ TEST(SpecLoopTest, AutoDraftsFromTheLookupWhereItHasAMatchAndFromTheDrafterElsew
   AutoFixture f(Guess::kRight, [](int32_t last) { return last % 2 == 0; });
   LoopSeqPtr a = f.Add(1, {4, 9}, 120);
   TakeAll client;
-  int steps = 0;
-  while (!f.loop->running().empty() || !f.loop->waiting().empty()) {
-    LoopStep step;
-    ASSERT_TRUE(f.loop->RunStep(f.config, client, step).ok());
-    ASSERT_LT(++steps, 500);
-  }
+  const int steps = f.RunAll(client);
   EXPECT_EQ(a->tokens, Expected({4, 9}, 120));
   ASSERT_FALSE(f.lookup.last_seen.empty());
   ASSERT_FALSE(f.drafter.last_seen.empty());
@@ -454,13 +453,9 @@ TEST(SpecLoopTest, AutoGivesAMissingLookupUpForTheDrafter) {
   AutoFixture f(Guess::kWrong, [](int32_t) { return true; });  // always a match, always wrong
   LoopSeqPtr a = f.Add(1, {4, 9}, 200);
   TakeAll client;
-  int steps = 0;
-  while (!f.loop->running().empty() || !f.loop->waiting().empty()) {
-    LoopStep step;
-    ASSERT_TRUE(f.loop->RunStep(f.config, client, step).ok());
-    ASSERT_LT(++steps, 500);
-  }
+  const int steps = f.RunAll(client);
   EXPECT_EQ(a->tokens, Expected({4, 9}, 200));
+  EXPECT_LT(steps, 200 / 2);
   // The lookup's policy learns it is never right and only probes now and then; the draft
   // model, always right, drafts the rest.
   EXPECT_LE(f.lookup.last_seen.size(), 20u);
