@@ -384,16 +384,18 @@ TEST_F(SpecEngineTest, LookupFirstThenTheDraftModelKeepsGreedyOutput) {
     o.adaptive_k = true;
     o.max_running = running;
     o.lookup = &lookup;
+    // Fixed costs (no timing): drafting pays for both alone, and what drafts follows from the
+    // tokens and the acceptance alone, on any machine and under a sanitizer.
+    o.calibrate = false;
+    o.track_load = false;
+    o.verify_cost = CostCurve({{1, 1.0}, {48, 1.5}});
+    o.draft_cost = CostCurve({{1, 0.05}, {8, 0.1}});
     auto e = MakeEngine(&model, o);
     ASSERT_TRUE(e);
     EXPECT_EQ(EngineGenerate(*e, prompts, params, kNew), plain) << running;
-    // Alone, both draft; in a batch of 8 the policies decide what pays on this machine's
-    // timings, and what drafts must still give the same text.
-    if (running == 1) {
+    if (running == 1) {  // in a batch the policies price rows past the step's fixed cost
       EXPECT_GT(lookup.drafted, 0);
       EXPECT_GT(model.drafted, 0);
-    } else {
-      EXPECT_GT(lookup.drafted + model.drafted, 0);
     }
     EXPECT_EQ(e->kv_cache().num_used_blocks(), 0);
     EXPECT_EQ(model.kv_cache()->num_used_blocks(), 0);
