@@ -17,11 +17,11 @@
 #include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "speculation/drafter_factory.h"
+#include "speculation/ngram_drafter.h"
 #include "speculation/spec_engine.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "speculation/drafter_factory.h"
 
 namespace specd {
 namespace {
@@ -70,14 +70,16 @@ struct Bench {
   std::vector<int32_t> eos;
 
   // Generates o.new_tokens greedy tokens for every prompt, `batch` at a time.
+  // `lookup` (adaptive only): the n-gram lookup in front of `drafter`, as speculation "auto".
   absl::StatusOr<Row> Run(const std::string& name, spec::Drafter* drafter, int k, bool adaptive,
-                          int batch, float temperature = 0) {
+                          int batch, float temperature = 0, spec::Drafter* lookup = nullptr) {
     spec::SpecEngineOptions eo;
     eo.max_batch_tokens = 256;
     eo.max_running = batch;
     eo.kv_blocks = 512;
     eo.k = drafter ? k : 0;
     eo.adaptive_k = drafter != nullptr && adaptive;
+    eo.lookup = eo.adaptive_k ? lookup : nullptr;
     eo.eos_token_ids = eos;
     auto e = spec::SpecEngine::Create(target, drafter, eo);
     if (!e.ok()) return e.status();
@@ -209,6 +211,9 @@ absl::Status RunDistilled(Bench& b, const SpecBenchOptions& o) {
   c.model.max_sequences = 64;
   auto d = spec::MakeDrafter(c, b.file, o.model_path, b.backend);
   if (!d.ok()) return d.status();
+  absl::StatusOr<std::unique_ptr<spec::NgramDrafter>> lookup =
+      spec::NgramDrafter::Create(spec::NgramDrafterOptions{});
+  if (!lookup.ok()) return lookup.status();
   std::printf("distilled draft %s (%.1f MB of weights per step) vs target (%.1f MB):\n",
               c.draft_path.c_str(), (*d)->weight_bytes() / 1e6, b.target->weight_bytes() / 1e6);
   for (float temp : {0.0f, 0.8f}) {
@@ -228,6 +233,11 @@ absl::Status RunDistilled(Bench& b, const SpecBenchOptions& o) {
         if (!r.ok()) return r.status();
         Print(*r, &*plain);
       }
+      // Speculation "auto" as the cluster runs it: the n-gram lookup first, then the draft.
+      auto a = b.Run(absl::StrCat("lookup + distilled, batch ", batch, ", ", t, ", k auto"),
+                     d->get(), 8, true, batch, temp, lookup->get());
+      if (!a.ok()) return a.status();
+      Print(*a, &*plain);
     }
   }
   return absl::OkStatus();
