@@ -24,12 +24,28 @@ absl::StatusOr<std::unique_ptr<NgramDrafter>> NgramDrafter::Create(const NgramDr
   return std::unique_ptr<NgramDrafter>(new NgramDrafter(o));
 }
 
+absl::Span<const int32_t> NgramDrafter::Window(absl::Span<const int32_t> all) const {
+  return all.size() > static_cast<size_t>(options_.max_lookback)
+             ? all.subspan(all.size() - options_.max_lookback)
+             : all;
+}
+
+bool NgramDrafter::HasProposal(absl::Span<const int32_t> all) const {
+  const absl::Span<const int32_t> t = Window(all);
+  const int64_t n = static_cast<int64_t>(t.size());
+  const int64_t len = options_.min_ngram;
+  if (n - 1 < len) return false;
+  const int32_t* suffix = t.data() + n - len;
+  for (int64_t j = n - len - 1; j >= 0; --j) {
+    if (std::equal(suffix, suffix + len, t.data() + j)) return true;
+  }
+  return false;
+}
+
 std::vector<int32_t> NgramDrafter::Lookup(absl::Span<const int32_t> all, int32_t k) const {
   std::vector<int32_t> cont;
   if (k <= 0) return cont;
-  const absl::Span<const int32_t> t = all.size() > static_cast<size_t>(options_.max_lookback)
-                                          ? all.subspan(all.size() - options_.max_lookback)
-                                          : all;
+  const absl::Span<const int32_t> t = Window(all);
   const int64_t n = static_cast<int64_t>(t.size());
   for (int64_t len = std::min<int64_t>(options_.max_ngram, n - 1); len >= options_.min_ngram;
        --len) {

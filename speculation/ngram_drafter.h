@@ -29,9 +29,9 @@ class NgramDrafter final : public Drafter {
   absl::Status Commit(SeqId, absl::Span<const int32_t>) override { return absl::OkStatus(); }
   void Release(SeqId) override {}
   bool runs_model() const override { return false; }
-  bool HasProposal(absl::Span<const int32_t> tokens) const override {
-    return !Lookup(tokens, 1).empty();
-  }
+  // Lookup(tokens, k) is non-empty: asked every step before Propose, so one scan of the
+  // shortest suffix only (any longer match contains an earlier occurrence of it).
+  bool HasProposal(absl::Span<const int32_t> tokens) const override;
 
   // The continuation (at most k tokens) after the most recent earlier occurrence of the longest
   // matching suffix of `tokens`; empty when nothing matches.
@@ -39,6 +39,8 @@ class NgramDrafter final : public Drafter {
 
  private:
   explicit NgramDrafter(const NgramDrafterOptions& o) : options_(o) {}
+  // The last max_lookback tokens: what Lookup searches.
+  absl::Span<const int32_t> Window(absl::Span<const int32_t> all) const;
   NgramDrafterOptions options_;
 };
 

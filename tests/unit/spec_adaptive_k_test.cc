@@ -1,5 +1,6 @@
 // Adaptive k decisions (ChooseK and the KPolicy that uses it) and the n-gram lookup, as pure
 // functions.
+#include <random>
 #include <vector>
 
 #include "speculation/adaptive_k.h"
@@ -126,6 +127,23 @@ TEST(NgramDrafterTest, LongestRecentSuffixMatch) {
   EXPECT_EQ(out[0].proposals[2].token, 1);
   EXPECT_EQ(out[0].proposals[0].ids, (std::vector<int32_t>{3}));
   EXPECT_EQ(out[0].proposals[0].probs, (std::vector<float>{1.0f}));
+}
+
+// HasProposal (one scan of the shortest suffix) against its reference, Lookup being non-empty:
+// random short sequences over a few symbols, every option set, windows cut by max_lookback.
+TEST(NgramDrafterTest, HasProposalIsLookupNonEmpty) {
+  std::mt19937 gen(5);
+  for (const NgramDrafterOptions o :
+       {NgramDrafterOptions{}, NgramDrafterOptions{3, 2, 4096}, NgramDrafterOptions{2, 1, 6}}) {
+    auto d = NgramDrafter::Create(o);
+    ASSERT_TRUE(d.ok());
+    for (int trial = 0; trial < 2000; ++trial) {
+      std::vector<int32_t> t(1 + gen() % 14);
+      for (int32_t& x : t) x = static_cast<int32_t>(gen() % 4);
+      EXPECT_EQ((*d)->HasProposal(t), !(*d)->Lookup(t, 1).empty())
+          << "trial " << trial << " min_ngram " << o.min_ngram;
+    }
+  }
 }
 
 }  // namespace
