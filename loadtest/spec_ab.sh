@@ -8,8 +8,8 @@
 #   loadtest/spec_ab.sh [OUT_DIR]
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], CONCURRENCY
 # ["1 16"], REQUESTS per run [32], NEW_TOKENS [128], ROUNDS of off/auto pairs [3],
-# TEMPERATURE [0], DRAFT_MODEL [default], PROMPTS [builtin; edit: editing traffic, see
-# specd-loadtest --prompts].
+# TEMPERATURE [0], SEEDED [1; 0: sampled requests send no seed, so their k is not pinned],
+# DRAFT_MODEL [default], PROMPTS [builtin; edit: editing traffic, see specd-loadtest --prompts].
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,7 +26,8 @@ export SPECD_DRAFT_MODEL="${DRAFT_MODEL:-default}"
 start_cluster spec_ab
 
 COMMON=(--server "localhost:$PORT" --mode closed --prompts "${PROMPTS:-builtin}"
-        --max-new-tokens "${NEW_TOKENS:-128}" --temperature "${TEMPERATURE:-0}")
+        --max-new-tokens "${NEW_TOKENS:-128}" --temperature "${TEMPERATURE:-0}"
+        --seeded "${SEEDED:-1}")
 "$LOADTEST" "${COMMON[@]}" --spec off --concurrency 1 --requests 2 >/dev/null  # warm-up
 for c in ${CONCURRENCY:-1 16}; do
   n="${REQUESTS:-32}"

@@ -57,6 +57,7 @@ struct Config {
   int32_t concurrency = 4, requests = 32, prompt_tokens = 64, max_new_tokens = 64, k = 0;
   int32_t shared_prefix_tokens = 0;  // random prompts: the same leading ids in every request
   int32_t prompt_seed = 0;  // random prompts: request i draws its ids from seed i + this
+  int32_t seeded = 1;       // 1: request i sends seed i; 0: no seed (the router picks one)
   int32_t conversations = 4;         // multiturn: request i is turn i / C of conversation i % C
   double qps = 2, duration_s = 30, temperature = 0;
 };
@@ -118,7 +119,7 @@ specd::v1::GenerateRequest MakeRequest(const Config& c, int index) {
   r.mutable_sampling()->set_max_new_tokens(c.max_new_tokens);
   r.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
   r.mutable_sampling()->set_ignore_eos(true);
-  r.mutable_sampling()->set_seed(index);
+  if (c.seeded != 0) r.mutable_sampling()->set_seed(index);
   r.mutable_speculation()->set_mode(SpecMode(c.spec));
   r.mutable_speculation()->set_num_draft_tokens(c.k);
   return r;
@@ -243,10 +244,10 @@ std::string HttpBody(const Config& c, int index, std::string* path) {
                       {"max_tokens", c.max_new_tokens},
                       {"temperature", c.temperature},
                       {"ignore_eos", true},
-                      {"seed", index},
                       {"stream", true},
                       {"return_token_ids", true},
                       {"speculation", {{"mode", c.spec}, {"k", c.k}}}};
+  if (c.seeded != 0) j["seed"] = index;
   if (g.has_chat()) {
     *path = "/v1/chat/completions";
     j["messages"] = nlohmann::json::array();
@@ -391,6 +392,9 @@ int main(int argc, char** argv) {
         "multiturn prompts: conversations (request i is turn i / N of conversation i % N)");
   f.Add("max-new-tokens", "SPECD_LOADTEST_MAX_NEW_TOKENS", &c.max_new_tokens, "tokens out");
   f.Add("temperature", "SPECD_LOADTEST_TEMPERATURE", &c.temperature, "0 = greedy");
+  f.Add("seeded", "SPECD_LOADTEST_SEEDED", &c.seeded,
+        "1: request i sends seed i (its sampled text replays: pinned k); 0: no seed, as most "
+        "clients send (the router's k follows load)");
   f.Add("spec", "SPECD_LOADTEST_SPEC", &c.spec,
         "speculation: off, auto, draft, ngram or self");
   f.Add("k", "SPECD_LOADTEST_K", &c.k, "draft tokens per step (0 = adaptive)");

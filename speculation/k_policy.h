@@ -47,9 +47,12 @@ struct KPolicyOptions {
   CostCurve draft_cost;   // seconds of one draft round by sequences; empty = free (n-gram)
   // The nominal costs pinned sequences decide on, in target decode steps: a draft round (the
   // draft's weight bytes over the target's: decoding is memory-bound; 0 = free drafts), and
-  // each verified token beyond the first.
+  // each verified token beyond the first. A pinned k cannot follow load, so a verified row is
+  // priced between an idle service (~0.1 of a step at batch 1) and a loaded CPU one (0.4–0.7
+  // at batch 8–16 on 2 cores): at 0.1, seeded sampled traffic at concurrency 16 drafted its
+  // 23 %-accepted lookups and ran at 0.79x of speculation off (docs/PERFORMANCE.md).
   double pinned_draft_ratio = 0.5;
-  double pinned_verify_token = 0.1;
+  double pinned_verify_token = 0.3;
 };
 
 // The nominal draft-round cost of a drafter reading `draft_bytes` of weights per token against

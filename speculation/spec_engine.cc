@@ -42,6 +42,7 @@ const char* FinishReasonName(FinishReason r) {
 struct SpecEngine::Sequence : LoopSeq {
   Sequence(RequestId i, SpecRequest r) : LoopSeq(i, r.prompt, r.params), req(std::move(r)) {
     max_new_tokens = req.max_new_tokens;
+    seeded = req.seeded;
   }
   SpecRequest req;
   SpecResult result;

@@ -54,6 +54,9 @@ struct SpecRequest {
   sampling::SamplingParams params;
   int32_t max_new_tokens = 128;
   int32_t k = -1;  // -1: the engine's policy; 0: no speculation; > 0: at most this many drafts
+  // Sampled requests: true, the seed alone gives the text (k pinned); false, k follows load
+  // like a greedy request's (faster in a batch, same distribution). LoopSeq::seeded.
+  bool seeded = true;
 };
 
 struct SpecResult {

@@ -60,6 +60,11 @@ struct LoopSeq {
   int32_t step_drafter = -1;  // who drafts this step (Schedule sets it; -1: no one)
   int32_t max_k = 0;      // most drafts per step
   bool fixed_k = false;   // always draft max_k (capped), no policy
+  // The request chose its seed. A sampled sequence's text then must follow from the seed
+  // alone, so its k is pinned (scheduler.h "Pinned k"). Without a chosen seed nothing can
+  // replay it: its k follows the step's measured costs and load like a greedy sequence's —
+  // the same distribution, and no drafting where verifying rows does not pay (a batch).
+  bool seeded = true;
 
   std::vector<int32_t> tokens;     // committed x_1..x_n: prompt + generated
   sampling::PenaltyState history;  // penalty history of `tokens`
@@ -74,8 +79,9 @@ struct LoopSeq {
 
   int32_t n() const { return static_cast<int32_t>(tokens.size()); }
   int32_t generated() const { return n() - num_prompt; }
-  // A sampled sequence's realized tokens depend on its k schedule (scheduler.h "Pinned k").
-  bool pinned() const { return !sampling::IsGreedy(params); }
+  // A sampled sequence's realized tokens depend on its k schedule (scheduler.h "Pinned k"):
+  // pinned when its seed must reproduce them.
+  bool pinned() const { return seeded && !sampling::IsGreedy(params); }
 };
 using LoopSeqPtr = std::shared_ptr<LoopSeq>;
 

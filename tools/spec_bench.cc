@@ -69,10 +69,12 @@ struct Bench {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int32_t> eos;
 
-  // Generates o.new_tokens greedy tokens for every prompt, `batch` at a time.
+  // Generates o.new_tokens tokens (greedy, or sampled at `temperature`) for every prompt,
+  // `batch` at a time. `seeded` false: as a client that chose no seed (sampled k not pinned).
   // `lookup` (adaptive only): the n-gram lookup in front of `drafter`, as speculation "auto".
   absl::StatusOr<Row> Run(const std::string& name, spec::Drafter* drafter, int k, bool adaptive,
-                          int batch, float temperature = 0, spec::Drafter* lookup = nullptr) {
+                          int batch, float temperature = 0, spec::Drafter* lookup = nullptr,
+                          bool seeded = true) {
     spec::SpecEngineOptions eo;
     eo.max_batch_tokens = 256;
     eo.max_running = batch;
@@ -103,7 +105,8 @@ struct Bench {
           spec::SpecRequest r;
           r.prompt = prompts[p];
           r.params.temperature = temperature;
-          r.params.seed = 1000 + p;  // seeded: the same text with and without speculation
+          r.params.seed = 1000 + p;  // the same prompts draw the same randomness in every row
+          r.seeded = seeded;         // false: as a client that sends no seed (k not pinned)
           r.params.ignore_eos = true;
           r.max_new_tokens = o.new_tokens;
           auto id = (*e)->Admit(std::move(r));
@@ -238,6 +241,17 @@ absl::Status RunDistilled(Bench& b, const SpecBenchOptions& o) {
                      d->get(), 8, true, batch, temp, lookup->get());
       if (!a.ok()) return a.status();
       Print(*a, &*plain);
+      if (temp == 0) continue;
+      // A sampled request without a chosen seed: nothing to replay, so k is not pinned and
+      // follows the measured costs as greedy requests' does (LoopSeq::seeded).
+      for (spec::Drafter* front : {static_cast<spec::Drafter*>(nullptr),
+                                   static_cast<spec::Drafter*>(lookup->get())}) {
+        auto u = b.Run(absl::StrCat(front ? "lookup + distilled" : "distilled", ", batch ", batch,
+                                    ", ", t, ", k auto, unseeded"),
+                       d->get(), 8, true, batch, temp, front, /*seeded=*/false);
+        if (!u.ok()) return u.status();
+        Print(*u, &*plain);
+      }
     }
   }
   return absl::OkStatus();

@@ -272,6 +272,8 @@ absl::StatusOr<int64_t> RouterEngine::Submit(ValidatedRequest request,
   // the rest, and the lookup alone when there is no draft service.
   if (r->req.spec_mode == SpecMode::kAuto) r->lookup = ngram_slot_;
   r->fixed_k = r->req.fixed_k > 0 || options_.default_k > 0;
+  // A seed the client chose must reproduce the text; one the router picked need not.
+  r->seeded = r->req.seed_set;
   r->max_k = r->req.fixed_k > 0     ? r->req.fixed_k
              : options_.default_k > 0 ? options_.default_k
                                       : options_.max_k;

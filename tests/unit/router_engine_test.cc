@@ -280,6 +280,38 @@ TEST_F(RouterEngineTest, NgramSpeculationWithoutDraftServiceMatchesPlain) {
   EXPECT_EQ(s1->tokens().size(), 30u);
 }
 
+// A seed the client chose pins a sampled request's k (its text must replay); one the router
+// picked does not, so with every verified row priced at a whole step (compute-bound) the
+// unseeded request drafts nothing while the seeded one drafts on the nominal costs. Both are
+// answered, and the unseeded one is told the seed it ran with.
+TEST_F(RouterEngineTest, OnlyAClientChosenSeedPinsSampledK) {
+  RouterOptions o;
+  o.verify_cost = spec::CostCurve({{1, 1.0}, {64, 64.0}});
+  o.track_load = false;
+  Make(o, 256, /*with_draft=*/false);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 6; ++i) {
+    for (int32_t t : {40, 41, 42, 43, 44}) prompt.push_back(t);
+  }
+  for (bool seeded : {true, false}) {
+    ValidatedRequest r = Req(prompt, 30, SpecMode::kNgram);
+    r.params.temperature = 0.7f;
+    r.params.seed = 3;
+    r.seed_set = seeded;
+    auto sink = Run(r);
+    sink->Wait();
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    EXPECT_EQ(sink->tokens().size(), 30u);
+    const int64_t drafted = sink->completion().speculation().draft_tokens();
+    if (seeded) {
+      EXPECT_GT(drafted, 0);
+      EXPECT_EQ(sink->completion().seed(), 3u);
+    } else {
+      EXPECT_EQ(drafted, 0);
+    }
+  }
+}
+
 // AUTO tries the n-gram lookup first each step: text that repeats its context is drafted for
 // free even when the draft model is never right, and with no draft service at all.
 TEST_F(RouterEngineTest, AutoDraftsRepeatedTextFromTheLookup) {

@@ -190,7 +190,8 @@ TEST(AdaptiveKTest, FollowsAcceptanceAndLoad) {
   };
   for (int i = 0; i < 30; ++i) step(4, 4);
   EXPECT_GT(s.acceptance.alpha(), 0.9);
-  EXPECT_GE(want(), 4);
+  // Deep on the nominal costs (a draft round half a step, each verified row 0.3 of one).
+  EXPECT_GE(want(), 3);
   EXPECT_EQ(want(), want());  // asking does not change it
   for (int i = 0; i < 30; ++i) step(4, 0);
   EXPECT_LT(s.acceptance.alpha(), 0.15);

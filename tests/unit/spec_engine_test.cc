@@ -470,6 +470,60 @@ TEST_F(SpecEngineTest, SeededSamplingIsIndependentOfBatching) {
             PlainGenerate(*target_->model, prompts, params, 30, {}));
 }
 
+// A sampled request that chose no seed has nothing to reproduce, so its k follows the step's
+// costs like a greedy request's; a seeded one keeps its pinned k on the nominal costs. Fixed
+// curves (no timing): where every verified row costs a whole step (compute-bound, as a batch
+// is on a small CPU) the unseeded requests draft nothing and the seeded ones still draft; on
+// a flat curve both draft.
+TEST_F(SpecEngineTest, UnseededSampledKFollowsTheCostsSeededStaysPinned) {
+  const auto prompts = Prompts(4, vocab_);
+  struct Case {
+    const char* name;
+    CostCurve verify;
+    bool unseeded_drafts;
+  };
+  for (const Case& c : {Case{"compute-bound", CostCurve({{1, 1.0}, {64, 64.0}}), false},
+                        Case{"flat", CostCurve({{1, 1.0}, {64, 1.5}}), true}}) {
+    for (bool seeded : {true, false}) {
+      auto d = MakeDrafter("ngram");
+      SpecEngineOptions o;
+      o.k = 4;
+      o.adaptive_k = true;
+      o.calibrate = false;
+      o.track_load = false;
+      o.verify_cost = c.verify;
+      o.max_running = 4;
+      auto e = MakeEngine(d.get(), o);
+      ASSERT_TRUE(e) << c.name;
+      std::vector<RequestId> ids;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        SpecRequest r;
+        r.prompt = prompts[i];
+        r.params.temperature = 0.7f;
+        r.params.seed = 40 + i;
+        r.params.ignore_eos = true;
+        r.max_new_tokens = 30;
+        r.seeded = seeded;
+        auto id = e->Admit(r);
+        ASSERT_TRUE(id.ok()) << id.status();
+        ids.push_back(*id);
+      }
+      ASSERT_TRUE(e->RunToCompletion().ok());
+      int64_t drafted = 0;
+      for (RequestId id : ids) {
+        auto r = e->TakeResult(id);
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(r->tokens.size(), 30u) << c.name;
+        drafted += r->drafted;
+      }
+      const bool want = seeded || c.unseeded_drafts;
+      EXPECT_EQ(drafted > 0, want) << c.name << (seeded ? " seeded" : " unseeded") << ": drafted "
+                                   << drafted;
+      EXPECT_EQ(e->kv_cache().num_used_blocks(), 0);
+    }
+  }
+}
+
 // After every step each sequence's KV holds exactly what a fresh run of its committed tokens
 // would: the target all but the last emitted token, the draft that or one less (when every
 // draft was accepted, d_k was never fed to it), with whole blocks freed on rollback.
