@@ -28,6 +28,12 @@ struct SampledToken {
   std::vector<TokenLogprob> top_logprobs;  // [num_logprobs] most likely by raw logit, ties -> id
 };
 
+// log sum_i exp(logits_i): the log-softmax's normalizer of a raw row (-inf entries add 0).
+// logits: [vocab], no NaN or +inf, at least one finite entry. Fast: float exps summed in
+// double (fast_exp.h); the reference twin: std::exp in double. They agree within ~1e-6.
+double LogNormalizer(absl::Span<const float> logits);
+double LogNormalizerReference(absl::Span<const float> logits);
+
 // logits: [vocab] raw. Fills logprob and the top-n list for an already chosen token.
 SampledToken DescribeToken(absl::Span<const float> logits, int32_t token, int32_t num_logprobs);
 

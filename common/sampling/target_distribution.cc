@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/sampling/fast_exp.h"
 
 namespace specd::sampling {
 namespace {
@@ -27,20 +28,28 @@ struct MoreLikelyT {
 };
 constexpr MoreLikelyT MoreLikely;
 
+// -inf is a legitimate mask; NaN or +inf means the model broke: the first such entry is
+// named. One branch-free pass (it vectorizes), a second only to name a bad entry.
+SPECD_ROW_PASS absl::Status CheckRow(absl::Span<const float> logits) {
+  if (logits.empty()) return absl::InvalidArgumentError("logits row is empty");
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  bool bad = false;
+  for (float v : logits) bad |= !(v < kInf);  // NaN or +inf
+  if (!bad) return absl::OkStatus();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!(logits[i] < kInf)) {
+      return absl::InvalidArgumentError(absl::StrCat("logits[", i, "] is ", logits[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // x: [vocab] = penalized logits as double, or an error for a malformed row.
 absl::StatusOr<std::vector<double>> PenalizedLogits(absl::Span<const float> logits,
                                                     const PenaltyState& history,
                                                     const SamplingParams& params) {
-  if (logits.empty()) return absl::InvalidArgumentError("logits row is empty");
-  std::vector<double> x(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float v = logits[i];
-    // -inf is a legitimate mask; NaN or +inf means the model broke.
-    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) {
-      return absl::InvalidArgumentError(absl::StrCat("logits[", i, "] is ", v));
-    }
-    x[i] = v;
-  }
+  if (absl::Status st = CheckRow(logits); !st.ok()) return st;
+  std::vector<double> x(logits.begin(), logits.end());
   history.Apply(params, absl::MakeSpan(x));
   return x;
 }
@@ -121,16 +130,81 @@ int32_t TargetDistribution::Sample(double u) const {
   return id(last_positive);
 }
 
+namespace {
+
+// GreedyToken without penalties: the argmax of the raw row, the same answer and errors as
+// PenalizedLogits + ArgmaxOf (float -> double is exact and keeps the order) without the
+// double copy. Lanes of independent maxima so the loops vectorize.
+SPECD_ROW_PASS absl::StatusOr<int32_t> RawArgmax(absl::Span<const float> logits) {
+  if (absl::Status st = CheckRow(logits); !st.ok()) return st;
+  constexpr size_t kLanes = 16;
+  const size_t n = logits.size(), body = n - n % kLanes;
+  const float* x = logits.data();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float lane_max[kLanes];
+  int32_t lane_id[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) {
+    lane_max[j] = -kInf;
+    lane_id[j] = static_cast<int32_t>(j);
+  }
+  for (size_t i = 0; i < body; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      const bool better = x[i + j] > lane_max[j];  // strict: a lane keeps its lowest id
+      lane_max[j] = better ? x[i + j] : lane_max[j];
+      lane_id[j] = better ? static_cast<int32_t>(i + j) : lane_id[j];
+    }
+  }
+  float best_v = -kInf;
+  int32_t best = 0;
+  for (size_t j = 0; j < kLanes && j < n; ++j) {
+    if (lane_max[j] > best_v || (lane_max[j] == best_v && lane_id[j] < best)) {
+      best_v = lane_max[j];
+      best = lane_id[j];
+    }
+  }
+  for (size_t i = body; i < n; ++i) {
+    if (x[i] > best_v) {
+      best_v = x[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  if (best_v == -kInf) return absl::InvalidArgumentError("every logit is -inf");
+  return best;
+}
+
+}  // namespace
+
 absl::StatusOr<int32_t> GreedyToken(absl::Span<const float> logits, const PenaltyState& history,
                                     const SamplingParams& params) {
+  if (!HasPenalties(params)) return RawArgmax(logits);
+  return GreedyTokenReference(logits, history, params);
+}
+
+absl::StatusOr<int32_t> GreedyTokenReference(absl::Span<const float> logits,
+                                             const PenaltyState& history,
+                                             const SamplingParams& params) {
   absl::StatusOr<std::vector<double>> x = PenalizedLogits(logits, history, params);
   if (!x.ok()) return x.status();
   return ArgmaxOf(*x);
 }
 
-absl::StatusOr<TargetDistribution> BuildTargetDistribution(absl::Span<const float> logits,
-                                                           const PenaltyState& history,
-                                                           const SamplingParams& params) {
+namespace {
+
+// x: [vocab] penalized logits -> w_i = exp(x_i / T - max_s) in place (exp(-inf) = 0).
+using WeightsFn = void (*)(absl::Span<double> x, double temperature, double max_s);
+
+void WeightsReference(absl::Span<double> x, double temperature, double max_s) {
+  for (double& v : x) v = std::exp(v / temperature - max_s);
+}
+
+// The same argument, its exp at float precision (fast_exp.h): the plain loop vectorizes.
+SPECD_ROW_PASS void WeightsFast(absl::Span<double> x, double temperature, double max_s) {
+  for (double& v : x) v = ExpNonPositive(static_cast<float>(v / temperature - max_s));
+}
+
+absl::StatusOr<TargetDistribution> Build(absl::Span<const float> logits,
+                                         const PenaltyState& history,
+                                         const SamplingParams& params, WeightsFn weights) {
   absl::StatusOr<std::vector<double>> penalized = PenalizedLogits(logits, history, params);
   if (!penalized.ok()) return penalized.status();
   std::vector<double>& x = *penalized;
@@ -146,15 +220,21 @@ absl::StatusOr<TargetDistribution> BuildTargetDistribution(absl::Span<const floa
   const bool use_min_p = params.min_p > 0.0f;
 
   if (!use_top_k && !use_top_p && !use_min_p) {
-    for (double& v : x) v = std::exp(v / temperature - max_s);  // exp(-inf) = 0
+    weights(absl::MakeSpan(x), temperature, max_s);
     return TargetDistribution::Dense(std::move(x));
   }
 
   std::vector<Candidate> c;
   c.reserve(vocab);
   for (int32_t i = 0; i < vocab; ++i) {
-    if (x[i] == -std::numeric_limits<double>::infinity()) continue;
-    c.push_back({std::exp(x[i] / temperature - max_s), i});
+    if (x[i] != -std::numeric_limits<double>::infinity()) c.push_back({x[i], i});
+  }
+  {
+    // The survivors' logits -> their weights, in one pass.
+    std::vector<double> w(c.size());
+    for (size_t i = 0; i < c.size(); ++i) w[i] = c[i].w;
+    weights(absl::MakeSpan(w), temperature, max_s);
+    for (size_t i = 0; i < c.size(); ++i) c[i].w = w[i];
   }
 
   if (use_top_k && static_cast<size_t>(params.top_k) < c.size()) {
@@ -198,6 +278,19 @@ absl::StatusOr<TargetDistribution> BuildTargetDistribution(absl::Span<const floa
     probs[i] = c[i].w;
   }
   return TargetDistribution::Sparse(std::move(ids), std::move(probs), vocab);
+}
+
+}  // namespace
+
+absl::StatusOr<TargetDistribution> BuildTargetDistribution(absl::Span<const float> logits,
+                                                           const PenaltyState& history,
+                                                           const SamplingParams& params) {
+  return Build(logits, history, params, WeightsFast);
+}
+
+absl::StatusOr<TargetDistribution> BuildTargetDistributionReference(
+    absl::Span<const float> logits, const PenaltyState& history, const SamplingParams& params) {
+  return Build(logits, history, params, WeightsReference);
 }
 
 }  // namespace specd::sampling

@@ -3,7 +3,7 @@
 // BuildTargetDistribution applies, in order (see sampling_params.h):
 //   x = logits (as double); penalties(x, history)
 //   greedy (temperature < 1e-5): point mass on argmax x (ties -> lowest id)
-//   s = x / temperature;  w_i = exp(s_i - max s)
+//   s = x / temperature;  w_i = exp(s_i - max s)  (float precision, below)
 //   top-k:  keep the k largest s (ties -> lower id)
 //   top-p:  sort survivors by (w desc, id asc); keep token j while the mass strictly before it
 //           is < top_p * (sum of survivors' w). The most likely token is always kept.
@@ -60,13 +60,23 @@ class TargetDistribution {
 
 // logits: [vocab]. INVALID_ARGUMENT if the row is empty, has NaN or +inf, or every token is
 // -inf after the transforms. `params` must already be valid (Validate).
+// The weights exp(s_i - max s) are computed at float precision (fast_exp.h; 0 where
+// s_i - max s < -87), stored and normalized in double.
 absl::StatusOr<TargetDistribution> BuildTargetDistribution(absl::Span<const float> logits,
                                                            const PenaltyState& history,
                                                            const SamplingParams& params);
+// The plain twin: every weight by std::exp in double. The tests hold the two within a relative
+// 1e-6 per probability, with the same support.
+absl::StatusOr<TargetDistribution> BuildTargetDistributionReference(
+    absl::Span<const float> logits, const PenaltyState& history, const SamplingParams& params);
 
 // The greedy token of a row: argmax of the penalized logits, ties -> lowest id. Same errors.
+// Without penalties one pass over the floats; the plain twin converts the row to double first.
 absl::StatusOr<int32_t> GreedyToken(absl::Span<const float> logits, const PenaltyState& history,
                                     const SamplingParams& params);
+absl::StatusOr<int32_t> GreedyTokenReference(absl::Span<const float> logits,
+                                             const PenaltyState& history,
+                                             const SamplingParams& params);
 
 }  // namespace specd::sampling
 

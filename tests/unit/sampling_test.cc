@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "common/sampling/draft_proposal.h"
+#include "common/sampling/fast_exp.h"
 #include "common/sampling/penalty_state.h"
 #include "common/sampling/philox.h"
 #include "common/sampling/sampler.h"
@@ -254,8 +255,10 @@ std::vector<double> DenseOf(const TargetDistribution& d) {
 TargetDistribution Build(const std::vector<float>& logits, const SamplingParams& p,
                          const std::vector<int32_t>& prompt = {},
                          const std::vector<int32_t>& generated = {}) {
+  // The pipeline's rules, checked exactly on the plain twin; FastWeightsAgreeWithReference
+  // holds the fast weights to it.
   absl::StatusOr<TargetDistribution> d =
-      BuildTargetDistribution(logits, PenaltyState::FromTokens(prompt, generated), p);
+      BuildTargetDistributionReference(logits, PenaltyState::FromTokens(prompt, generated), p);
   EXPECT_TRUE(d.ok()) << d.status();
   return d.ok() ? *d : TargetDistribution();
 }
@@ -441,6 +444,120 @@ TEST(TransformTest, TopPLongTailBeyondSortedHead) {
   const size_t kept = Build(logits, p).size();
   EXPECT_GT(kept, 1000u);  // far beyond the sorted head
   EXPECT_LT(kept, 4000u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fast row passes against their plain twins
+
+TEST(FastExpTest, MatchesStdExpToFloatPrecision) {
+  double worst = 0;
+  float worst_at = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    const float x = -86.0f * static_cast<float>(i) / 2000000.0f;
+    const double want = std::exp(static_cast<double>(x));
+    const double rel = std::fabs(ExpNonPositive(x) - want) / want;
+    if (rel > worst) {
+      worst = rel;
+      worst_at = x;
+    }
+  }
+  EXPECT_LT(worst, 4e-7) << "at " << worst_at;
+  EXPECT_EQ(ExpNonPositive(0.0f), 1.0f);
+  EXPECT_EQ(ExpNonPositive(-0.0f), 1.0f);
+  EXPECT_EQ(ExpNonPositive(-kInf), 0.0f);
+  EXPECT_EQ(ExpNonPositive(-87.5f), 0.0f);
+  EXPECT_EQ(ExpNonPositive(-1e30f), 0.0f);
+  EXPECT_GT(ExpNonPositive(kExpFloor), 0.0f);
+}
+
+// Rows shaped like a model's: n logits ~ N(0, sigma), some masked (-inf), n not a multiple of
+// the passes' 16 lanes.
+std::vector<float> ModelLikeRow(std::mt19937& gen, int n, float sigma, double masked) {
+  std::normal_distribution<float> logit(0.0f, sigma);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<float> row(n);
+  for (float& l : row) l = u(gen) < masked ? -kInf : logit(gen);
+  row[static_cast<size_t>(u(gen) * n)] = 4.0f * sigma;  // at least one finite
+  return row;
+}
+
+TEST(FastRowTest, LogNormalizerAgreesWithReference) {
+  std::mt19937 gen(11);
+  for (int n : {1, 5, 16, 17, 1000, 49152, 49153}) {
+    for (float sigma : {0.5f, 3.0f, 12.0f}) {
+      for (double masked : {0.0, 0.3, 0.95}) {
+        const std::vector<float> row = ModelLikeRow(gen, n, sigma, masked);
+        EXPECT_NEAR(LogNormalizer(row), LogNormalizerReference(row), 2e-6)
+            << n << " " << sigma << " " << masked;
+      }
+    }
+  }
+  const std::vector<float> one = {-kInf, 2.5f, -kInf};
+  EXPECT_DOUBLE_EQ(LogNormalizer(one), 2.5);
+}
+
+TEST(FastRowTest, GreedyTokenEqualsReference) {
+  std::mt19937 gen(12);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const PenaltyState none;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = 1 + static_cast<int>(u(gen) * (trial % 3 == 0 ? 49152 : 70));
+    std::vector<float> row = ModelLikeRow(gen, n, 2.0f, u(gen) < 0.2 ? 0.5 : 0.0);
+    if (u(gen) < 0.4) {  // quantized: ties between lanes and within one
+      for (float& l : row) l = std::isinf(l) ? l : std::round(l);
+    }
+    const double what = u(gen);
+    if (what < 0.05) row[static_cast<size_t>(u(gen) * n)] = std::nanf("");
+    else if (what < 0.1) row[static_cast<size_t>(u(gen) * n)] = kInf;
+    else if (what < 0.13) std::fill(row.begin(), row.end(), -kInf);
+    const absl::StatusOr<int32_t> fast = GreedyToken(row, none, greedy);
+    const absl::StatusOr<int32_t> ref = GreedyTokenReference(row, none, greedy);
+    ASSERT_EQ(fast.ok(), ref.ok()) << trial;
+    if (ref.ok()) {
+      ASSERT_EQ(*fast, *ref) << trial;
+    } else {
+      ASSERT_EQ(fast.status(), ref.status()) << trial;
+    }
+  }
+  EXPECT_FALSE(GreedyToken({}, none, greedy).ok());
+}
+
+// The same support and, per token, probabilities within the float exp's precision: the
+// argument exp(s_i - max s) is rounded to float, so a token 20 nats down the row is off by up
+// to ~20 * 6e-8 relative; such tokens weigh ~e^-20.
+TEST(FastRowTest, FastWeightsAgreeWithReference) {
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = trial % 4 == 0 ? 49152 : 2 + static_cast<int>(u(gen) * 300);
+    const std::vector<float> row = ModelLikeRow(gen, n, trial % 2 ? 3.0f : 8.0f, u(gen) * 0.5);
+    SamplingParams p;
+    p.temperature = static_cast<float>(0.2 + 1.5 * u(gen));
+    if (u(gen) < 0.4) p.top_k = 1 + static_cast<int>(u(gen) * 100);
+    if (u(gen) < 0.4) p.top_p = static_cast<float>(0.5 + 0.5 * u(gen));
+    if (u(gen) < 0.3) p.min_p = static_cast<float>(0.2 * u(gen));
+    if (u(gen) < 0.3) p.repetition_penalty = 1.3f;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>(u(gen) * n));
+    const PenaltyState history = PenaltyState::FromTokens(prompt, {});
+    const absl::StatusOr<TargetDistribution> fast = BuildTargetDistribution(row, history, p);
+    const absl::StatusOr<TargetDistribution> ref =
+        BuildTargetDistributionReference(row, history, p);
+    ASSERT_TRUE(fast.ok() && ref.ok()) << trial;
+    ASSERT_EQ(fast->is_dense(), ref->is_dense()) << trial;
+    // Token by token over the vocabulary: where the reference keeps weights below float's
+    // range (< e^-87 of the top), the fast one has 0, and top-k may then keep other such
+    // tokens: either way their probability is below 1e-30.
+    const std::vector<double> f = DenseOf(*fast), r = DenseOf(*ref);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_NEAR(f[i], r[i], 6e-6 * r[i] + 1e-30) << "trial " << trial << " token " << i;
+    }
+    const int32_t top = ref->Argmax();
+    EXPECT_EQ(fast->Argmax(), top) << trial;
+    EXPECT_GT(f[top], 0.0) << trial;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
