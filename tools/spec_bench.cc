@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -51,6 +52,8 @@ struct Row {
   double decode_tok_s = 0;
   spec::SpecStats stats;
   std::string costs;  // adaptive runs: the cost curves the decisions came from
+  // Paired runs (--spec-pairs): each round's tok/s (and batch 1 decode tok/s) over plain's.
+  std::vector<double> paired, paired_decode;
 };
 
 double CpuSeconds() {
@@ -69,12 +72,12 @@ struct Bench {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int32_t> eos;
 
-  // Generates o.new_tokens tokens (greedy, or sampled at `temperature`) for every prompt,
-  // `batch` at a time. `seeded` false: as a client that chose no seed (sampled k not pinned).
-  // `lookup` (adaptive only): the n-gram lookup in front of `drafter`, as speculation "auto".
-  absl::StatusOr<Row> Run(const std::string& name, spec::Drafter* drafter, int k, bool adaptive,
-                          int batch, float temperature = 0, spec::Drafter* lookup = nullptr,
-                          bool seeded = true) {
+  // An engine for one configuration, warmed up (one short request pages the weights in and
+  // settles the adaptive curves a little). `lookup` (adaptive only): the n-gram lookup in
+  // front of `drafter`, as speculation "auto".
+  absl::StatusOr<std::unique_ptr<spec::SpecEngine>> Engine(spec::Drafter* drafter, int k,
+                                                           bool adaptive, int batch,
+                                                           spec::Drafter* lookup = nullptr) {
     spec::SpecEngineOptions eo;
     eo.max_batch_tokens = 256;
     eo.max_running = batch;
@@ -85,75 +88,137 @@ struct Bench {
     eo.eos_token_ids = eos;
     auto e = spec::SpecEngine::Create(target, drafter, eo);
     if (!e.ok()) return e.status();
-    // Warm-up: one short request (pages weights in, settles the adaptive curves a little).
     spec::SpecRequest warm{prompts[0], {}, 8, -1};
     warm.params.temperature = 0;
     auto wid = (*e)->Admit(warm);
     if (!wid.ok()) return wid.status();
     if (auto st = (*e)->RunToCompletion(); !st.ok()) return st;
+    return e;
+  }
+
+  // One pass: o.new_tokens tokens (greedy, or sampled at `temperature`) for every prompt,
+  // `batch` at a time. `seeded` false: as a client that chose no seed (sampled k not pinned).
+  absl::StatusOr<Row> Measure(spec::SpecEngine& e, int batch, float temperature, bool seeded) {
+    e.ResetStats();
+    int64_t generated = 0, decode_tokens = 0;
+    double decode_secs = 0;
+    const double c0 = CpuSeconds();
+    const auto t0 = Clock::now();
+    for (size_t p0 = 0; p0 < prompts.size(); p0 += batch) {
+      std::vector<spec::RequestId> ids;
+      for (size_t p = p0; p < std::min(prompts.size(), p0 + batch); ++p) {
+        spec::SpecRequest r;
+        r.prompt = prompts[p];
+        r.params.temperature = temperature;
+        r.params.seed = 1000 + p;  // the same prompts draw the same randomness in every row
+        r.seeded = seeded;
+        r.params.ignore_eos = true;
+        r.max_new_tokens = o.new_tokens;
+        auto id = e.Admit(std::move(r));
+        if (!id.ok()) return id.status();
+        ids.push_back(*id);
+      }
+      int64_t after_first = 0;
+      auto t_first = Clock::now();
+      if (batch == 1) {
+        if (auto st = e.Step(); !st.ok()) return st;
+        after_first = e.stats().emitted;
+        t_first = Clock::now();
+      }
+      if (auto st = e.RunToCompletion(); !st.ok()) return st;
+      if (batch == 1) {
+        decode_tokens += e.stats().emitted - after_first;
+        decode_secs += std::chrono::duration<double>(Clock::now() - t_first).count();
+      }
+      for (auto id : ids) {
+        auto r = e.TakeResult(id);
+        if (!r.ok()) return r.status();
+        generated += static_cast<int64_t>(r->tokens.size());
+      }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    Row row;
+    row.tok_s = generated / secs;
+    row.decode_tok_s = decode_secs > 0 ? decode_tokens / decode_secs : 0;
+    row.tok_cpu_s = generated / std::max(1e-9, CpuSeconds() - c0);
+    row.stats = e.stats();
+    return row;
+  }
+
+  // The adaptive policy's cost curves, as printed under a row.
+  static std::string Costs(const spec::SpecEngine& e) {
+    const spec::CostCurve& v = e.verify_cost();
+    const spec::CostCurve& d = e.draft_cost();
+    std::string costs = absl::StrFormat(
+        "cost model: verify T=1 %.1f, T=5 %.1f, T=40 %.1f ms; draft step B=1 %.1f, B=8 %.1f ms"
+        " (draft/target %.3f); verify(k+1)/verify(1), k=1..8:",
+        1e3 * v.Predict(1), 1e3 * v.Predict(5), 1e3 * v.Predict(40), 1e3 * d.Predict(1),
+        1e3 * d.Predict(8), d.Predict(1) / v.Predict(1));
+    for (int kk = 1; kk <= 8; ++kk) {
+      absl::StrAppendFormat(&costs, " %.2f", v.Predict(kk + 1) / v.Predict(1));
+    }
+    return costs;
+  }
+
+  // Best of kReps passes of a fresh engine.
+  absl::StatusOr<Row> Run(const std::string& name, spec::Drafter* drafter, int k, bool adaptive,
+                          int batch, float temperature = 0, spec::Drafter* lookup = nullptr,
+                          bool seeded = true) {
+    auto e = Engine(drafter, k, adaptive, batch, lookup);
+    if (!e.ok()) return e.status();
     Row best;
-    best.name = name;
     for (int rep = 0; rep < kReps; ++rep) {
-      (*e)->ResetStats();
-      int64_t generated = 0, decode_tokens = 0;
-      double decode_secs = 0;
-      const double c0 = CpuSeconds();
-      const auto t0 = Clock::now();
-      for (size_t p0 = 0; p0 < prompts.size(); p0 += batch) {
-        std::vector<spec::RequestId> ids;
-        for (size_t p = p0; p < std::min(prompts.size(), p0 + batch); ++p) {
-          spec::SpecRequest r;
-          r.prompt = prompts[p];
-          r.params.temperature = temperature;
-          r.params.seed = 1000 + p;  // the same prompts draw the same randomness in every row
-          r.seeded = seeded;         // false: as a client that sends no seed (k not pinned)
-          r.params.ignore_eos = true;
-          r.max_new_tokens = o.new_tokens;
-          auto id = (*e)->Admit(std::move(r));
-          if (!id.ok()) return id.status();
-          ids.push_back(*id);
-        }
-        int64_t after_first = 0;
-        auto t_first = Clock::now();
-        if (batch == 1) {
-          if (auto st = (*e)->Step(); !st.ok()) return st;
-          after_first = (*e)->stats().emitted;
-          t_first = Clock::now();
-        }
-        if (auto st = (*e)->RunToCompletion(); !st.ok()) return st;
-        if (batch == 1) {
-          decode_tokens += (*e)->stats().emitted - after_first;
-          decode_secs += std::chrono::duration<double>(Clock::now() - t_first).count();
-        }
-        for (auto id : ids) {
-          auto r = (*e)->TakeResult(id);
-          if (!r.ok()) return r.status();
-          generated += static_cast<int64_t>(r->tokens.size());
-        }
-      }
-      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (generated / secs > best.tok_s) {
-        best.tok_s = generated / secs;
-        best.decode_tok_s = decode_secs > 0 ? decode_tokens / decode_secs : 0;
-        best.tok_cpu_s = generated / std::max(1e-9, CpuSeconds() - c0);
-        best.stats = (*e)->stats();
-      }
+      absl::StatusOr<Row> r = Measure(**e, batch, temperature, seeded);
+      if (!r.ok()) return r.status();
+      if (r->tok_s > best.tok_s) best = *r;
     }
-    if (eo.adaptive_k) {
-      const spec::CostCurve& v = (*e)->verify_cost();
-      const spec::CostCurve& d = (*e)->draft_cost();
-      best.costs = absl::StrFormat(
-          "cost model: verify T=1 %.1f, T=5 %.1f, T=40 %.1f ms; draft step B=1 %.1f, B=8 %.1f ms"
-          " (draft/target %.3f); verify(k+1)/verify(1), k=1..8:",
-          1e3 * v.Predict(1), 1e3 * v.Predict(5), 1e3 * v.Predict(40), 1e3 * d.Predict(1),
-          1e3 * d.Predict(8), d.Predict(1) / v.Predict(1));
-      for (int kk = 1; kk <= 8; ++kk) {
-        absl::StrAppendFormat(&best.costs, " %.2f", v.Predict(kk + 1) / v.Predict(1));
-      }
-    }
+    best.name = name;
+    if (drafter != nullptr && adaptive) best.costs = Costs(**e);
     return best;
   }
+
+  // Paired against plain decoding: `pairs` rounds of one pass on `plain` and one on this
+  // configuration's engine, the order swapped every round (whichever runs second on this
+  // machine can read faster or slower), so the machine's drift cancels in each round's ratio.
+  // The row's ratio is the median of the rounds' ratios; its tok/s and stats are the last pass.
+  absl::StatusOr<Row> RunPaired(const std::string& name, spec::SpecEngine& plain, int pairs,
+                                spec::Drafter* drafter, int k, bool adaptive, int batch,
+                                float temperature, spec::Drafter* lookup = nullptr,
+                                bool seeded = true) {
+    auto e = Engine(drafter, k, adaptive, batch, lookup);
+    if (!e.ok()) return e.status();
+    Row row;
+    for (int i = 0; i < pairs; ++i) {
+      absl::StatusOr<Row> base, mine;
+      if (i % 2 == 0) {
+        base = Measure(plain, batch, temperature, seeded);
+        mine = Measure(**e, batch, temperature, seeded);
+      } else {
+        mine = Measure(**e, batch, temperature, seeded);
+        base = Measure(plain, batch, temperature, seeded);
+      }
+      if (!base.ok()) return base.status();
+      if (!mine.ok()) return mine.status();
+      row.paired.push_back(mine->tok_s / base->tok_s);
+      if (batch == 1 && base->decode_tok_s > 0) {
+        row.paired_decode.push_back(mine->decode_tok_s / base->decode_tok_s);
+      }
+      row.tok_s = mine->tok_s;
+      row.decode_tok_s = mine->decode_tok_s;
+      row.tok_cpu_s = mine->tok_cpu_s;
+      row.stats = mine->stats;
+    }
+    row.name = name;
+    if (drafter != nullptr && adaptive) row.costs = Costs(**e);
+    return row;
+  }
 };
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 // plain: the plain row's tok/s and (batch 1) decode tok/s, or nullptr for a plain row.
 void Print(const Row& r, const Row* plain) {
@@ -163,6 +228,22 @@ void Print(const Row& r, const Row* plain) {
     if (s.drafted_at[i] == 0) continue;
     absl::StrAppendFormat(&acc, "%s%.2f", acc.empty() ? "" : " ",
                           double(s.accepted_at[i]) / s.drafted_at[i]);
+  }
+  if (!r.paired.empty()) {
+    const auto [lo, hi] = std::minmax_element(r.paired.begin(), r.paired.end());
+    std::string decode;
+    if (!r.paired_decode.empty()) {
+      decode = absl::StrFormat(" | decode %5.2fx", Median(r.paired_decode));
+    }
+    std::printf(
+        "  %-34s %7.1f tok/s %5.2fx paired (%.2f-%.2f over %zu rounds)%s | acc.len %4.2f mean k "
+        "%4.2f | draft %6.2f verify %6.2f ms/step | accept/pos %s\n",
+        r.name.c_str(), r.tok_s, Median(r.paired), *lo, *hi, r.paired.size(), decode.c_str(),
+        s.MeanAcceptedLength(), s.MeanK(), s.steps ? 1e3 * s.draft_seconds / s.steps : 0.0,
+        s.steps ? 1e3 * s.verify_seconds / s.steps : 0.0, acc.empty() ? "-" : acc.c_str());
+    if (!r.costs.empty()) std::printf("      %s\n", r.costs.c_str());
+    std::fflush(stdout);
+    return;
   }
   std::string decode;
   if (r.decode_tok_s > 0) {
@@ -226,32 +307,37 @@ absl::Status RunDistilled(Bench& b, const SpecBenchOptions& o) {
                          temp);
       if (!plain.ok()) return plain.status();
       Print(*plain, nullptr);
-      std::vector<int> ks = o.distilled_fixed_k;
-      ks.push_back(0);  // 0: k auto (up to 8)
-      for (int k : ks) {
-        const bool adaptive = k == 0;
-        auto r = b.Run(absl::StrCat("distilled, batch ", batch, ", ", t,
-                                    adaptive ? ", k auto" : absl::StrCat(", k ", k)),
-                       d->get(), adaptive ? 8 : k, adaptive, batch, temp);
+      // --spec-pairs N: each row against this plain engine, round by round.
+      std::unique_ptr<spec::SpecEngine> plain_engine;
+      if (o.spec_pairs > 0) {
+        auto e = b.Engine(nullptr, 0, false, batch);
+        if (!e.ok()) return e.status();
+        plain_engine = std::move(*e);
+      }
+      auto row = [&](const std::string& name, int k, bool adaptive, spec::Drafter* front,
+                     bool seeded) -> absl::Status {
+        const std::string full = absl::StrCat(name, ", batch ", batch, ", ", t,
+                                              adaptive ? ", k auto" : absl::StrCat(", k ", k),
+                                              seeded ? "" : ", unseeded");
+        absl::StatusOr<Row> r =
+            plain_engine ? b.RunPaired(full, *plain_engine, o.spec_pairs, d->get(), k, adaptive,
+                                       batch, temp, front, seeded)
+                         : b.Run(full, d->get(), k, adaptive, batch, temp, front, seeded);
         if (!r.ok()) return r.status();
         Print(*r, &*plain);
+        return absl::OkStatus();
+      };
+      for (int k : o.distilled_fixed_k) {
+        if (auto st = row("distilled", k, false, nullptr, true); !st.ok()) return st;
       }
+      if (auto st = row("distilled", 8, true, nullptr, true); !st.ok()) return st;
       // Speculation "auto" as the cluster runs it: the n-gram lookup first, then the draft.
-      auto a = b.Run(absl::StrCat("lookup + distilled, batch ", batch, ", ", t, ", k auto"),
-                     d->get(), 8, true, batch, temp, lookup->get());
-      if (!a.ok()) return a.status();
-      Print(*a, &*plain);
+      if (auto st = row("lookup + distilled", 8, true, lookup->get(), true); !st.ok()) return st;
       if (temp == 0) continue;
       // A sampled request without a chosen seed: nothing to replay, so k is not pinned and
       // follows the measured costs as greedy requests' does (LoopSeq::seeded).
-      for (spec::Drafter* front : {static_cast<spec::Drafter*>(nullptr),
-                                   static_cast<spec::Drafter*>(lookup->get())}) {
-        auto u = b.Run(absl::StrCat(front ? "lookup + distilled" : "distilled", ", batch ", batch,
-                                    ", ", t, ", k auto, unseeded"),
-                       d->get(), 8, true, batch, temp, front, /*seeded=*/false);
-        if (!u.ok()) return u.status();
-        Print(*u, &*plain);
-      }
+      if (auto st = row("distilled", 8, true, nullptr, false); !st.ok()) return st;
+      if (auto st = row("lookup + distilled", 8, true, lookup->get(), false); !st.ok()) return st;
     }
   }
   return absl::OkStatus();

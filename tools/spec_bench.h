@@ -27,6 +27,10 @@ struct SpecBenchOptions {
   bool distilled_only = false;
   std::string draft_path = "default";  // `default`: the shipped draft for the model
   std::vector<int> distilled_fixed_k = {4};  // the fixed-k rows of the distilled section
+  // > 0: each distilled-section row is measured against plain decoding in this many rounds
+  // (one pass each, the order swapped every round) and reports the median of the rounds'
+  // ratios with their range; 0: best of 2 passes, against the section's plain row.
+  int spec_pairs = 0;
   std::string prompts_file;  // JSONL {"prompt": ...}: e.g. tools/distill/eval_prompts.jsonl
   // (the held-out set); empty = the built-in chat prompts
 };

@@ -424,6 +424,13 @@ int Main(int argc, char** argv) {
         }
         spec.distilled_fixed_k.push_back(k);
       }
+    } else if (a == "--spec-pairs" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &spec.spec_pairs) || spec.spec_pairs < 0 ||
+          spec.spec_pairs > 100) {
+        std::fprintf(stderr, "specd-bench: --spec-pairs: expected 0..100 rounds, got %s\n",
+                     argv[i]);
+        return 2;
+      }
     } else if (a == "--pair-only") {
       spec.pair_only = true;
     } else if (a == "--pair-type" && i + 1 < argc) {
@@ -445,7 +452,7 @@ int Main(int argc, char** argv) {
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
                    "                    [--no-distilled | --distilled-only] [--draft FILE|default]\n"
-                   "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4]\n"
+                   "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4] [--spec-pairs N]\n"
                    "  (the pairs' targets default to f16 and f32)\n");
       return 2;
     }
