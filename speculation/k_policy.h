@@ -35,6 +35,11 @@ struct SpecSeqState {
   bool probed = false;      // this step's k = 1 is a probe
   bool last_probe = false;  // the last step that drafted was a probe
   bool seen = false;        // the policy has decided for it before
+  // The sequence's length, less its last token, after the last step this drafter drafted for
+  // it (0: never): what the drafter has seen, by the sequence's own history. A pinned
+  // sequence prices its catch-up from this, not from the draft's cache, which other
+  // sequences' KV pressure can evict.
+  int32_t seen_through = 0;
 };
 
 struct KPolicyOptions {
@@ -66,8 +71,9 @@ struct KRequest {
   bool pinned = false;  // k may depend only on this sequence's own history
   // Committed tokens the drafter has not seen (it catches up on them before drafting): the
   // whole prompt for a sequence that never drafted, the tokens since its last draft after
-  // a pause. Unpinned sequences start drafting only if the expected saving over the next
-  // kCatchUpHorizon steps pays for that catch-up.
+  // a pause. A sequence starts drafting only if the expected saving over the next
+  // kCatchUpHorizon steps pays for that catch-up (a pinned one: on the nominal costs, with
+  // `behind` from its own history, SpecSeqState::seen_through).
   int32_t behind = 0;
 };
 

@@ -214,10 +214,11 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
       if (s.step_drafter < 0 || by_lookup(s) != lookups) continue;
       const Drafter& d = *drafters_[s.step_drafter].drafter;
       // A sampled sequence's k follows its own history only, never the batch (k_policy.h).
+      // What the drafter must catch up on first: a pinned sequence's from its own history.
       const int32_t behind =
-          d.runs_model()
-              ? static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0))
-              : 0;
+          !d.runs_model() ? 0
+          : s.pinned()    ? s.n() - StateFor(s, s.step_drafter).seen_through
+                          : static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0));
       group[s.step_drafter].push_back({&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind});
       index[s.step_drafter].push_back(i);
     }
@@ -438,6 +439,8 @@ void SpecLoop::Commit(LoopStep& step, size_t p, LoopClient& client) {
     s.tokens.push_back(v.tokens[j]);
     s.history.AddGenerated(v.tokens[j]);
   }
+  // The drafter saw the committed tokens and its accepted drafts; not the last emitted token.
+  if (d >= 0 && drafted > 0) StateFor(s, d).seen_through = s.n() - 1;
   ++s.steps;
   s.drafted += drafted;
   s.accepted += v.num_accepted;

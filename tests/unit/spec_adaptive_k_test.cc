@@ -183,5 +183,38 @@ TEST(KPolicyTest, FailedProbesMakeNewSequencesProbeLater) {
   EXPECT_GE(policy.probe_start(), 128);
 }
 
+// A pinned sequence prices the draft model's catch-up on the nominal costs, from `behind` (its
+// own history): a drafter it would use with nothing to catch up on does not start on a long
+// prompt, and a free drafter (ratio 0, nothing to catch up) is not held back.
+TEST(KPolicyTest, PinnedSequencesPriceTheDraftsCatchUp) {
+  KPolicyOptions o;
+  o.max_k = 4;
+  o.track_load = false;
+  o.verify_cost = CostCurve({{1, 1.0}, {8, 1.4}});
+  o.draft_cost = CostCurve({{1, 0.1}, {16, 0.5}});
+  o.pinned_draft_ratio = 0.1;
+  auto choose = [&](double ratio, int32_t behind) {
+    KPolicyOptions with = o;
+    with.pinned_draft_ratio = ratio;
+    KPolicy policy(with);
+    SpecSeqState s;
+    for (int i = 0; i < 40; ++i) policy.AfterVerify(s, 2, 2);  // a good record: ~0.95
+    const KRequest r{&s, 4, /*pinned=*/true, behind};
+    return policy.Choose({&r, 1}, 0)[0];
+  };
+  EXPECT_GT(choose(0.1, 1), 0);     // drafting along: nothing to catch up on
+  EXPECT_GT(choose(0.1, 20), 0);    // a short pause: the saving pays for it
+  EXPECT_EQ(choose(0.1, 2000), 0);  // a long prompt the draft has never seen
+  EXPECT_GT(choose(0.0, 2000), 0);  // free drafts never catch up
+  // The same sequence with a poor record does not start on a 60-token prompt.
+  KPolicy policy(o);
+  SpecSeqState poor;
+  for (int i = 0; i < 40; ++i) policy.AfterVerify(poor, 2, 1);  // ~0.5 per token
+  const KRequest fresh{&poor, 4, /*pinned=*/true, 60};
+  const KRequest along{&poor, 4, /*pinned=*/true, 1};
+  EXPECT_EQ(policy.Choose({&fresh, 1}, 0)[0], 0);
+  EXPECT_GT(policy.Choose({&along, 1}, 0)[0], 0);
+}
+
 }  // namespace
 }  // namespace specd::spec
