@@ -44,8 +44,7 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
     k[i] = ChooseK({&own, 1}, 0, max_k, verify_shape, draft_shape)[0];
     // Starting or resuming makes the draft model catch up first (a fresh sequence: its whole
     // prompt), priced as a prefill at the nominal draft ratio against the nominal saving over
-    // the next kCatchUpHorizon steps. Left out, a seeded sampled request at batch 8 paid the
-    // draft's prefill of every prompt for a few steps of drafting that did not pay.
+    // the next kCatchUpHorizon steps, as the unpinned check below does on measured costs.
     if (k[i] > 0 && seqs[i].behind > 1 && !draft_shape.empty()) {
       const double with_k = verify_shape.Predict(1 + k[i]) + k[i] * draft_shape.Predict(1);
       const double saving = ExpectedTokens(own.alpha, k[i]) * verify_shape.Predict(1) - with_k;
