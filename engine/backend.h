@@ -7,6 +7,7 @@
 #include <memory>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "kernels/kernel_types.h"
 
 namespace specd::engine {
@@ -15,6 +16,13 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // Host work between forwards (verifying each sequence's logit rows): fn(begin, end) over
+  // disjoint ranges covering [0, n), on the backend's threads where it has them, returning
+  // when all are done. Each range must be independent of the others.
+  virtual void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn) {
+    if (n > 0) fn(0, n);
+  }
 
   // Planned once at load: a backend may keep a weight matrix in a layout of its own kernels.
   // It returns the buffer holding that copy and points w->packed into it (the caller keeps the

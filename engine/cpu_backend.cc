@@ -13,6 +13,9 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) : pool_(threads) {}
+  void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn) override {
+    pool_.ParallelFor(n, [&](int64_t b, int64_t e) { fn(b, e); });
+  }
   std::string_view name() const override { return "cpu"; }
   std::unique_ptr<uint8_t[]> PackWeight(kernels::WeightMatrix* w) override {
     if (!kernels::cpu::PackingEnabled()) return nullptr;

@@ -80,6 +80,7 @@ class LlamaModel {
                                                           const ModelOptions& options);
 
   const ModelConfig& config() const { return config_; }
+  Backend* backend() const { return backend_; }
   const ModelOptions& options() const { return options_; }
   int32_t num_layers() const { return static_cast<int32_t>(weights_.layers.size()); }
   int32_t local_heads() const { return local_heads_; }

@@ -77,15 +77,28 @@ absl::Status RunVerifyStep(engine::ModelRunner& runner, absl::Span<const TargetC
       !st.ok()) {
     return st;
   }
+  // Each emitting sequence's verification is its own (its rows, history and counters), so
+  // they run on the backend's threads: a batch's sampled rows each build p over the whole
+  // vocabulary. The results do not depend on which thread ran them.
+  std::vector<absl::StatusOr<sampling::VerifyResult>> verified(
+      calls.size(), absl::StatusOr<sampling::VerifyResult>(sampling::VerifyResult{}));
+  runner.model().backend()->ParallelFor(
+      static_cast<int64_t>(calls.size()), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          if (!calls[i].emit) continue;
+          verified[i] = Verify(calls[i],
+                               buffers.logits.data() + static_cast<size_t>(first_row[i]) * vocab,
+                               vocab, options);
+        }
+      });
+  // Then, in order, the rollbacks (the KV cache is not shared between threads).
   for (size_t i = 0; i < calls.size(); ++i) {
     const TargetCall& c = calls[i];
     if (!c.emit) {
       KeepFeatures(c, first_hidden[i], 0, dim, buffers.hidden, out[i]);
       continue;
     }
-    absl::StatusOr<sampling::VerifyResult> v =
-        Verify(c, buffers.logits.data() + static_cast<size_t>(first_row[i]) * vocab, vocab,
-               options);
+    absl::StatusOr<sampling::VerifyResult>& v = verified[i];
     if (!v.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", c.seq, ": ", v.status().message()));
