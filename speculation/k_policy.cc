@@ -4,6 +4,22 @@
 
 namespace specd::spec {
 
+namespace {
+
+// Starting (or resuming) drafts makes the draft model catch up on `behind` tokens first: that
+// catch-up, priced as a prefill at the draft's cost ratio, against the expected saving of
+// drafting k for the next KPolicy::kCatchUpHorizon steps.
+bool CatchUpPays(double alpha, int32_t k, int32_t behind, const CostCurve& verify,
+                 const CostCurve& draft) {
+  const double t1 = verify.Predict(1);
+  const double ratio = t1 > 0 ? draft.Predict(1) / t1 : 0.0;
+  const double with_k = verify.Predict(1 + k) + k * draft.Predict(1);
+  const double saving = ExpectedTokens(alpha, k) * t1 - with_k;
+  return KPolicy::kCatchUpHorizon * saving > ratio * verify.Predict(behind);
+}
+
+}  // namespace
+
 double NominalDraftRatio(uint64_t draft_bytes, uint64_t target_bytes, double fallback) {
   if (draft_bytes == 0 || target_bytes == 0) return fallback;
   return static_cast<double>(draft_bytes) / static_cast<double>(target_bytes);
@@ -42,14 +58,10 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
     if (!seqs[i].pinned) continue;
     const KCandidate own{seqs[i].state->acceptance.alpha(), seqs[i].cap};
     k[i] = ChooseK({&own, 1}, 0, max_k, verify_shape, draft_shape)[0];
-    // Starting or resuming makes the draft model catch up first (a fresh sequence: its whole
-    // prompt), priced as a prefill at the nominal draft ratio against the nominal saving over
-    // the next kCatchUpHorizon steps, as the unpinned check below does on measured costs.
-    if (k[i] > 0 && seqs[i].behind > 1 && !draft_shape.empty()) {
-      const double with_k = verify_shape.Predict(1 + k[i]) + k[i] * draft_shape.Predict(1);
-      const double saving = ExpectedTokens(own.alpha, k[i]) * verify_shape.Predict(1) - with_k;
-      const double catch_up = options_.pinned_draft_ratio * verify_shape.Predict(seqs[i].behind);
-      if (kCatchUpHorizon * saving <= catch_up) k[i] = 0;
+    // The draft model's catch-up (a fresh sequence: its whole prompt), on the nominal costs.
+    if (k[i] > 0 && seqs[i].behind > 1 && !draft_shape.empty() &&
+        !CatchUpPays(own.alpha, k[i], seqs[i].behind, verify_shape, draft_shape)) {
+      k[i] = 0;
     }
     const KCandidate best{1.0, seqs[i].cap};
     perfect[i] = ChooseK({&best, 1}, 0, max_k, verify_shape, draft_shape)[0];
@@ -76,20 +88,15 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
       perfect[which[j]] = kb[j];
     }
   }
-  // Starting (or resuming) drafts makes the drafter catch up first: charge that catch-up,
-  // priced as a prefill at the draft's cost ratio, against the expected saving of drafting
-  // for the next few steps.
+  // The same catch-up for unpinned sequences, on the measured costs.
   if (!options_.draft_cost.empty()) {
-    const double t1 = options_.verify_cost.Predict(1);
-    const double ratio = t1 > 0 ? options_.draft_cost.Predict(1) / t1 : 0.0;
     for (size_t j = 0; j < which.size(); ++j) {
       const size_t i = which[j];
-      if (k[i] == 0 || seqs[i].behind <= 1) continue;
-      const double with_k = options_.verify_cost.Predict(1 + k[i]) +
-                            k[i] * options_.draft_cost.Predict(1);
-      const double saving = ExpectedTokens(cand[j].alpha, k[i]) * t1 - with_k;
-      const double catch_up = ratio * options_.verify_cost.Predict(seqs[i].behind);
-      if (kCatchUpHorizon * saving <= catch_up) k[i] = 0;
+      if (k[i] > 0 && seqs[i].behind > 1 &&
+          !CatchUpPays(cand[j].alpha, k[i], seqs[i].behind, options_.verify_cost,
+                       options_.draft_cost)) {
+        k[i] = 0;
+      }
     }
   }
   // At k = 0 the acceptance estimate never moves: without a probe now and then a pessimistic
