@@ -198,18 +198,20 @@ struct Runner {
 // (f16, random values), times the model's layers; best of `reps`, in seconds. The engine's
 // own kernel (kernels::cpu::PagedAttention) on the threads of `pool`.
 double PrefillAttentionSeconds(const engine::ModelConfig& cfg, int len, int chunk, int reps,
-                               kernels::cpu::ThreadPool& pool) {
+                               kernels::KvDtype kv_dtype, kernels::cpu::ThreadPool& pool) {
   const int32_t hq = cfg.num_heads, hkv = cfg.num_kv_heads, d = cfg.head_dim, bs = 16;
   const int64_t blocks = (len + bs - 1) / bs;
   std::vector<uint16_t> k(blocks * hkv * bs * d), v(k.size());
   uint32_t x = 12345;
-  auto next = [&] {  // xorshift: f16 values in about [-1, 1)
+  const bool bf16 = kv_dtype == kernels::KvDtype::kBF16;  // else f16
+  auto next = [&] {  // xorshift: f16 or bf16 values in about [-1, 1)
     x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    return static_cast<uint16_t>(0x3800 + (x & 0x3ff) + ((x >> 10) & 1) * 0x8000);
+    return bf16 ? static_cast<uint16_t>(0x3F00 + (x & 0x7f) + ((x >> 10) & 1) * 0x8000)
+                : static_cast<uint16_t>(0x3800 + (x & 0x3ff) + ((x >> 10) & 1) * 0x8000);
   };
   for (auto& e : k) e = next();
   for (auto& e : v) e = next();
-  const kernels::PagedKvLayer layer{kernels::KvDtype::kF16, k.data(), v.data(), blocks, bs, hkv, d};
+  const kernels::PagedKvLayer layer{bf16 ? kv_dtype : kernels::KvDtype::kF16, k.data(), v.data(), blocks, bs, hkv, d};
   std::vector<int32_t> table(blocks);
   for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
   std::vector<float> q(static_cast<size_t>(chunk) * hq * d), out(q.size());
@@ -292,22 +294,23 @@ LlamaCppFigures RunLlamaCpp(const std::string& python, const std::string& script
 // alone) and attention's float-FLOP floor at the FMA rate measured now.
 // Returns each length's tok/s.
 std::vector<double> PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& model,
-                                          const std::vector<int>& lengths, int threads) {
+                                          const std::vector<int>& lengths, int threads,
+                                          kernels::KvDtype kv_dtype) {
   std::vector<double> figures;
   kernels::cpu::ThreadPool pool(threads);
   const double gflops = kernels::cpu::MeasureFloatGflops(pool);
   const engine::ModelConfig& cfg = model.config();
   const int chunk = model.options().max_batch_tokens;
-  std::printf("prefill at length (one sequence, chunks of %d, best of 2); attention timed alone in "
-              "the same shapes; float FMA peak measured now: %.1f GFLOP/s on %d threads\n",
-              chunk, gflops, threads);
+  std::printf("prefill at length (one sequence, chunks of %d, best of 2, KV %s); attention timed "
+              "alone in the same shapes; float FMA peak measured now: %.1f GFLOP/s on %d threads\n",
+              chunk, engine::KvDtypeName(kv_dtype), gflops, threads);
   double first = 0;
   for (int len : lengths) {
     const double tps = r.Prefill(len, 2);
     figures.push_back(tps);
     if (first == 0) first = tps;
     const double total = len / tps;
-    const double attn = PrefillAttentionSeconds(cfg, len, chunk, 2, pool);
+    const double attn = PrefillAttentionSeconds(cfg, len, chunk, 2, kv_dtype, pool);
     // q.k and p.v: 2 flops per multiply-add, d of each per (query, head, key seen).
     const double flops = 4.0 * cfg.head_dim * cfg.num_heads * cfg.num_layers * 0.5 * len * (len + 1.0);
     const double floor = flops / (gflops * 1e9);
@@ -445,9 +448,9 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
                    "[--no-llama-cpp | --llama-cpp-python PYTHON] [--only-decode BATCH]\n"
-                   "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N] [--kv-dtype f16|int8]\n"
+                   "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N] [--kv-dtype f16|bf16|int8]\n"
                    "       specd-bench --prefill N[,N...] [-m FILE.gguf] [-t THREADS] "
-                   "[--no-llama-cpp | --llama-cpp-python PYTHON]\n"
+                   "[--kv-dtype f16|bf16|int8] [--no-llama-cpp | --llama-cpp-python PYTHON]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
@@ -522,7 +525,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (!prefill_lens.empty()) {
-    const std::vector<double> ours = PrintPrefillAtLengths(r, **model, prefill_lens, threads);
+    const std::vector<double> ours = PrintPrefillAtLengths(r, **model, prefill_lens, threads, kv_dtype);
     if (with_llama_cpp) {
       const LlamaCppFigures l = RunLlamaCpp(llama_python, FindLlamaCppScript(argv[0]), model_path,
                                             threads, prefill_arg);

@@ -61,6 +61,11 @@ struct AttnArgs {
   const AttnMerge* merges;
   // [num partials][group][d + 2]: o[group][d], m[group], l[group]
   float* partials;
+  // KvDtype::kBF16 (kernels/attn_bf16.h): q above is rounded to bf16, q_bf16 [T, Hq, d] is
+  // the same as bf16 bits, and bf16_dot says the CPU has AVX-512 BF16 (the VNNI backend then
+  // uses vdpbf16ps; every other path emulates it, with the same bits).
+  const uint16_t* q_bf16 = nullptr;
+  bool bf16_dot = false;
 };
 
 inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {

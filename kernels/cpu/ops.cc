@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/act_quant.h"
+#include "kernels/attn_bf16.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/kv_int8.h"
 #include "kernels/ref/ops.h"
@@ -115,13 +116,20 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
   const int32_t* table = a.block_tables[t];
   float* m = part + static_cast<int64_t>(group) * d;
   float* l = m + group;
+  // bf16 attention (kernels/attn_bf16.h; a.q is already rounded): dims and keys in pairs,
+  // the odd one first, p rounded.
+  const bool bf16 = kv.dtype == KvDtype::kBF16;
+  const int64_t swap = bf16 ? 1 : 0;
   for (int32_t g = 0; g < group; ++g) {
     const float* q = a.q + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group + g) * d;
     float mx = -INFINITY;
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
       float dot = 0.0f;
-      for (int32_t i = 0; i < d; ++i) dot += q[i] * ref::KAt(kv, slot, h, i);
+      for (int32_t i0 = 0; i0 < d; ++i0) {
+        const int32_t i = (i0 ^ swap) < d ? static_cast<int32_t>(i0 ^ swap) : i0;
+        dot = std::fma(q[i], ref::KAt(kv, slot, h, i), dot);
+      }
       s[j - j0] = dot * a.scale;
       mx = s[j - j0] > mx ? s[j - j0] : mx;
     }
@@ -129,12 +137,14 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     for (int64_t j = j0; j < j1; ++j) {
       s[j - j0] = std::exp(s[j - j0] - mx);
       sum += s[j - j0];
+      if (bf16) s[j - j0] = RoundBf16Attn(s[j - j0]);
     }
     float* o = part + static_cast<int64_t>(g) * d;
     for (int32_t i = 0; i < d; ++i) o[i] = 0.0f;
-    for (int64_t j = j0; j < j1; ++j) {
+    for (int64_t jj = j0; jj < j1; ++jj) {
+      const int64_t j = ((jj - j0) ^ swap) + j0 < j1 ? ((jj - j0) ^ swap) + j0 : jj;
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * ref::VAt(kv, slot, h, i);
+      for (int32_t i = 0; i < d; ++i) o[i] = std::fma(s[j - j0], ref::VAt(kv, slot, h, i), o[i]);
     }
     m[g] = mx;
     l[g] = sum;
@@ -234,6 +244,19 @@ bool CpuHasAvx512Vnni() {
 #endif
 }
 
+// AVX-512 BF16 (vdpbf16ps): CPUID leaf 7, sub-leaf 1, EAX bit 5. Asked once.
+bool CpuHasAvx512Bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return CpuHasAvx512Vnni() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 const internal::Backend* BackendOf(Isa isa) {
   switch (isa) {
     case Isa::kAvx2: return CpuHasAvx2() ? internal::Avx2Backend() : nullptr;
@@ -291,6 +314,7 @@ const Backend& GenericBackend() { return kGeneric; }
 
 Isa ActiveIsa() { return CurrentIsa(); }
 bool IsaSupported(Isa isa) { return BackendOf(isa) != nullptr; }
+bool Avx512Bf16Supported() { return CpuHasAvx512Bf16(); }
 void SetIsa(Isa isa) {
   if (const Backend* be = BackendOf(isa)) UseIsa(isa, be);
 }
@@ -556,10 +580,10 @@ void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const 
           }
           break;
         }
-        case KvDtype::kBF16:
+        case KvDtype::kBF16:  // bf16 attention's rounding (kernels/attn_bf16.h)
           for (int32_t i = 0; i < d; ++i) {
-            static_cast<uint16_t*>(kv.k)[kdst + i * kstride] = ref::F32ToBF16(k[src + i]);
-            static_cast<uint16_t*>(kv.v)[vdst + i] = ref::F32ToBF16(v[src + i]);
+            static_cast<uint16_t*>(kv.k)[kdst + i * kstride] = ToBf16Attn(k[src + i]);
+            static_cast<uint16_t*>(kv.v)[vdst + i] = ToBf16Attn(v[src + i]);
           }
           break;
         case KvDtype::kInt8:  // the one quantizer, as the reference writes it
@@ -572,6 +596,26 @@ void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const 
     }
   }
 }
+
+namespace {
+
+// bf16 attention rounds q to bf16 once for every path (kernels/attn_bf16.h): args->q becomes
+// the rounded copy, args->q_bf16 its bf16 bits (the native dot products' operand).
+void RoundQueriesToBf16(const float* q, int64_t n, AttnArgs* args) {
+  static thread_local std::vector<float> rounded;
+  static thread_local std::vector<uint16_t> bits;
+  float* r = Scratch(rounded, n);
+  if (static_cast<int64_t>(bits.size()) < n) bits.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    bits[i] = ToBf16Attn(q[i]);
+    r[i] = Bf16AttnToF32(bits[i]);
+  }
+  args->q = r;
+  args->q_bf16 = bits.data();
+  args->bf16_dot = CpuHasAvx512Bf16();
+}
+
+}  // namespace
 
 void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_heads,
                     const int32_t* positions, const int32_t* const* block_tables,
@@ -630,8 +674,9 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
   }
   float* partials = split ? Scratch(partial_buf, num_partials * internal::AttnPartialFloats(group, d)) : nullptr;
   const int64_t scratch_n = internal::AttnScratchFloats(group, d);
-  const AttnArgs args{q, num_q_heads, positions, block_tables, &kv, scale, out,
-                      items.data(), merges.data(), partials};
+  AttnArgs args{q, num_q_heads, positions, block_tables, &kv, scale, out,
+                items.data(), merges.data(), partials};
+  if (kv.dtype == KvDtype::kBF16) RoundQueriesToBf16(q, T * num_q_heads * d, &args);
   pool.ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
     static thread_local std::vector<float> buf;
     be.attention(args, b, e, Scratch(buf, scratch_n));

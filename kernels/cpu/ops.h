@@ -72,6 +72,8 @@ double MeasureFloatGflops(ThreadPool& pool);
 enum class Isa { kGeneric, kAvx2, kAvx512Vnni, kVnniEmulated };
 Isa ActiveIsa();
 bool IsaSupported(Isa isa);
+// The CPU has AVX-512 BF16: bf16 attention (KvDtype::kBF16) on the VNNI path uses vdpbf16ps.
+bool Avx512Bf16Supported();
 void SetIsa(Isa isa);  // ignored if unsupported
 const char* IsaName(Isa isa);
 

@@ -35,6 +35,7 @@
 #endif
 #endif
 
+#include "kernels/attn_bf16.h"
 #include "kernels/cpu/isa_kernels.h"
 
 namespace specd::kernels::cpu::internal {
@@ -1339,7 +1340,11 @@ static_assert(sizeof(AttnRow) <= kAttnRowBytes, "AttnScratchFloats reserves kAtt
 // f32 values, hence the same bits.
 // ScratchK / ScratchV: the chunk converted to f32 in scratch by LoadKChunkT / LoadVChunk (the
 // prefill tiles' path: up to 64 query rows share each conversion).
+// kPairs (bf16 attention, kernels/attn_bf16.h): the dims of a score and the keys of an
+// output column are summed in pairs, the odd one first (vdpbf16ps's order).
+template <bool kPairsT = false>
 struct ScratchK {
+  static constexpr bool kPairs = kPairsT;
   const float* kt;  // [d][kAttnChunk]
   template <class V> typename V::F KScale(int64_t) const { return V::Zero(); }  // not used
   // keys [key, key + kW) of dim i
@@ -1347,7 +1352,9 @@ struct ScratchK {
     return V::Load(kt + static_cast<int64_t>(i) * kAttnChunk + key);
   }
 };
+template <bool kPairsT = false>
 struct ScratchV {
+  static constexpr bool kPairs = kPairsT;
   const float* v;  // [kAttnChunk][d]
   int32_t d;
   template <class V> typename V::F VScale(int64_t) const { return V::Zero(); }  // not used
@@ -1361,6 +1368,7 @@ struct ScratchV {
 // the arithmetic). Keys past the chunk's last block read block 0 (finite, never used).
 template <KvDtype DT>
 struct PoolKv {
+  static constexpr bool kPairs = false;
   using T = std::conditional_t<DT == KvDtype::kInt8, int8_t, uint16_t>;
   static constexpr int kBlocks = kAttnChunk / 16;
   const T* k[kBlocks];       // a block's K slab: dim i at + i * 16
@@ -1399,7 +1407,8 @@ void ScoresBlock(const AttnRow* rows, const Src& src, int32_t d, int64_t kb, flo
   }
 #pragma GCC unroll 4
   for (int u = 0; u < 4; ++u) ksc[u] = src.template KScale<V>(kb + u * V::kW);
-  for (int32_t i = 0; i < d; ++i) {
+  for (int32_t i0 = 0; i0 < d; ++i0) {
+    const int32_t i = Src::kPairs ? (i0 ^ 1) : i0;  // d is even on this path
     typename V::F k[4];
 #pragma GCC unroll 4
     for (int u = 0; u < 4; ++u) k[u] = src.template K<V>(kb + u * V::kW, i, ksc[u]);
@@ -1455,7 +1464,9 @@ void PvBlock(const AttnRow* rows, const Src& src, int32_t c0, int64_t j0, int64_
 #pragma GCC unroll 4
     for (int u = 0; u < NC; ++u) acc[r][u] = j0 == 0 ? V::Zero() : V::Load(rows[r].o + c0 + u * V::kW);
   }
-  for (int64_t j = j0; j < j1; ++j) {
+  for (int64_t jj = j0; jj < j1; ++jj) {
+    // Pairs: j0 is even, and a last key without its partner goes alone.
+    const int64_t j = Src::kPairs && (jj ^ 1) < j1 ? (jj ^ 1) : jj;
     const typename V::F vsc = src.template VScale<V>(j);
     typename V::F vv[NC];
 #pragma GCC unroll 4
@@ -1498,6 +1509,7 @@ void PvRows(const AttnRow* rows, int32_t R, const Src& src, int32_t d) {
     const int32_t rb = R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock;
     int64_t n_min = rows[r0].n;
     for (int32_t r = r0; r < r0 + rb; ++r) n_min = rows[r].n < n_min ? rows[r].n : n_min;
+    if (Src::kPairs) n_min &= ~int64_t{1};  // a key pair is never split between two passes
     switch (rb) {
       case 1: PvColumns<1>(rows + r0, src, d, 0, n_min); break;
 #if SPECD_X8_DOT == 1
@@ -1631,6 +1643,242 @@ void PoolRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   PvRows(rows, R, src, kv.head_dim);
 }
 
+// Each row's p (its n exp'd scores) rounded to bf16 in place, as f32 values
+// (kernels/attn_bf16.h's RoundBf16Attn: nearest even, below kBf16AttnFlush to +0; p is
+// finite and >= 0).
+void RoundRowsToBf16(AttnRow* rows, int32_t R) {
+  const __m256i flush = _mm256_set1_epi32(0x30800000), bias = _mm256_set1_epi32(0x7FFF),
+                one = _mm256_set1_epi32(1), high = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  for (int32_t r = 0; r < R; ++r) {
+    float* x = rows[r].s;
+    int64_t j = 0;
+    for (; j + 8 <= rows[r].n; j += 8) {
+      const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + j));
+      const __m256i up = _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+      const __m256i keep = _mm256_cmpgt_epi32(_mm256_add_epi32(u, one), flush);  // u >= flush
+      _mm256_storeu_ps(x + j, _mm256_castsi256_ps(_mm256_and_si256(_mm256_and_si256(up, high), keep)));
+    }
+    for (; j < rows[r].n; ++j) x[j] = RoundBf16Attn(x[j]);
+  }
+}
+
+#if SPECD_X8_DOT == 1
+// The native bf16 attention: vdpbf16ps on K and V read straight from the pool's 16-key
+// blocks. Each instruction lane adds two products, the odd element's first, each rounded
+// once: the order kernels/attn_bf16.h defines, so these give ScratchK<true>/ScratchV<true>'s
+// bits. Only entered when the CPU has AVX-512 BF16 (AttnArgs::bf16_dot).
+#define SPECD_BF16_TARGET __attribute__((target("avx512bf16")))
+
+// Output element 2m takes input m, 2m + 1 takes input 16 + m: two 16-element bf16 runs
+// [a | b] become the pairs (a_m, b_m), one per 32-bit lane.
+alignas(64) constexpr uint16_t kPairIdx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                               8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+inline int32_t Ld32(const uint16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Where the bf16 kernels read K and V as vdpbf16ps operands (pairs per 32-bit lane).
+// Bf16Pool: straight from the pool's 16-key blocks, paired in registers (decode: a few rows).
+// kblk[b]: block b's K slab [d][16]; vblk[b]: its V rows [16][d]. Blocks past the chunk's
+// end are its first (finite, never used).
+struct Bf16Pool {
+  const uint16_t* kblk[kAttnChunk / 16];
+  const uint16_t* vblk[kAttnChunk / 16];
+  int32_t d;
+  // Dims i, i + 1 (i even) of block u's 16 keys: [k_i | k_i+1] -> pairs.
+  __m512i KPair(int u, int32_t i) const {
+    return _mm512_permutexvar_epi16(_mm512_load_si512(kPairIdx), _mm512_loadu_si512(kblk[u] + i * 16));
+  }
+  // Columns [c, c + 16) of keys j, j + 1 (j even; v of j + 1 taken as 0 unless both).
+  __m512i VPair(int64_t j, int32_t c, bool both) const {
+    const uint16_t* v0 = vblk[j >> 4] + (j & 15) * d + c;
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0));
+    const __m256i hi = both ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0 + d)) : _mm256_setzero_si256();
+    return _mm512_permutexvar_epi16(_mm512_load_si512(kPairIdx), _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+  }
+};
+// Bf16Staged: the chunk paired once in scratch (Stage), for the many rows of a prefill tile.
+// kp: [d / 2][4 blocks][32]; vp: [32 key pairs][d / 16][32] (a key past the chunk's end: 0).
+struct Bf16Staged {
+  uint16_t* kp;
+  uint16_t* vp;
+  int32_t d;
+  void Stage(const Bf16Pool& pool, int64_t nkeys) {
+    for (int32_t i = 0; i < d; i += 2) {
+      for (int u = 0; u < kAttnChunk / 16; ++u) _mm512_storeu_si512(kp + ((i / 2) * 4 + u) * 32, pool.KPair(u, i));
+    }
+    for (int64_t j = 0; j < nkeys; j += 2) {
+      for (int32_t c = 0; c < d; c += 16) _mm512_storeu_si512(VAt(j, c), pool.VPair(j, c, j + 1 < nkeys));
+    }
+  }
+  uint16_t* VAt(int64_t j, int32_t c) const { return vp + ((j / 2) * (d / 16) + c / 16) * 32; }
+  __m512i KPair(int u, int32_t i) const { return _mm512_loadu_si512(kp + ((i / 2) * 4 + u) * 32); }
+  __m512i VPair(int64_t j, int32_t c, bool) const { return _mm512_loadu_si512(VAt(j, c)); }
+};
+
+// rows[r].s[0, 64) = scale * q_r . k_j for RB rows and the chunk's 64 keys (keys past the
+// chunk's end are computed, never used). qb[r]: row r's q as bf16 [d].
+template <int RB, class Src>
+SPECD_BF16_TARGET void Bf16ScoresBlock(const AttnRow* rows, const uint16_t* const* qb, const Src& src,
+                                       int32_t d, float scale) {
+  __m512 acc[RB][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
+  }
+  for (int32_t i = 0; i < d; i += 2) {
+    __m512i k[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) k[u] = src.KPair(u, i);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const __m512bh qp = (__m512bh)_mm512_set1_epi32(Ld32(qb[r] + i));
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], qp, (__m512bh)k[u]);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) _mm512_storeu_ps(rows[r].s + u * 16, _mm512_mul_ps(acc[r][u], sc));
+  }
+}
+
+// rows[r].o[c0, c0 + 16 NC) = sum over keys [j0, j1) (j0 even) of p v, continuing o's chains
+// when j0 > 0. pb[r]: row r's p as bf16 [64].
+template <int RB, int NC, class Src>
+SPECD_BF16_TARGET void Bf16PvBlock(const AttnRow* rows, const uint16_t* const* pb, const Src& src,
+                                   int32_t c0, int64_t j0, int64_t j1) {
+  __m512 acc[RB][NC];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < NC; ++u) acc[r][u] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(rows[r].o + c0 + u * 16);
+  }
+  for (int64_t j = j0; j < j1; j += 2) {
+    // A last key alone pairs with p = 0: adding that +-0 product (v is finite) leaves the
+    // sum as it is (the sum is never -0).
+    const bool both = j + 1 < j1;
+    __m512i vv[NC];
+#pragma GCC unroll 4
+    for (int u = 0; u < NC; ++u) vv[u] = src.VPair(j, c0 + u * 16, both);
+    const int32_t mask = both ? -1 : 0xFFFF;
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const __m512bh pp = (__m512bh)_mm512_set1_epi32(Ld32(pb[r] + j) & mask);
+#pragma GCC unroll 4
+      for (int u = 0; u < NC; ++u) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], pp, (__m512bh)vv[u]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < NC; ++u) _mm512_storeu_ps(rows[r].o + c0 + u * 16, acc[r][u]);
+  }
+}
+
+// Each row's p (its n exp'd scores) rounded to bf16 (RoundRowsToBf16's rounding) and packed
+// as bits over its own s: element j goes to bytes [2j, 2j + 2), below the floats still to read.
+void PackRowsBf16(AttnRow* rows, int32_t R) {
+  const __m512i flush = _mm512_set1_epi32(0x30800000), bias = _mm512_set1_epi32(0x7FFF),
+                one = _mm512_set1_epi32(1);
+  for (int32_t r = 0; r < R; ++r) {
+    float* x = rows[r].s;
+    uint16_t* out = reinterpret_cast<uint16_t*>(x);
+    for (int64_t j = 0; j < rows[r].n; j += 16) {
+      const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + j));
+      const __m512i up = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+      const __m512i bits = _mm512_maskz_srli_epi32(_mm512_cmpge_epi32_mask(u, flush), up, 16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm512_cvtepi32_epi16(bits));
+    }
+  }
+}
+
+template <int RB, class Src>
+SPECD_BF16_TARGET void Bf16ScoresRowBlock(const AttnArgs& a, const AttnRow* rows, const Src& src, int32_t d) {
+  const uint16_t* qb[RB];
+  for (int r = 0; r < RB; ++r) qb[r] = a.q_bf16 + (rows[r].q - a.q);
+  Bf16ScoresBlock<RB>(rows, qb, src, d, a.scale);
+}
+
+// All d columns (d % 16 == 0) of RB rows over keys [j0, j1).
+template <int RB, class Src>
+SPECD_BF16_TARGET void Bf16PvRowBlock(const AttnRow* rows, const Src& src, int32_t d, int64_t j0, int64_t j1) {
+  const uint16_t* pb[RB];
+  for (int r = 0; r < RB; ++r) pb[r] = reinterpret_cast<const uint16_t*>(rows[r].s);
+  int32_t c = 0;
+  for (; d - c >= 64; c += 64) Bf16PvBlock<RB, 4>(rows, pb, src, c, j0, j1);
+  switch ((d - c) / 16) {
+    case 3: Bf16PvBlock<RB, 3>(rows, pb, src, c, j0, j1); break;
+    case 2: Bf16PvBlock<RB, 2>(rows, pb, src, c, j0, j1); break;
+    case 1: Bf16PvBlock<RB, 1>(rows, pb, src, c, j0, j1); break;
+    default: break;
+  }
+}
+
+// Scores, each row's max and exp-sum (as every dtype), p rounded and packed, then p V.
+template <class Src>
+SPECD_BF16_TARGET void Bf16Rows(const AttnArgs& a, const Src& src, int32_t d, AttnRow* rows, int32_t R) {
+  for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
+    switch (R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock) {
+      case 1: Bf16ScoresRowBlock<1>(a, rows + r0, src, d); break;
+      case 2: Bf16ScoresRowBlock<2>(a, rows + r0, src, d); break;
+      case 3: Bf16ScoresRowBlock<3>(a, rows + r0, src, d); break;
+      case 4: Bf16ScoresRowBlock<4>(a, rows + r0, src, d); break;
+      case 5: Bf16ScoresRowBlock<5>(a, rows + r0, src, d); break;
+      default: Bf16ScoresRowBlock<6>(a, rows + r0, src, d); break;
+    }
+  }
+  RowsSoftmaxParts(rows, R);
+  PackRowsBf16(rows, R);
+  for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
+    const int32_t rb = R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock;
+    int64_t n_min = rows[r0].n;
+    for (int32_t r = r0; r < r0 + rb; ++r) n_min = rows[r].n < n_min ? rows[r].n : n_min;
+    n_min &= ~int64_t{1};  // a key pair is never split between two passes
+    switch (rb) {
+      case 1: Bf16PvRowBlock<1>(rows + r0, src, d, 0, n_min); break;
+      case 2: Bf16PvRowBlock<2>(rows + r0, src, d, 0, n_min); break;
+      case 3: Bf16PvRowBlock<3>(rows + r0, src, d, 0, n_min); break;
+      case 4: Bf16PvRowBlock<4>(rows + r0, src, d, 0, n_min); break;
+      case 5: Bf16PvRowBlock<5>(rows + r0, src, d, 0, n_min); break;
+      default: Bf16PvRowBlock<6>(rows + r0, src, d, 0, n_min); break;
+    }
+    for (int32_t r = r0; r < r0 + rb; ++r) {
+      if (rows[r].n > n_min) Bf16PvRowBlock<1>(rows + r, src, d, n_min, rows[r].n);
+    }
+  }
+}
+
+// AttnRowsChunk's bf16 arithmetic with vdpbf16ps (block_size 16, d % 16 == 0). A few rows
+// (decode) pair K and V in registers as they read the pool; more (a prefill tile) pair the
+// chunk once into kvbuf ([kAttnChunk][d] floats: room for both bf16 copies).
+SPECD_BF16_TARGET void Bf16RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1,
+                                     AttnRow* rows, int32_t R, float* kvbuf) {
+  const PagedKvLayer& kv = *a.kv;
+  const int32_t d = kv.head_dim;
+  const int32_t* table = a.block_tables[t];
+  const int64_t nb = (j1 - j0 + 15) / 16;
+  Bf16Pool pool;
+  pool.d = d;
+  for (int b = 0; b < kAttnChunk / 16; ++b) {
+    const int64_t block = table[(j0 + 16 * (b < nb ? b : 0)) / 16];
+    pool.kblk[b] = static_cast<const uint16_t*>(kv.k) + kv.KIndex(block, 0, h, 0);
+    pool.vblk[b] = static_cast<const uint16_t*>(kv.v) + kv.VIndex(block, 0, h);
+  }
+  if (R <= kAttnRowBlock) return Bf16Rows(a, pool, d, rows, R);
+  uint16_t* kp = reinterpret_cast<uint16_t*>(kvbuf);
+  Bf16Staged staged{kp, kp + static_cast<int64_t>(kAttnChunk) * d, d};
+  staged.Stage(pool, j1 - j0);
+  Bf16Rows(a, staged, d, rows, R);
+}
+#endif  // SPECD_X8_DOT == 1
+
 // Raw partials of keys [j0, j1) of kv head h for rows[0, R): query rows of one sequence
 // (t: any of its tokens, for the block table). Scores, then each row's max and exp-sum,
 // then p V. With prefetched, the caller has already requested this chunk; with next_end >
@@ -1646,11 +1894,24 @@ void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
     if (kv.dtype == KvDtype::kF16) return PoolRowsChunk<KvDtype::kF16>(a, t, h, j0, j1, rows, R);
     if (kv.dtype == KvDtype::kInt8) return PoolRowsChunk<KvDtype::kInt8>(a, t, h, j0, j1, rows, R);
   }
+  if (kv.dtype == KvDtype::kBF16) {
+#if SPECD_X8_DOT == 1
+    if (a.bf16_dot && kv.block_size == 16 && d % 16 == 0) return Bf16RowsChunk(a, t, h, j0, j1, rows, R, kvbuf);
+#endif
+    // bf16 attention without the instruction: its arithmetic on f32 FMAs (the same bits).
+    LoadKChunkT(a, t, h, j0, j1, kvbuf);
+    ScoresRows(rows, R, ScratchK<true>{kvbuf}, d, a.scale);
+    RowsSoftmaxParts(rows, R);
+    RoundRowsToBf16(rows, R);
+    LoadVChunk(a, t, h, j0, j1, kvbuf);
+    PvRows(rows, R, ScratchV<true>{kvbuf, d}, d);
+    return;
+  }
   LoadKChunkT(a, t, h, j0, j1, kvbuf);
-  ScoresRows(rows, R, ScratchK{kvbuf}, d, a.scale);
+  ScoresRows(rows, R, ScratchK<>{kvbuf}, d, a.scale);
   RowsSoftmaxParts(rows, R);
   LoadVChunk(a, t, h, j0, j1, kvbuf);
-  PvRows(rows, R, ScratchV{kvbuf, d}, d);
+  PvRows(rows, R, ScratchV<>{kvbuf, d}, d);
 }
 
 // Raw partial of keys [j0, j1) (at most kAttnChunk) for the pair (t, h):

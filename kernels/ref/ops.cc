@@ -1,5 +1,6 @@
 // Reference kernels: plain scalar loops. Speed is irrelevant here; clarity is not.
 #include "kernels/ref/ops.h"
+#include "kernels/attn_bf16.h"
 #include "kernels/kv_int8.h"
 
 #include <cmath>
@@ -387,9 +388,9 @@ void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
           static_cast<uint16_t*>(kv.k)[kdst] = F32ToF16(kf);
           static_cast<uint16_t*>(kv.v)[vdst] = F32ToF16(vf);
           break;
-        case KvDtype::kBF16:
-          static_cast<uint16_t*>(kv.k)[kdst] = F32ToBF16(kf);
-          static_cast<uint16_t*>(kv.v)[vdst] = F32ToBF16(vf);
+        case KvDtype::kBF16:  // bf16 attention's rounding (kernels/attn_bf16.h)
+          static_cast<uint16_t*>(kv.k)[kdst] = ToBf16Attn(kf);
+          static_cast<uint16_t*>(kv.v)[vdst] = ToBf16Attn(vf);
           break;
         case KvDtype::kInt8:
           break;  // quantized per row above
@@ -414,19 +415,31 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
   const int32_t d = kv.head_dim;
   const int32_t group = num_q_heads / kv.num_kv_heads;
   if (group * kv.num_kv_heads != num_q_heads) Fail("PagedAttention: Hq % Hkv != 0");
-  std::vector<float> scores;
+  // bf16 attention (kernels/attn_bf16.h): q rounded to bf16, each score summed over the dims
+  // in pairs, odd dim first. p stays exact here: the reference is the exact attention over
+  // the stored operands, so the kernels' p rounding shows as their error against it.
+  const bool bf16 = kv.dtype == KvDtype::kBF16;
+  const int32_t pair_swap = bf16 ? 1 : 0;
+  std::vector<float> scores, qr(static_cast<size_t>(d));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t len = static_cast<int64_t>(positions[t]) + 1;
     scores.resize(static_cast<size_t>(len));
     for (int32_t h = 0; h < num_q_heads; ++h) {
       const int32_t kvh = h / group;
       const float* qv = q + (t * num_q_heads + h) * d;
+      if (bf16) {
+        for (int32_t i = 0; i < d; ++i) qr[i] = RoundBf16Attn(qv[i]);
+        qv = qr.data();
+      }
       for (int64_t j = 0; j < len; ++j) {
         const int64_t slot =
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
         float dot = 0.0f;
-        for (int32_t i = 0; i < d; ++i) dot += qv[i] * KAt(kv, slot, kvh, i);
+        for (int32_t i0 = 0; i0 < d; ++i0) {
+          const int32_t i = (i0 ^ pair_swap) < d ? i0 ^ pair_swap : i0;  // an odd d's last dim alone
+          dot += qv[i] * KAt(kv, slot, kvh, i);
+        }
         scores[j] = dot * scale;
       }
       float mx = scores[0];

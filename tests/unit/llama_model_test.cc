@@ -876,5 +876,45 @@ TEST(LlamaModelGoldenTest, SmolLM2Int8KvStaysCloseToReference) {
   }
 }
 
+// bf16 attention (KvDtype::kBF16, off by default; kernels/attn_bf16.h): K and V stored as
+// bf16, q and p rounded to bf16, dot products as vdpbf16ps sums them. Against the same
+// goldens as the int8 KV cache, with the same rules: exact activations keep every logit within
+// kBf16KvTolerance (short goldens and the 2,100-token prompt) and top-1 wherever the
+// reference's margin exceeds kBf16KvTop1Margin; int8 activations keep the int8 mode's bounds.
+// Measured 2026-12-03 (AMD EPYC Zen 4, native vdpbf16ps): see the printed line.
+constexpr double kBf16KvTolerance = 0.5;
+constexpr double kBf16KvTop1Margin = 1.0;
+
+TEST(LlamaModelGoldenTest, SmolLM2Bf16AttentionStaysCloseToReference) {
+  if (!HaveRealModel()) {
+    GTEST_SKIP() << "NOT RUN: " << SourceDir() << kModel
+                 << " is missing (scripts/fetch_model.sh fetches it)";
+  }
+  std::ifstream in(SourceDir() + kGoldens), in_long(SourceDir() + kLongGolden);
+  ASSERT_TRUE(in.good() && in_long.good());
+  const nlohmann::json g = nlohmann::json::parse(in), g_long = nlohmann::json::parse(in_long);
+  const int32_t blocks = static_cast<int32_t>(g_long["prompt_ids"].size() / 16 + 2);
+  for (bool exact : {true, false}) {
+    auto m = LoadReal(exact, blocks, kernels::KvDtype::kBF16);
+    ASSERT_TRUE(m);
+    const double tol = exact ? kBf16KvTolerance : kInt8Tolerance;
+    double worst = 0;
+    int checked_top1 = 0, cases = 0;
+    for (const auto& c : g["cases"]) {
+      worst = std::max(worst, CheckTeacherForced(*m, c, ++cases, tol,
+                                                    exact ? kBf16KvTop1Margin : kInt8Top1Margin,
+                                                    &checked_top1));
+    }
+    const LongCheck r = CheckLongPrompt(*m, g_long, exact, tol);
+    EXPECT_GE(r.checked_top1, 150);
+    std::printf("bf16 attention, %s activations: %d cases, max |logit diff| %.4f (tolerance %.2f), "
+                "top-1 checked at %d positions; long prompt: max |logit diff| %s, top-1 "
+                "agreed at %d of %d\n",
+                exact ? "exact" : "int8", cases, worst, tol, checked_top1,
+                exact ? std::to_string(r.worst).c_str() : "not checked (int8 rounding flips)",
+                r.agreed_top1, r.checked_top1);
+  }
+}
+
 }  // namespace
 }  // namespace specd::engine
