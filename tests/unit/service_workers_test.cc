@@ -162,21 +162,23 @@ TEST_F(WorkersTest, SpeculativeGreedyMatchesPlain) {
   EXPECT_LE(steps, 1 + (29 + 4) / 5);
 }
 
-// The int8 KV cache keeps speculation lossless: verification rows and decode rows read the
-// same quantized rows the same way, so greedy speculative output equals plain greedy output
-// on an int8 target (and its plain output stays close to the f16 one: the tiny model's
-// logits are far from ties for its first tokens).
-TEST_F(WorkersTest, Int8KvSpeculativeGreedyMatchesPlain) {
-  TargetWorker plain(Host(*target_path_, 64, 1, kernels::KvDtype::kInt8));
-  const std::vector<int32_t> want = Decode(plain, nullptr, 0, 5, 30);
-  for (int k : {1, 3, 6}) {
-    TargetWorker target(Host(*target_path_, 64, 1, kernels::KvDtype::kInt8));
-    DraftWorker draft(Host(*draft_path_, 64, 1, kernels::KvDtype::kInt8));
-    EXPECT_EQ(Decode(target, &draft, k, 64, 30), want) << "k=" << k;
-  }
+// The int8 KV cache and bf16 attention keep speculation lossless: verification rows and
+// decode rows read the same rounded rows the same way, so greedy speculative output equals
+// plain greedy output on such a target (and its plain output stays close to the f16 one: the
+// tiny model's logits are far from ties for its first tokens).
+TEST_F(WorkersTest, ReducedPrecisionKvSpeculativeGreedyMatchesPlain) {
   const std::vector<int32_t> f16 = ReferenceGreedy(*target_path_, Prompt(), 30);
-  EXPECT_EQ(std::vector<int32_t>(want.begin(), want.begin() + 4),
-            std::vector<int32_t>(f16.begin(), f16.begin() + 4));
+  for (kernels::KvDtype dt : {kernels::KvDtype::kInt8, kernels::KvDtype::kBF16}) {
+    TargetWorker plain(Host(*target_path_, 64, 1, dt));
+    const std::vector<int32_t> want = Decode(plain, nullptr, 0, 5, 30);
+    for (int k : {1, 3, 6}) {
+      TargetWorker target(Host(*target_path_, 64, 1, dt));
+      DraftWorker draft(Host(*draft_path_, 64, 1, dt));
+      EXPECT_EQ(Decode(target, &draft, k, 64, 30), want) << "k=" << k << " kv " << static_cast<int>(dt);
+    }
+    EXPECT_EQ(std::vector<int32_t>(want.begin(), want.begin() + 4),
+              std::vector<int32_t>(f16.begin(), f16.begin() + 4));
+  }
 }
 
 // A target served by 2 tensor-parallel ranks (rank 0 drives rank 1 through the Communicator):
