@@ -301,9 +301,12 @@ std::vector<double> PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& m
   const double gflops = kernels::cpu::MeasureFloatGflops(pool);
   const engine::ModelConfig& cfg = model.config();
   const int chunk = model.options().max_batch_tokens;
+  // Attention timed alone reads bf16 KV for a bf16 run and f16 KV for every other dtype.
+  const kernels::KvDtype timed = kv_dtype == kernels::KvDtype::kBF16 ? kv_dtype : kernels::KvDtype::kF16;
   std::printf("prefill at length (one sequence, chunks of %d, best of 2, KV %s); attention timed "
-              "alone in the same shapes; float FMA peak measured now: %.1f GFLOP/s on %d threads\n",
-              chunk, engine::KvDtypeName(kv_dtype), gflops, threads);
+              "alone in the same shapes (KV %s); float FMA peak measured now: %.1f GFLOP/s on %d "
+              "threads\n",
+              chunk, engine::KvDtypeName(kv_dtype), engine::KvDtypeName(timed), gflops, threads);
   double first = 0;
   for (int len : lengths) {
     const double tps = r.Prefill(len, 2);

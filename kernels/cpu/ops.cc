@@ -128,7 +128,7 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
       float dot = 0.0f;
       for (int32_t i0 = 0; i0 < d; ++i0) {
         const int32_t i = (i0 ^ swap) < d ? static_cast<int32_t>(i0 ^ swap) : i0;
-        dot = std::fma(q[i], ref::KAt(kv, slot, h, i), dot);
+        dot += q[i] * ref::KAt(kv, slot, h, i);  // bf16: the product is exact, so this is one rounding
       }
       s[j - j0] = dot * a.scale;
       mx = s[j - j0] > mx ? s[j - j0] : mx;
@@ -144,7 +144,7 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     for (int64_t jj = j0; jj < j1; ++jj) {
       const int64_t j = ((jj - j0) ^ swap) + j0 < j1 ? ((jj - j0) ^ swap) + j0 : jj;
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-      for (int32_t i = 0; i < d; ++i) o[i] = std::fma(s[j - j0], ref::VAt(kv, slot, h, i), o[i]);
+      for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * ref::VAt(kv, slot, h, i);
     }
     m[g] = mx;
     l[g] = sum;

@@ -1896,7 +1896,7 @@ void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   }
   if (kv.dtype == KvDtype::kBF16) {
 #if SPECD_X8_DOT == 1
-    if (a.bf16_dot && kv.block_size == 16 && d % 16 == 0) return Bf16RowsChunk(a, t, h, j0, j1, rows, R, kvbuf);
+    if (a.bf16_dot && kv.block_size == 16 && j0 % 16 == 0 && d % 16 == 0) return Bf16RowsChunk(a, t, h, j0, j1, rows, R, kvbuf);
 #endif
     // bf16 attention without the instruction: its arithmetic on f32 FMAs (the same bits).
     LoadKChunkT(a, t, h, j0, j1, kvbuf);

@@ -1,10 +1,13 @@
 // CUDA kernels against their reference twins. Needs a GPU: without one it prints NOT RUN and
 // ctest reports it as skipped (label gpu), never as passed.
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/ref/ops.h"
 
@@ -28,6 +31,229 @@ TEST(CudaOpsTest, RmsNormMatchesReference) {
       }
     }
   }
+}
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "NOT RUN: no CUDA device"
+
+std::vector<float> Rand(std::mt19937& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+bool AllFinite(const std::vector<float>& v) {
+  for (float x : v) {
+    if (!std::isfinite(x)) return false;
+  }
+  return true;
+}
+
+TEST(CudaOpsTest, RopeMatchesReference) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(4);
+  for (RopeLayout layout : {RopeLayout::kNormal, RopeLayout::kNeox}) {
+    for (bool llama3 : {false, true}) {
+      RopeParams p{64, 500000.0f, layout};
+      p.llama3_scaling = llama3;
+      p.factor = 8;
+      const int64_t T = 5;
+      const int32_t H = 3, hd = 72;  // rope_dim 64 of 72: the last 8 dims pass through
+      const std::vector<int32_t> pos = {0, 1, 63, 4095, 8191};
+      std::vector<float> x = Rand(rng, T * H * hd, -4.0f, 4.0f), want = x, got = x;
+      ref::Rope(want.data(), T, H, hd, pos.data(), p);
+      ASSERT_TRUE(cuda::RopeHost(got.data(), T, H, hd, pos.data(), p).ok());
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-6f * (1.0f + std::fabs(want[i]))) << "i=" << i;
+      }
+    }
+  }
+}
+
+TEST(CudaOpsTest, ElementwiseOpsMatchReference) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(6);
+  for (int64_t n : {1, 3, 255, 257, 1536 * 5}) {
+    const std::vector<float> g = Rand(rng, n, -20.0f, 20.0f), u = Rand(rng, n);
+    std::vector<float> want(n), got(n);
+    ref::SwiGlu(g.data(), u.data(), 1, n, want.data());
+    ASSERT_TRUE(cuda::SwiGluHost(g.data(), u.data(), 1, n, got.data()).ok());
+    ASSERT_TRUE(AllFinite(got));
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * std::fabs(want[i]) + 1e-7f);
+    std::vector<float> a = Rand(rng, n), b = a;  // add and bias: exact
+    ref::AddInPlace(a.data(), u.data(), n);
+    ASSERT_TRUE(cuda::AddInPlaceHost(b.data(), u.data(), n).ok());
+    ASSERT_EQ(a, b);
+    ref::AddBias(a.data(), 1, n, u.data());
+    ASSERT_TRUE(cuda::AddBiasHost(b.data(), 1, n, u.data()).ok());
+    ASSERT_EQ(a, b);
+  }
+}
+
+// Tables of every type the CUDA lookup reads, random but valid (finite f16 scales), against
+// the reference's dequantization bit for bit; an id out of range is an error, not a crash.
+TEST(CudaOpsTest, EmbeddingLookupIsBitwiseTheReference) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(7);
+  struct Type {
+    gguf::GgmlType type;
+    int block, bytes;
+  };
+  const int64_t rows = 40, cols = 96;
+  for (Type ty : {Type{gguf::GgmlType::kF32, 1, 4}, Type{gguf::GgmlType::kF16, 1, 2},
+                  Type{gguf::GgmlType::kBF16, 1, 2}, Type{gguf::GgmlType::kQ8_0, 32, 34},
+                  Type{gguf::GgmlType::kQ4_0, 32, 18}, Type{gguf::GgmlType::kQ4_1, 32, 20}}) {
+    const uint64_t row_bytes = static_cast<uint64_t>(cols / ty.block * ty.bytes);
+    std::vector<uint8_t> data(rows * row_bytes);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto& b : data) b = static_cast<uint8_t>(byte(rng));
+    const std::vector<float> vals = Rand(rng, rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* row = data.data() + r * row_bytes;
+      for (int64_t k = 0; k < cols; ++k) {
+        const float f = vals[r * cols + k];
+        uint16_t h = 0;
+        switch (ty.type) {
+          case gguf::GgmlType::kF32: std::memcpy(row + 4 * k, &f, 4); break;
+          case gguf::GgmlType::kF16: h = ref::F32ToF16(f); std::memcpy(row + 2 * k, &h, 2); break;
+          case gguf::GgmlType::kBF16: h = ref::F32ToBF16(f); std::memcpy(row + 2 * k, &h, 2); break;
+          default:
+            if (k % 32 == 0) {  // the block's f16 scale (and min): finite
+              uint8_t* blk = row + (k / 32) * ty.bytes;
+              h = ref::F32ToF16(0.01f + std::fabs(f));
+              std::memcpy(blk, &h, 2);
+              if (ty.type == gguf::GgmlType::kQ4_1) std::memcpy(blk + 2, &h, 2);
+            }
+        }
+      }
+    }
+    const WeightMatrix table{ty.type, data.data(), rows, cols, row_bytes};
+    const std::vector<int32_t> ids = {0, 39, 7, 7, 20};
+    std::vector<float> want(ids.size() * cols), got(want.size());
+    ref::EmbeddingLookup(table, ids.data(), static_cast<int64_t>(ids.size()), want.data());
+    ASSERT_TRUE(cuda::EmbeddingLookupHost(table, ids.data(), static_cast<int64_t>(ids.size()), got.data()).ok());
+    ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << static_cast<int>(ty.type);
+    const int32_t bad = 40;
+    EXPECT_FALSE(cuda::EmbeddingLookupHost(table, &bad, 1, got.data()).ok());
+  }
+}
+
+struct Pool {
+  std::vector<uint8_t> k, v;
+  std::vector<float> ks, vs;
+  PagedKvLayer layer;
+  Pool(KvDtype dt, int64_t nblk, int32_t bs, int32_t hkv, int32_t d) {
+    const size_t bytes = static_cast<size_t>(nblk * bs * hkv * d * KvDtypeSize(dt));
+    k.assign(bytes, 0);
+    v.assign(bytes, 0);
+    layer = PagedKvLayer{dt, k.data(), v.data(), nblk, bs, hkv, d};
+    if (dt == KvDtype::kInt8) {
+      ks.assign(static_cast<size_t>(nblk * bs * hkv), 0.0f);
+      vs.assign(ks.size(), 0.0f);
+      layer.k_scale = ks.data();
+      layer.v_scale = vs.data();
+    }
+  }
+};
+
+constexpr KvDtype kAllKv[] = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32, KvDtype::kInt8};
+
+TEST(CudaOpsTest, WriteKvIsBitwiseTheReference) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(8);
+  for (KvDtype dt : kAllKv) {
+    Pool a(dt, 4, 16, 3, 64), b(dt, 4, 16, 3, 64);
+    const int64_t T = 5;
+    std::vector<float> k = Rand(rng, T * 3 * 64, -70000.0f, 70000.0f), v = Rand(rng, T * 3 * 64);
+    k[1] = 1e-6f;  // an f16 subnormal
+    k[2] = 1e-12f;  // below bf16 attention's flush
+    const std::vector<int64_t> slots = {0, 17, 63, 5, 30};
+    ref::WriteKv(k.data(), v.data(), T, slots.data(), a.layer);
+    ASSERT_TRUE(cuda::WriteKvHost(k.data(), v.data(), T, slots.data(), b.layer).ok());
+    EXPECT_EQ(a.k, b.k) << static_cast<int>(dt);
+    EXPECT_EQ(a.v, b.v);
+    EXPECT_EQ(a.ks, b.ks);
+    EXPECT_EQ(a.vs, b.vs);
+  }
+}
+
+// Paged attention against the reference on awkward shapes (odd head counts, head dims 64, 72,
+// 80, 128; lengths around the block and chunk sizes, up to 4,096 keys), every KV dtype; no
+// NaN; every query alone bitwise the batch; and the plan's split (one block per chunk, then a
+// merge) bitwise the unsplit fold.
+TEST(CudaOpsTest, PagedAttentionMatchesReferenceBatchAndSplitInvariant) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(9);
+  struct Heads {
+    int32_t hq, hkv, d;
+  };
+  for (Heads hs : {Heads{9, 3, 64}, Heads{7, 1, 128}, Heads{6, 2, 72}, Heads{8, 8, 80}}) {
+    for (KvDtype dt : kAllKv) {
+      const int32_t bs = 16;
+      const std::vector<int64_t> lens = {1, 15, 16, 17, 63, 64, 65, 129, 1000, 4096};
+      int64_t total_blocks = 0;
+      for (int64_t L : lens) total_blocks += (L + bs - 1) / bs;
+      Pool pool(dt, total_blocks + 3, bs, hs.hkv, hs.d);
+      std::vector<int32_t> free_blocks(pool.layer.num_blocks);
+      std::iota(free_blocks.begin(), free_blocks.end(), 0);
+      std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+      std::vector<std::vector<int32_t>> tables;
+      std::vector<int32_t> pos;
+      std::vector<const int32_t*> bt;
+      size_t next = 0;
+      const int64_t kvrow = static_cast<int64_t>(hs.hkv) * hs.d;
+      for (int64_t L : lens) {
+        std::vector<int32_t> table((L + bs - 1) / bs);
+        for (auto& b : table) b = free_blocks.at(next++);
+        const std::vector<float> k = Rand(rng, L * kvrow), v = Rand(rng, L * kvrow);
+        std::vector<int64_t> slots(L);
+        for (int64_t j = 0; j < L; ++j) slots[j] = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+        ref::WriteKv(k.data(), v.data(), L, slots.data(), pool.layer);
+        tables.push_back(std::move(table));
+      }
+      for (size_t s = 0; s < lens.size(); ++s) {  // each sequence's last 1 or 5 positions
+        const int64_t nq = std::min<int64_t>(lens[s], s % 2 == 0 ? 1 : 5);
+        for (int64_t i = lens[s] - nq; i < lens[s]; ++i) {
+          pos.push_back(static_cast<int32_t>(i));
+          bt.push_back(tables[s].data());
+        }
+      }
+      const int64_t T = static_cast<int64_t>(pos.size()), row = static_cast<int64_t>(hs.hq) * hs.d;
+      const std::vector<float> q = Rand(rng, T * row, -3.0f, 3.0f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
+      std::vector<float> want(q.size()), whole(q.size()), split(q.size());
+      ref::PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale, want.data());
+      ASSERT_TRUE(cuda::PagedAttentionHost(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale,
+                                           whole.data(), /*fill_blocks=*/1).ok());
+      ASSERT_TRUE(cuda::PagedAttentionHost(q.data(), T, hs.hq, pos.data(), bt.data(), pool.layer, scale,
+                                           split.data(), /*fill_blocks=*/int64_t{1} << 40).ok());
+      ASSERT_TRUE(AllFinite(whole));
+      const double tol = dt == KvDtype::kBF16 ? 0x1p-8 : 2e-5;  // |v| <= 1, as on the CPU
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(whole[i], want[i], tol) << "i=" << i << " d=" << hs.d << " kv " << static_cast<int>(dt);
+      }
+      ASSERT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0) << "split changed bits";
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> one(row);
+        ASSERT_TRUE(cuda::PagedAttentionHost(q.data() + t * row, 1, hs.hq, &pos[t], &bt[t], pool.layer, scale,
+                                             one.data()).ok());
+        ASSERT_EQ(std::memcmp(one.data(), whole.data() + t * row, row * 4), 0) << "t=" << t << " alone";
+      }
+    }
+  }
+}
+
+TEST(CudaOpsTest, PagedAttentionRejectsBadShapes) {
+  SKIP_WITHOUT_DEVICE();
+  Pool pool(KvDtype::kF16, 2, 16, 3, 64);
+  std::vector<int32_t> table = {0, 1};
+  const int32_t* bt[1] = {table.data()};
+  std::vector<float> q(8 * 64), out(q.size());
+  const int32_t pos = 3;
+  EXPECT_FALSE(cuda::PagedAttentionHost(q.data(), 1, 8, &pos, bt, pool.layer, 0.125f, out.data()).ok());
+  const int32_t neg = -1;
+  EXPECT_FALSE(cuda::PagedAttentionHost(q.data(), 1, 6, &neg, bt, pool.layer, 0.125f, out.data()).ok());
 }
 
 }  // namespace

@@ -13,6 +13,11 @@ specd_test(matmul_exact_test
   DEPS specd_kernels_cpu specd_kernels_ref specd_gguf
   LABELS core)
 
+# The CUDA attention's host-side plan (plain C++: runs everywhere).
+specd_test(cuda_plan_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/kernels/cuda_plan_test.cc
+  DEPS specd_kernels_cuda_plan LABELS core)
+
 # CUDA kernels vs reference (only when nvcc was found; skipped without a GPU).
 if(SPECD_HAVE_CUDA)
   specd_test(cuda_ops_test

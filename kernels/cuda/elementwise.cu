@@ -1,0 +1,294 @@
+// CUDA twins of ref::Rope, SwiGlu, AddInPlace, AddBias, EmbeddingLookup and WriteKv, with the
+// host entry points of ops.h. One thread per output element (or per KV row for int8, whose
+// scale needs the whole row); the float steps are the reference's, contraction-free where the
+// reference's bits are the contract (dequantization, KV conversion).
+#include <cmath>
+#include <vector>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+#include "kernels/ref/ops.h"
+
+namespace specd::kernels::cuda {
+namespace {
+
+using gguf::GgmlType;
+
+// x: [T, H, head_dim]; inv_freq: [rope_dim / 2] (double, from the host). One thread per
+// (token, head, pair).
+__global__ void RopeKernel(float* x, int64_t T, int32_t H, int32_t head_dim, int32_t half,
+                           bool neox, const int32_t* positions, const double* inv_freq) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= T * H * half) return;
+  const int32_t i = static_cast<int32_t>(idx % half);
+  const int64_t th = idx / half;
+  const int64_t t = th / H;
+  float* v = x + th * head_dim;
+  const double angle = static_cast<double>(positions[t]) * inv_freq[i];
+  const float c = static_cast<float>(cos(angle));
+  const float s = static_cast<float>(sin(angle));
+  const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+  const float a = v[i0], b = v[i1];
+  v[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  v[i1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+
+__global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+}
+
+__global__ void AddKernel(float* x, const float* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+__global__ void AddBiasKernel(float* x, int64_t T, int64_t N, const float* b) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < T * N) x[i] = __fadd_rn(x[i], b[i % N]);
+}
+
+__device__ __forceinline__ uint16_t Ld16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
+
+// Element k of a row of `type` as the reference dequantizes it: scale * float(q) + min.
+__device__ float DequantElement(GgmlType type, const uint8_t* row, int64_t k) {
+  switch (type) {
+    case GgmlType::kF32: return reinterpret_cast<const float*>(row)[k];  // rows are 4-byte aligned
+    case GgmlType::kF16: return HalfBitsToF32(Ld16(row + 2 * k));
+    case GgmlType::kBF16: return Bf16BitsToF32(Ld16(row + 2 * k));
+    case GgmlType::kQ8_0: {
+      const uint8_t* b = row + (k / 32) * 34;
+      const float d = HalfBitsToF32(Ld16(b));
+      return __fadd_rn(__fmul_rn(d, static_cast<float>(static_cast<int8_t>(b[2 + k % 32]))), 0.0f);
+    }
+    case GgmlType::kQ4_0: {
+      const uint8_t* b = row + (k / 32) * 18;
+      const int i = static_cast<int>(k % 32);
+      const int code = i < 16 ? (b[2 + i] & 0x0F) : (b[2 + i - 16] >> 4);
+      return __fadd_rn(__fmul_rn(HalfBitsToF32(Ld16(b)), static_cast<float>(code - 8)), 0.0f);
+    }
+    case GgmlType::kQ4_1: {
+      const uint8_t* b = row + (k / 32) * 20;
+      const int i = static_cast<int>(k % 32);
+      const int code = i < 16 ? (b[4 + i] & 0x0F) : (b[4 + i - 16] >> 4);
+      return __fadd_rn(__fmul_rn(HalfBitsToF32(Ld16(b)), static_cast<float>(code)), HalfBitsToF32(Ld16(b + 2)));
+    }
+    default: return __int_as_float(0x7FC00000);  // rejected on the host
+  }
+}
+
+// out: [T, cols]; one thread per element.
+__global__ void EmbeddingKernel(GgmlType type, const uint8_t* table, uint64_t row_bytes, int64_t cols,
+                                const int32_t* ids, int64_t T, float* out) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= T * cols) return;
+  const int64_t t = idx / cols, k = idx % cols;
+  out[idx] = DequantElement(type, table + static_cast<uint64_t>(ids[t]) * row_bytes, k);
+}
+
+// PagedKvLayer's index math on the device.
+struct PoolShape {
+  int32_t block_size, num_kv_heads, head_dim;
+  __device__ int64_t VIndex(int64_t slot, int32_t h) const {
+    return ((slot / block_size * num_kv_heads + h) * block_size + slot % block_size) * head_dim;
+  }
+  __device__ int64_t KIndex(int64_t slot, int32_t h, int32_t i) const {
+    return ((slot / block_size * num_kv_heads + h) * head_dim + i) * block_size + slot % block_size;
+  }
+  __device__ int64_t SIndex(int64_t slot, int32_t h) const {
+    return (slot / block_size * num_kv_heads + h) * block_size + slot % block_size;
+  }
+};
+
+// f32 / f16 / bf16: one thread per (token, kv head, dim).
+__global__ void WriteKvKernel(const float* k, const float* v, int64_t T, const int64_t* slots, KvDtype dt,
+                              PoolShape s, void* kp, void* vp) {
+  const int64_t row = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= T * row) return;
+  const int64_t t = idx / row;
+  const int32_t h = static_cast<int32_t>(idx % row / s.head_dim), i = static_cast<int32_t>(idx % s.head_dim);
+  const int64_t kd = s.KIndex(slots[t], h, i), vd = s.VIndex(slots[t], h) + i;
+  switch (dt) {
+    case KvDtype::kF32:
+      static_cast<float*>(kp)[kd] = k[idx];
+      static_cast<float*>(vp)[vd] = v[idx];
+      break;
+    case KvDtype::kF16:
+      static_cast<uint16_t*>(kp)[kd] = F32ToHalfBits(k[idx]);
+      static_cast<uint16_t*>(vp)[vd] = F32ToHalfBits(v[idx]);
+      break;
+    case KvDtype::kBF16:
+      static_cast<uint16_t*>(kp)[kd] = ToBf16AttnDevice(k[idx]);
+      static_cast<uint16_t*>(vp)[vd] = ToBf16AttnDevice(v[idx]);
+      break;
+    case KvDtype::kInt8:
+      break;  // WriteKvInt8Kernel
+  }
+}
+
+// kernels/kv_int8.h's QuantizeKvRow for one row x [n] to q[0], q[stride], ...; returns its scale.
+__device__ float QuantizeRowDevice(const float* x, int32_t n, int8_t* q, int64_t stride) {
+  float amax = 0.0f;
+  for (int32_t i = 0; i < n; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    float c = nearbyintf(__fmul_rn(x[i], inv));
+    if (isnan(c)) c = 0.0f;
+    c = c > 127.0f ? 127.0f : (c < -127.0f ? -127.0f : c);
+    q[i * stride] = static_cast<int8_t>(c);
+  }
+  return __fdiv_rn(amax, 127.0f);
+}
+
+// int8: one thread per (token, kv head) row of K and of V.
+__global__ void WriteKvInt8Kernel(const float* k, const float* v, int64_t T, const int64_t* slots,
+                                  PoolShape s, int8_t* kp, int8_t* vp, float* ks, float* vs) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= T * s.num_kv_heads) return;
+  const int64_t t = idx / s.num_kv_heads;
+  const int32_t h = static_cast<int32_t>(idx % s.num_kv_heads);
+  const int64_t src = idx * s.head_dim;
+  ks[s.SIndex(slots[t], h)] = QuantizeRowDevice(k + src, s.head_dim, kp + s.KIndex(slots[t], h, 0), s.block_size);
+  vs[s.SIndex(slots[t], h)] = QuantizeRowDevice(v + src, s.head_dim, vp + s.VIndex(slots[t], h), 1);
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+absl::Status RopeHost(float* x, int64_t T, int32_t num_heads, int32_t head_dim, const int32_t* positions,
+                      const RopeParams& p) {
+  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > head_dim) {
+    return absl::InvalidArgumentError("RopeHost: rope_dim must be even and at most head_dim");
+  }
+  const int32_t half = p.rope_dim / 2;
+  std::vector<double> inv_freq(half);
+  ref::RopeInvFreq(p, inv_freq.data());  // the plan: the reference's own frequencies
+  const size_t n = static_cast<size_t>(T) * num_heads * head_dim;
+  DeviceArray<float> dx;
+  DeviceArray<int32_t> dpos;
+  DeviceArray<double> dfreq;
+  absl::Status st = dx.Upload(x, n);
+  if (st.ok()) st.Update(dpos.Upload(positions, static_cast<size_t>(T)));
+  if (st.ok()) st.Update(dfreq.Upload(inv_freq.data(), inv_freq.size()));
+  if (!st.ok()) return st;
+  const int64_t work = T * num_heads * half;
+  if (work > 0) {
+    RopeKernel<<<BlocksFor(work, kThreads), kThreads>>>(dx.get(), T, num_heads, head_dim, half,
+                                                        p.layout == RopeLayout::kNeox, dpos.get(), dfreq.get());
+    if (absl::Status e = LaunchStatus("RopeKernel"); !e.ok()) return e;
+  }
+  return dx.Download(x, n);
+}
+
+absl::Status SwiGluHost(const float* gate, const float* up, int64_t T, int64_t F, float* out) {
+  const size_t n = static_cast<size_t>(T * F);
+  DeviceArray<float> dg, du, dout;
+  absl::Status st = dg.Upload(gate, n);
+  if (st.ok()) st.Update(du.Upload(up, n));
+  if (st.ok()) st.Update(dout.Alloc(n));
+  if (!st.ok()) return st;
+  if (n > 0) {
+    SwiGluKernel<<<BlocksFor(n, kThreads), kThreads>>>(dg.get(), du.get(), static_cast<int64_t>(n), dout.get());
+    if (absl::Status e = LaunchStatus("SwiGluKernel"); !e.ok()) return e;
+  }
+  return dout.Download(out, n);
+}
+
+absl::Status AddInPlaceHost(float* x, const float* y, int64_t n) {
+  DeviceArray<float> dx, dy;
+  absl::Status st = dx.Upload(x, static_cast<size_t>(n));
+  if (st.ok()) st.Update(dy.Upload(y, static_cast<size_t>(n)));
+  if (!st.ok()) return st;
+  if (n > 0) {
+    AddKernel<<<BlocksFor(n, kThreads), kThreads>>>(dx.get(), dy.get(), n);
+    if (absl::Status e = LaunchStatus("AddKernel"); !e.ok()) return e;
+  }
+  return dx.Download(x, static_cast<size_t>(n));
+}
+
+absl::Status AddBiasHost(float* x, int64_t T, int64_t N, const float* b) {
+  DeviceArray<float> dx, db;
+  absl::Status st = dx.Upload(x, static_cast<size_t>(T * N));
+  if (st.ok()) st.Update(db.Upload(b, static_cast<size_t>(N)));
+  if (!st.ok()) return st;
+  if (T * N > 0) {
+    AddBiasKernel<<<BlocksFor(T * N, kThreads), kThreads>>>(dx.get(), T, N, db.get());
+    if (absl::Status e = LaunchStatus("AddBiasKernel"); !e.ok()) return e;
+  }
+  return dx.Download(x, static_cast<size_t>(T * N));
+}
+
+absl::Status EmbeddingLookupHost(const WeightMatrix& table, const int32_t* ids, int64_t T, float* out) {
+  switch (table.type) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
+    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1:
+      break;
+    default:
+      return absl::UnimplementedError("EmbeddingLookupHost: table type not supported on CUDA yet");
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    if (ids[t] < 0 || ids[t] >= table.rows) {
+      return absl::InvalidArgumentError("EmbeddingLookupHost: id out of range");
+    }
+  }
+  DeviceArray<uint8_t> dtable;
+  DeviceArray<int32_t> dids;
+  DeviceArray<float> dout;
+  const size_t n = static_cast<size_t>(T * table.cols);
+  absl::Status st = dtable.Upload(table.data, static_cast<size_t>(table.rows) * table.row_bytes);
+  if (st.ok()) st.Update(dids.Upload(ids, static_cast<size_t>(T)));
+  if (st.ok()) st.Update(dout.Alloc(n));
+  if (!st.ok()) return st;
+  if (n > 0) {
+    EmbeddingKernel<<<BlocksFor(n, kThreads), kThreads>>>(table.type, dtable.get(), table.row_bytes, table.cols,
+                                                          dids.get(), T, dout.get());
+    if (absl::Status e = LaunchStatus("EmbeddingKernel"); !e.ok()) return e;
+  }
+  return dout.Download(out, n);
+}
+
+absl::Status WriteKvHost(const float* k, const float* v, int64_t T, const int64_t* slots, const PagedKvLayer& kv) {
+  const int64_t slots_total = kv.num_blocks * kv.block_size;
+  for (int64_t t = 0; t < T; ++t) {
+    if (slots[t] < 0 || slots[t] >= slots_total) return absl::InvalidArgumentError("WriteKvHost: bad slot");
+  }
+  const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
+  const size_t pool_bytes = static_cast<size_t>(slots_total * row * KvDtypeSize(kv.dtype));
+  const size_t scales = kv.dtype == KvDtype::kInt8 ? static_cast<size_t>(slots_total * kv.num_kv_heads) : 0;
+  DeviceArray<float> dk, dv, dks, dvs;
+  DeviceArray<int64_t> dslots;
+  DeviceArray<uint8_t> dkp, dvp;
+  absl::Status st = dk.Upload(k, static_cast<size_t>(T * row));
+  if (st.ok()) st.Update(dv.Upload(v, static_cast<size_t>(T * row)));
+  if (st.ok()) st.Update(dslots.Upload(slots, static_cast<size_t>(T)));
+  if (st.ok()) st.Update(dkp.Upload(static_cast<const uint8_t*>(kv.k), pool_bytes));
+  if (st.ok()) st.Update(dvp.Upload(static_cast<const uint8_t*>(kv.v), pool_bytes));
+  if (st.ok() && scales > 0) st.Update(dks.Upload(kv.k_scale, scales));
+  if (st.ok() && scales > 0) st.Update(dvs.Upload(kv.v_scale, scales));
+  if (!st.ok()) return st;
+  const PoolShape shape{kv.block_size, kv.num_kv_heads, kv.head_dim};
+  if (T > 0) {
+    if (kv.dtype == KvDtype::kInt8) {
+      WriteKvInt8Kernel<<<BlocksFor(T * kv.num_kv_heads, 64), 64>>>(
+          dk.get(), dv.get(), T, dslots.get(), shape, reinterpret_cast<int8_t*>(dkp.get()),
+          reinterpret_cast<int8_t*>(dvp.get()), dks.get(), dvs.get());
+    } else {
+      WriteKvKernel<<<BlocksFor(T * row, kThreads), kThreads>>>(dk.get(), dv.get(), T, dslots.get(), kv.dtype,
+                                                                shape, dkp.get(), dvp.get());
+    }
+    if (absl::Status e = LaunchStatus("WriteKvKernel"); !e.ok()) return e;
+  }
+  if (absl::Status e = dkp.Download(static_cast<uint8_t*>(kv.k), pool_bytes); !e.ok()) return e;
+  if (absl::Status e = dvp.Download(static_cast<uint8_t*>(kv.v), pool_bytes); !e.ok()) return e;
+  if (scales == 0) return absl::OkStatus();
+  if (absl::Status e = dks.Download(kv.k_scale, scales); !e.ok()) return e;
+  return dvs.Download(kv.v_scale, scales);
+}
+
+}  // namespace specd::kernels::cuda

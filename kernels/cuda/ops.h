@@ -1,0 +1,55 @@
+// CUDA kernels of the model's ops, each the twin of the kernels/ref function of the same name
+// (same shapes, same meaning) and checked against it by tests/kernels/cuda_ops_test.cc (label
+// gpu). These entry points take and return host memory: each uploads its inputs, runs the
+// kernel and downloads the result. They are the harness's (and a future device-resident
+// forward's) view of the kernels, not a fast path: the forward will keep weights, the KV pool
+// and activations on the device and call the same kernels.
+#ifndef SPECD_KERNELS_CUDA_OPS_H_
+#define SPECD_KERNELS_CUDA_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/kernel_types.h"
+
+namespace specd::kernels::cuda {
+
+// x: [T, num_heads, head_dim], in place. The angles come from ref::RopeInvFreq (planned on the
+// host, in double as the reference), cos and sin in double on the device.
+absl::Status RopeHost(float* x, int64_t T, int32_t num_heads, int32_t head_dim,
+                      const int32_t* positions, const RopeParams& p);
+
+// out = silu(gate) * up.  gate, up, out: [T, F].
+absl::Status SwiGluHost(const float* gate, const float* up, int64_t T, int64_t F, float* out);
+
+// x[i] += y[i], i < n.
+absl::Status AddInPlaceHost(float* x, const float* y, int64_t n);
+
+// x[t, :] += b.  x: [T, N]; b: [N].
+absl::Status AddBiasHost(float* x, int64_t T, int64_t N, const float* b);
+
+// out[t, :] = dequantized row ids[t] of table (F32, F16, BF16, Q8_0, Q4_0, Q4_1), bitwise the
+// reference's values.  out: [T, table.cols].  Ids outside [0, table.rows) are an error.
+absl::Status EmbeddingLookupHost(const WeightMatrix& table, const int32_t* ids, int64_t T,
+                                 float* out);
+
+// Stores k[t], v[t] ([num_kv_heads, head_dim]) into slot slots[t] of the pool kv (host
+// memory: uploaded, written on the device, downloaded), converted as ref::WriteKv does
+// (f32, f16, bf16 attention's rounding, int8 with kernels/kv_int8.h's scale).
+absl::Status WriteKvHost(const float* k, const float* v, int64_t T, const int64_t* slots,
+                         const PagedKvLayer& kv);
+
+// Causal paged attention (ref::PagedAttention's contract) in the FlashAttention style: one
+// thread block per planned item (kernels/cuda/attention_plan.h), each 64-key chunk of K, then
+// of V, staged in shared memory, scores only for the chunk (never a [T, keys] matrix), chunk
+// partials folded in order; a merge pass folds split pairs. q, out: [T, num_q_heads,
+// head_dim]; the pool (any KvDtype) and block tables are host memory.
+// fill_blocks: the plan's split threshold (0: the default).
+absl::Status PagedAttentionHost(const float* q, int64_t T, int32_t num_q_heads,
+                                const int32_t* positions, const int32_t* const* block_tables,
+                                const PagedKvLayer& kv, float scale, float* out,
+                                int64_t fill_blocks = 0);
+
+}  // namespace specd::kernels::cuda
+
+#endif  // SPECD_KERNELS_CUDA_OPS_H_
