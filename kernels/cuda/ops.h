@@ -14,6 +14,11 @@
 
 namespace specd::kernels::cuda {
 
+// y[t, n] = sum_k W[n, k] x[t, k] with ref::MatMul's exact arithmetic, so bitwise its result:
+// float weights (F32, F16, BF16) summed over k in order; Q8_0, Q4_0, Q4_1 on int8 activation
+// blocks (kernels/act_quant.h). x: [T, w.cols]; y: [T, w.rows]. Other types: Unimplemented.
+absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y);
+
 // x: [T, num_heads, head_dim], in place. The angles come from ref::RopeInvFreq (planned on the
 // host, in double as the reference), cos and sin in double on the device.
 absl::Status RopeHost(float* x, int64_t T, int32_t num_heads, int32_t head_dim,

@@ -91,52 +91,91 @@ TEST(CudaOpsTest, ElementwiseOpsMatchReference) {
   }
 }
 
-// Tables of every type the CUDA lookup reads, random but valid (finite f16 scales), against
-// the reference's dequantization bit for bit; an id out of range is an error, not a crash.
+struct TypeInfo {
+  gguf::GgmlType type;
+  int block, bytes;
+};
+constexpr TypeInfo kCudaTypes[] = {{gguf::GgmlType::kF32, 1, 4},   {gguf::GgmlType::kF16, 1, 2},
+                                   {gguf::GgmlType::kBF16, 1, 2},  {gguf::GgmlType::kQ8_0, 32, 34},
+                                   {gguf::GgmlType::kQ4_0, 32, 18}, {gguf::GgmlType::kQ4_1, 32, 20}};
+
+// A random but valid matrix of `ty` (finite f16 scales and mins), rows x cols, in `data`.
+WeightMatrix MakeMatrix(std::mt19937& rng, TypeInfo ty, int64_t rows, int64_t cols, std::vector<uint8_t>* data) {
+  const uint64_t row_bytes = static_cast<uint64_t>(cols / ty.block * ty.bytes);
+  data->assign(rows * row_bytes, 0);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : *data) b = static_cast<uint8_t>(byte(rng));
+  const std::vector<float> vals = Rand(rng, rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = data->data() + r * row_bytes;
+    for (int64_t k = 0; k < cols; ++k) {
+      const float f = vals[r * cols + k];
+      uint16_t h = 0;
+      switch (ty.type) {
+        case gguf::GgmlType::kF32: std::memcpy(row + 4 * k, &f, 4); break;
+        case gguf::GgmlType::kF16: h = ref::F32ToF16(f); std::memcpy(row + 2 * k, &h, 2); break;
+        case gguf::GgmlType::kBF16: h = ref::F32ToBF16(f); std::memcpy(row + 2 * k, &h, 2); break;
+        default:
+          if (k % 32 == 0) {  // the block's f16 scale (and min)
+            uint8_t* blk = row + (k / 32) * ty.bytes;
+            h = ref::F32ToF16(0.01f * (0.5f + std::fabs(f)));
+            std::memcpy(blk, &h, 2);
+            if (ty.type == gguf::GgmlType::kQ4_1) {
+              h = ref::F32ToF16(-0.02f * f);
+              std::memcpy(blk + 2, &h, 2);
+            }
+          }
+      }
+    }
+  }
+  return WeightMatrix{ty.type, data->data(), rows, cols, row_bytes};
+}
+
+// Every type the CUDA lookup reads, against the reference's dequantization bit for bit; an id
+// out of range is an error, not a crash.
 TEST(CudaOpsTest, EmbeddingLookupIsBitwiseTheReference) {
   SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(7);
-  struct Type {
-    gguf::GgmlType type;
-    int block, bytes;
-  };
-  const int64_t rows = 40, cols = 96;
-  for (Type ty : {Type{gguf::GgmlType::kF32, 1, 4}, Type{gguf::GgmlType::kF16, 1, 2},
-                  Type{gguf::GgmlType::kBF16, 1, 2}, Type{gguf::GgmlType::kQ8_0, 32, 34},
-                  Type{gguf::GgmlType::kQ4_0, 32, 18}, Type{gguf::GgmlType::kQ4_1, 32, 20}}) {
-    const uint64_t row_bytes = static_cast<uint64_t>(cols / ty.block * ty.bytes);
-    std::vector<uint8_t> data(rows * row_bytes);
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (auto& b : data) b = static_cast<uint8_t>(byte(rng));
-    const std::vector<float> vals = Rand(rng, rows * cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      uint8_t* row = data.data() + r * row_bytes;
-      for (int64_t k = 0; k < cols; ++k) {
-        const float f = vals[r * cols + k];
-        uint16_t h = 0;
-        switch (ty.type) {
-          case gguf::GgmlType::kF32: std::memcpy(row + 4 * k, &f, 4); break;
-          case gguf::GgmlType::kF16: h = ref::F32ToF16(f); std::memcpy(row + 2 * k, &h, 2); break;
-          case gguf::GgmlType::kBF16: h = ref::F32ToBF16(f); std::memcpy(row + 2 * k, &h, 2); break;
-          default:
-            if (k % 32 == 0) {  // the block's f16 scale (and min): finite
-              uint8_t* blk = row + (k / 32) * ty.bytes;
-              h = ref::F32ToF16(0.01f + std::fabs(f));
-              std::memcpy(blk, &h, 2);
-              if (ty.type == gguf::GgmlType::kQ4_1) std::memcpy(blk + 2, &h, 2);
-            }
-        }
-      }
-    }
-    const WeightMatrix table{ty.type, data.data(), rows, cols, row_bytes};
+  for (TypeInfo ty : kCudaTypes) {
+    std::vector<uint8_t> data;
+    const WeightMatrix table = MakeMatrix(rng, ty, 40, 96, &data);
     const std::vector<int32_t> ids = {0, 39, 7, 7, 20};
-    std::vector<float> want(ids.size() * cols), got(want.size());
+    std::vector<float> want(ids.size() * 96), got(want.size());
     ref::EmbeddingLookup(table, ids.data(), static_cast<int64_t>(ids.size()), want.data());
     ASSERT_TRUE(cuda::EmbeddingLookupHost(table, ids.data(), static_cast<int64_t>(ids.size()), got.data()).ok());
     ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << static_cast<int>(ty.type);
     const int32_t bad = 40;
     EXPECT_FALSE(cuda::EmbeddingLookupHost(table, &bad, 1, got.data()).ok());
   }
+}
+
+// MatMul with the reference's arithmetic: bitwise its output for every type, odd row counts
+// and token counts (each (row, token) alone: batch invariant by construction), and a clear
+// error for the types not ported yet.
+TEST(CudaOpsTest, MatMulIsBitwiseTheReference) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(10);
+  for (TypeInfo ty : kCudaTypes) {
+    for (int64_t rows : {1, 7, 33, 576}) {
+      for (int64_t cols : {32, 96, 576}) {
+        std::vector<uint8_t> data;
+        const WeightMatrix w = MakeMatrix(rng, ty, rows, cols, &data);
+        for (int64_t T : {1, 3, 5}) {
+          const std::vector<float> x = Rand(rng, T * cols, -2.0f, 2.0f);
+          std::vector<float> want(T * rows), got(T * rows, -1.0f);
+          ref::MatMul(w, x.data(), T, want.data());
+          ASSERT_TRUE(cuda::MatMulHost(w, x.data(), T, got.data()).ok());
+          ASSERT_TRUE(AllFinite(got));
+          ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
+              << static_cast<int>(ty.type) << " rows " << rows << " cols " << cols << " T " << T;
+        }
+      }
+    }
+  }
+  std::vector<uint8_t> q4k(144 * 2, 0);
+  const WeightMatrix k_quant{gguf::GgmlType::kQ4_K, q4k.data(), 2, 256, 144};
+  std::vector<float> x(256), y(2);
+  EXPECT_EQ(cuda::MatMulHost(k_quant, x.data(), 1, y.data()).code(), absl::StatusCode::kUnimplemented);
 }
 
 struct Pool {

@@ -1,0 +1,142 @@
+// CUDA twin of ref::MatMul with the reference's exact arithmetic, so its output is bitwise the
+// reference's (tests/kernels/cuda_ops_test.cc): float weights (F32, F16, BF16) as one sum over
+// k in order; quantized weights (Q8_0, Q4_0, Q4_1) on int8 activation blocks (act_quant.h's
+// QuantizeActRow, here one thread per block), each block an exact integer dot, then
+// acc += (scale * d_act) * isum [+ min * s_act], blocks in order. One thread per (row, token):
+// a row's result never depends on T or on the other rows (batch invariant). This is the
+// correctness twin the fast kernels (a warp per row, cuBLAS for prefill) will be held against.
+#include <cmath>
+
+#include "kernels/act_quant.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace specd::kernels::cuda {
+namespace {
+
+using gguf::GgmlType;
+
+__device__ __forceinline__ uint16_t Ld16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// x: [T, K] -> act: [T, K / 32]; one thread per block of 32, QuantizeActRow's steps.
+__global__ void QuantizeActKernel(const float* x, int64_t blocks, ActBlockQ8* act) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= blocks) return;
+  const float* xb = x + b * kActBlockSize;
+  float amax = 0.0f;
+  for (int i = 0; i < kActBlockSize; ++i) {
+    const float a = fabsf(xb[i]);
+    amax = a > amax ? a : amax;
+  }
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  int32_t sum = 0;
+  for (int i = 0; i < kActBlockSize; ++i) {
+    float v = nearbyintf(__fmul_rn(xb[i], id));
+    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+    act[b].qs[i] = static_cast<int8_t>(v);
+    sum += act[b].qs[i];
+  }
+  act[b].d = d;
+  act[b].s = __fmul_rn(d, static_cast<float>(sum));
+}
+
+// y[t, n] for float weights: one thread per (token, row).
+__global__ void MatMulFloatKernel(GgmlType type, const uint8_t* w, uint64_t row_bytes, int64_t rows, int64_t K,
+                                  const float* x, int64_t T, float* y) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= T * rows) return;
+  const int64_t t = idx / rows, n = idx % rows;
+  const uint8_t* row = w + static_cast<uint64_t>(n) * row_bytes;
+  const float* xt = x + t * K;
+  float acc = 0.0f;
+  for (int64_t k = 0; k < K; ++k) {
+    float wk;
+    if (type == GgmlType::kF32) {
+      wk = reinterpret_cast<const float*>(row)[k];
+    } else if (type == GgmlType::kF16) {
+      wk = HalfBitsToF32(Ld16(row + 2 * k));
+    } else {
+      wk = Bf16BitsToF32(Ld16(row + 2 * k));
+    }
+    acc = __fadd_rn(acc, __fmul_rn(wk, xt[k]));
+  }
+  y[idx] = acc;
+}
+
+// y[t, n] for Q8_0 / Q4_0 / Q4_1 weights on quantized activations: one thread per (token, row).
+__global__ void MatMulQuantKernel(GgmlType type, const uint8_t* w, uint64_t row_bytes, int64_t rows, int64_t nb,
+                                  const ActBlockQ8* act, int64_t T, float* y) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= T * rows) return;
+  const int64_t t = idx / rows, n = idx % rows;
+  const uint8_t* row = w + static_cast<uint64_t>(n) * row_bytes;
+  const ActBlockQ8* at = act + t * nb;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const ActBlockQ8& a = at[b];
+    int32_t isum = 0;
+    float scale, min = 0.0f;
+    if (type == GgmlType::kQ8_0) {
+      const uint8_t* blk = row + b * 34;
+      scale = HalfBitsToF32(Ld16(blk));
+      for (int i = 0; i < 32; ++i) isum += static_cast<int8_t>(blk[2 + i]) * a.qs[i];
+    } else if (type == GgmlType::kQ4_0) {
+      const uint8_t* blk = row + b * 18;
+      scale = HalfBitsToF32(Ld16(blk));
+      for (int i = 0; i < 16; ++i) {
+        isum += ((blk[2 + i] & 0x0F) - 8) * a.qs[i];
+        isum += ((blk[2 + i] >> 4) - 8) * a.qs[i + 16];
+      }
+    } else {  // Q4_1
+      const uint8_t* blk = row + b * 20;
+      scale = HalfBitsToF32(Ld16(blk));
+      min = HalfBitsToF32(Ld16(blk + 2));
+      for (int i = 0; i < 16; ++i) {
+        isum += (blk[4 + i] & 0x0F) * a.qs[i];
+        isum += (blk[4 + i] >> 4) * a.qs[i + 16];
+      }
+    }
+    acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(scale, a.d), static_cast<float>(isum)));
+    if (min != 0.0f) acc = __fadd_rn(acc, __fmul_rn(min, a.s));
+  }
+  y[idx] = acc;
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+  const bool is_float = w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
+  const bool is_quant = w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0 || w.type == GgmlType::kQ4_1;
+  if (!is_float && !is_quant) return absl::UnimplementedError("MatMulHost: weight type not supported on CUDA yet");
+  if (is_quant && w.cols % kActBlockSize != 0) {
+    return absl::InvalidArgumentError("MatMulHost: cols must be a multiple of 32 for quantized weights");
+  }
+  const int64_t K = w.cols;
+  DeviceArray<uint8_t> dw;
+  DeviceArray<float> dx, dy;
+  DeviceArray<ActBlockQ8> dact;
+  absl::Status st = dw.Upload(w.data, static_cast<size_t>(w.rows) * w.row_bytes);
+  if (st.ok()) st.Update(dx.Upload(x, static_cast<size_t>(T * K)));
+  if (st.ok()) st.Update(dy.Alloc(static_cast<size_t>(T * w.rows)));
+  if (!st.ok()) return st;
+  const int64_t outputs = T * w.rows;
+  if (outputs == 0) return absl::OkStatus();
+  if (is_float) {
+    MatMulFloatKernel<<<BlocksFor(outputs, kThreads), kThreads>>>(w.type, dw.get(), w.row_bytes, w.rows, K, dx.get(),
+                                                                  T, dy.get());
+  } else {
+    const int64_t nb = K / kActBlockSize;
+    if (absl::Status e = dact.Alloc(static_cast<size_t>(T * nb)); !e.ok()) return e;
+    QuantizeActKernel<<<BlocksFor(T * nb, kThreads), kThreads>>>(dx.get(), T * nb, dact.get());
+    if (absl::Status e = LaunchStatus("QuantizeActKernel"); !e.ok()) return e;
+    MatMulQuantKernel<<<BlocksFor(outputs, kThreads), kThreads>>>(w.type, dw.get(), w.row_bytes, w.rows, nb,
+                                                                  dact.get(), T, dy.get());
+  }
+  if (absl::Status e = LaunchStatus("MatMul"); !e.ok()) return e;
+  return dy.Download(y, static_cast<size_t>(outputs));
+}
+
+}  // namespace specd::kernels::cuda
