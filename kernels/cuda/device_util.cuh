@@ -29,7 +29,8 @@ class DeviceArray {
     if (p_ != nullptr) cudaFree(p_);  // nothing to report from a destructor
   }
   absl::Status Alloc(size_t n) {
-    n_ = n;
+    if (p_ != nullptr) cudaFree(p_);  // a second Alloc replaces the first
+    p_ = nullptr;
     return CudaCheck(cudaMalloc(&p_, (n > 0 ? n : 1) * sizeof(T)), "cudaMalloc");
   }
   // Allocates n elements and copies them from host memory.
@@ -46,7 +47,6 @@ class DeviceArray {
 
  private:
   T* p_ = nullptr;
-  size_t n_ = 0;
 };
 
 // After a launch: the launch error, then the kernel's own.

@@ -2,6 +2,7 @@
 // host entry points of ops.h. One thread per output element (or per KV row for int8, whose
 // scale needs the whole row); the float steps are the reference's, contraction-free where the
 // reference's bits are the contract (dequantization, KV conversion).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -232,6 +233,10 @@ absl::Status EmbeddingLookupHost(const WeightMatrix& table, const int32_t* ids, 
     default:
       return absl::UnimplementedError("EmbeddingLookupHost: table type not supported on CUDA yet");
   }
+  const bool quantized = table.type != GgmlType::kF32 && table.type != GgmlType::kF16 && table.type != GgmlType::kBF16;
+  if (quantized && table.cols % 32 != 0) {
+    return absl::InvalidArgumentError("EmbeddingLookupHost: cols must be a multiple of 32 for quantized tables");
+  }
   for (int64_t t = 0; t < T; ++t) {
     if (ids[t] < 0 || ids[t] >= table.rows) {
       return absl::InvalidArgumentError("EmbeddingLookupHost: id out of range");
@@ -254,9 +259,19 @@ absl::Status EmbeddingLookupHost(const WeightMatrix& table, const int32_t* ids, 
 }
 
 absl::Status WriteKvHost(const float* k, const float* v, int64_t T, const int64_t* slots, const PagedKvLayer& kv) {
+  if (kv.block_size <= 0 || kv.num_kv_heads <= 0 || kv.head_dim <= 0) {
+    return absl::InvalidArgumentError("WriteKvHost: block_size, num_kv_heads and head_dim must be positive");
+  }
+  if (kv.dtype == KvDtype::kInt8 && (kv.k_scale == nullptr || kv.v_scale == nullptr)) {
+    return absl::InvalidArgumentError("WriteKvHost: an int8 pool needs k_scale and v_scale");
+  }
   const int64_t slots_total = kv.num_blocks * kv.block_size;
+  std::vector<int64_t> sorted(slots, slots + T);
+  std::sort(sorted.begin(), sorted.end());
   for (int64_t t = 0; t < T; ++t) {
-    if (slots[t] < 0 || slots[t] >= slots_total) return absl::InvalidArgumentError("WriteKvHost: bad slot");
+    if (sorted[t] < 0 || sorted[t] >= slots_total) return absl::InvalidArgumentError("WriteKvHost: bad slot");
+    // The tokens write in parallel: two into one slot would race (the reference keeps the last).
+    if (t > 0 && sorted[t] == sorted[t - 1]) return absl::InvalidArgumentError("WriteKvHost: a slot written twice");
   }
   const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
   const size_t pool_bytes = static_cast<size_t>(slots_total * row * KvDtypeSize(kv.dtype));

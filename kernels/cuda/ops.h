@@ -40,7 +40,8 @@ absl::Status EmbeddingLookupHost(const WeightMatrix& table, const int32_t* ids, 
 
 // Stores k[t], v[t] ([num_kv_heads, head_dim]) into slot slots[t] of the pool kv (host
 // memory: uploaded, written on the device, downloaded), converted as ref::WriteKv does
-// (f32, f16, bf16 attention's rounding, int8 with kernels/kv_int8.h's scale).
+// (f32, f16, bf16 attention's rounding, int8 with kernels/kv_int8.h's scale). The slots must
+// be distinct (the tokens write in parallel): a repeated slot is an error.
 absl::Status WriteKvHost(const float* k, const float* v, int64_t T, const int64_t* slots,
                          const PagedKvLayer& kv);
 

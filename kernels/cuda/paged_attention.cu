@@ -52,8 +52,10 @@ __device__ __forceinline__ int64_t SlotOf(const AttnDeviceArgs& a, const int32_t
   return static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
 }
 
-// Folds a chunk partial (o, mc, lc) into the state (st, ms, ls) of `group` rows, as
-// AttnFoldScales + AttnFold do on the CPU: both scaled to the larger max, then added.
+// Folds a chunk partial (o, mc, lc) into the state (st, ms, ls) of `group` rows by the CPU's
+// rule (AttnFoldScales + AttnFold: both scaled to the larger max, then added). Not bitwise
+// the CPU's result (expf, and the chunk sums' order, differ); bitwise the same wherever the
+// plan splits, since the merge runs this same function on the same partials.
 // ws, wp: [group] scratch. All threads of the block call it.
 __device__ void FoldPartial(bool first, const float* o, const float* mc, const float* lc, float* st, float* ms,
                             float* ls, float* ws, float* wp, int32_t group, int32_t d) {
@@ -217,7 +219,13 @@ absl::Status PagedAttentionHost(const float* q, int64_t T, int32_t num_q_heads, 
                                 const int32_t* const* block_tables, const PagedKvLayer& kv, float scale,
                                 float* out, int64_t fill_blocks) {
   const int32_t hkv = kv.num_kv_heads, d = kv.head_dim;
-  if (hkv <= 0 || num_q_heads % hkv != 0) return absl::InvalidArgumentError("PagedAttentionHost: Hq % Hkv != 0");
+  if (hkv <= 0 || num_q_heads <= 0 || num_q_heads % hkv != 0) {
+    return absl::InvalidArgumentError("PagedAttentionHost: Hq % Hkv != 0");
+  }
+  if (kv.block_size <= 0) return absl::InvalidArgumentError("PagedAttentionHost: block_size must be positive");
+  if (kv.dtype == KvDtype::kInt8 && (kv.k_scale == nullptr || kv.v_scale == nullptr)) {
+    return absl::InvalidArgumentError("PagedAttentionHost: an int8 pool needs k_scale and v_scale");
+  }
   if (d <= 0 || d > 256) return absl::InvalidArgumentError("PagedAttentionHost: head_dim must be in [1, 256]");
   const int32_t group = num_q_heads / hkv;
   if (group > 32) return absl::InvalidArgumentError("PagedAttentionHost: more than 32 query heads per kv head");

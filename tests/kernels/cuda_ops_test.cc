@@ -214,6 +214,8 @@ TEST(CudaOpsTest, WriteKvIsBitwiseTheReference) {
     EXPECT_EQ(a.v, b.v);
     EXPECT_EQ(a.ks, b.ks);
     EXPECT_EQ(a.vs, b.vs);
+    const std::vector<int64_t> twice = {3, 9, 3, 1, 2};
+    EXPECT_FALSE(cuda::WriteKvHost(k.data(), v.data(), T, twice.data(), b.layer).ok()) << "a slot written twice";
   }
 }
 

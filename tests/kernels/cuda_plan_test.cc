@@ -64,7 +64,7 @@ TEST(CudaAttentionPlanTest, EveryChunkOnceInFoldOrder) {
 }
 
 TEST(CudaAttentionPlanTest, SplitsOnlyWhenThePairsCannotFillTheDevice) {
-  // A single decode at depth 8,000 on 3 kv heads: 3 pairs < 264 blocks, so each of its 126
+  // A single decode at depth 8,000 on 3 kv heads: 3 pairs < 264 blocks, so each of its 125
   // chunks gets its own block and a merge per pair.
   std::vector<int32_t> one = {7999};
   CudaAttentionPlan plan = PlanCudaAttention(one.data(), 1, 3);
