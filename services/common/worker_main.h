@@ -40,7 +40,9 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   std::string kv_dtype = "f16";
   flags.Add("kv-dtype", env + "_KV_DTYPE", &kv_dtype,
             "KV cache storage: f16, bf16, f32 or int8 (half f16's bytes: twice the tokens in "
-            "--kv-blocks' memory, a per-row scale, logits within the goldens' int8 tolerance)");
+            "--kv-blocks' memory, a per-row scale, logits within the goldens' int8 tolerance); "
+            "bf16 is bf16 attention (q, K, V and p rounded to bf16, AVX-512 BF16 dot products "
+            "where the CPU has them): faster long-prompt prefill");
   flags.Add("max-batch-tokens", env + "_MAX_BATCH_TOKENS", &mo.max_batch_tokens,
             "most tokens one forward pass carries");
   flags.Add("borrow-from", env + "_BORROW_FROM", &mo.borrow_path,
