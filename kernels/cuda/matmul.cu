@@ -46,9 +46,8 @@ __global__ void MatMulFloatKernel(GgmlType type, const uint8_t* w, uint64_t row_
                                   const float* x, int64_t T, float* y) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= T * rows) return;
-  const int64_t t = idx / rows, n = idx % rows;
-  const uint8_t* row = w + static_cast<uint64_t>(n) * row_bytes;
-  const float* xt = x + t * K;
+  const uint8_t* row = w + static_cast<uint64_t>(idx % rows) * row_bytes;  // y[t, n]: n = idx % rows
+  const float* xt = x + idx / rows * K;
   float acc = 0.0f;
   for (int64_t k = 0; k < K; ++k) {
     float wk;
@@ -69,9 +68,8 @@ __global__ void MatMulQuantKernel(GgmlType type, const uint8_t* w, uint64_t row_
                                   const ActBlockQ8* act, int64_t T, float* y) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= T * rows) return;
-  const int64_t t = idx / rows, n = idx % rows;
-  const uint8_t* row = w + static_cast<uint64_t>(n) * row_bytes;
-  const ActBlockQ8* at = act + t * nb;
+  const uint8_t* row = w + static_cast<uint64_t>(idx % rows) * row_bytes;  // y[t, n]: t = idx / rows
+  const ActBlockQ8* at = act + idx / rows * nb;
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const ActBlockQ8& a = at[b];

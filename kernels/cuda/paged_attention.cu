@@ -52,6 +52,24 @@ __device__ __forceinline__ int64_t SlotOf(const AttnDeviceArgs& a, const int32_t
   return static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
 }
 
+// Keys [j0, j0 + n) of kv head h into kv [kChunk][d + 1] as f32 (rows past n: 0). K is read
+// along keys (the pool keeps it transposed inside each block), V along dims (token rows).
+__device__ void StageChunk(const AttnDeviceArgs& a, bool is_k, const int32_t* table, int64_t j0, int32_t n,
+                           int32_t h, float* kv) {
+  const int32_t d = a.head_dim, dp = d + 1, bs = a.block_size, hkv = a.num_kv_heads;
+  for (int idx = threadIdx.x; idx < kChunk * d; idx += blockDim.x) {
+    const int i = is_k ? idx / kChunk : idx % d, j = is_k ? idx % kChunk : idx / d;
+    float val = 0.0f;
+    if (j < n) {
+      const int64_t slot = SlotOf(a, table, j0 + j), blk = slot / bs, off = slot % bs;
+      const int64_t row = (blk * hkv + h) * bs + off;  // the token's (block, head) row: V and scales
+      val = is_k ? KvElement(a.dtype, a.k, ((blk * hkv + h) * d + i) * bs + off, a.k_scale, row)
+                 : KvElement(a.dtype, a.v, row * d + i, a.v_scale, row);
+    }
+    kv[j * dp + i] = val;
+  }
+}
+
 // Folds a chunk partial (o, mc, lc) into the state (st, ms, ls) of `group` rows by the CPU's
 // rule (AttnFoldScales + AttnFold: both scaled to the larger max, then added). Not bitwise
 // the CPU's result (expf, and the chunk sums' order, differ); bitwise the same wherever the
@@ -112,21 +130,11 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(AttnDeviceArgs 
   for (int idx = tid; idx < G * d; idx += nt) q[idx] = bf16 ? RoundBf16AttnDevice(qsrc[idx]) : qsrc[idx];
   const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
   const int32_t* table = a.tables + a.table_offset[it.t];
-  const int32_t bs = a.block_size, hkv = a.num_kv_heads;
   for (int32_t c = it.c0; c < it.c1; ++c) {
     const int64_t j0 = static_cast<int64_t>(c) * kChunk;
     const int32_t n = static_cast<int32_t>(len - j0 < kChunk ? len - j0 : kChunk);
     __syncthreads();  // the previous chunk is folded: kv and s are free
-    // K, read along keys (the pool keeps K transposed inside each block).
-    for (int idx = tid; idx < kChunk * d; idx += nt) {
-      const int i = idx / kChunk, j = idx % kChunk;
-      float val = 0.0f;
-      if (j < n) {
-        const int64_t slot = SlotOf(a, table, j0 + j), blk = slot / bs, off = slot % bs;
-        val = KvElement(a.dtype, a.k, ((blk * hkv + it.h) * d + i) * bs + off, a.k_scale, (blk * hkv + it.h) * bs + off);
-      }
-      kv[j * dp + i] = val;
-    }
+    StageChunk(a, /*is_k=*/true, table, j0, n, it.h, kv);
     __syncthreads();
     // Scores: one thread per (row, key), one chain over the dims in order.
     for (int idx = tid; idx < G * kChunk; idx += nt) {
@@ -157,16 +165,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(AttnDeviceArgs 
       }
     }
     __syncthreads();
-    // V, read along dims (token rows of d values inside each block).
-    for (int idx = tid; idx < kChunk * d; idx += nt) {
-      const int j = idx / d, i = idx % d;
-      float val = 0.0f;
-      if (j < n) {
-        const int64_t slot = SlotOf(a, table, j0 + j), blk = slot / bs, off = slot % bs;
-        val = KvElement(a.dtype, a.v, ((blk * hkv + it.h) * bs + off) * d + i, a.v_scale, (blk * hkv + it.h) * bs + off);
-      }
-      kv[j * dp + i] = val;
-    }
+    StageChunk(a, /*is_k=*/false, table, j0, n, it.h, kv);
     __syncthreads();
     // p V: one thread per (row, column), one chain over the keys in order.
     for (int idx = tid; idx < G * d; idx += nt) {

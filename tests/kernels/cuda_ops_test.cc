@@ -10,6 +10,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/ref/ops.h"
+#include "tests/kernels/kv_pool.h"
 
 namespace specd::kernels {
 namespace {
@@ -178,31 +179,13 @@ TEST(CudaOpsTest, MatMulIsBitwiseTheReference) {
   EXPECT_EQ(cuda::MatMulHost(k_quant, x.data(), 1, y.data()).code(), absl::StatusCode::kUnimplemented);
 }
 
-struct Pool {
-  std::vector<uint8_t> k, v;
-  std::vector<float> ks, vs;
-  PagedKvLayer layer;
-  Pool(KvDtype dt, int64_t nblk, int32_t bs, int32_t hkv, int32_t d) {
-    const size_t bytes = static_cast<size_t>(nblk * bs * hkv * d * KvDtypeSize(dt));
-    k.assign(bytes, 0);
-    v.assign(bytes, 0);
-    layer = PagedKvLayer{dt, k.data(), v.data(), nblk, bs, hkv, d};
-    if (dt == KvDtype::kInt8) {
-      ks.assign(static_cast<size_t>(nblk * bs * hkv), 0.0f);
-      vs.assign(ks.size(), 0.0f);
-      layer.k_scale = ks.data();
-      layer.v_scale = vs.data();
-    }
-  }
-};
-
 constexpr KvDtype kAllKv[] = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32, KvDtype::kInt8};
 
 TEST(CudaOpsTest, WriteKvIsBitwiseTheReference) {
   SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(8);
   for (KvDtype dt : kAllKv) {
-    Pool a(dt, 4, 16, 3, 64), b(dt, 4, 16, 3, 64);
+    KvPool a(dt, 4, 16, 3, 64), b(dt, 4, 16, 3, 64);
     const int64_t T = 5;
     std::vector<float> k = Rand(rng, T * 3 * 64, -70000.0f, 70000.0f), v = Rand(rng, T * 3 * 64);
     k[1] = 1e-6f;  // an f16 subnormal
@@ -212,8 +195,8 @@ TEST(CudaOpsTest, WriteKvIsBitwiseTheReference) {
     ASSERT_TRUE(cuda::WriteKvHost(k.data(), v.data(), T, slots.data(), b.layer).ok());
     EXPECT_EQ(a.k, b.k) << static_cast<int>(dt);
     EXPECT_EQ(a.v, b.v);
-    EXPECT_EQ(a.ks, b.ks);
-    EXPECT_EQ(a.vs, b.vs);
+    EXPECT_EQ(a.k_scale, b.k_scale);
+    EXPECT_EQ(a.v_scale, b.v_scale);
     const std::vector<int64_t> twice = {3, 9, 3, 1, 2};
     EXPECT_FALSE(cuda::WriteKvHost(k.data(), v.data(), T, twice.data(), b.layer).ok()) << "a slot written twice";
   }
@@ -235,7 +218,7 @@ TEST(CudaOpsTest, PagedAttentionMatchesReferenceBatchAndSplitInvariant) {
       const std::vector<int64_t> lens = {1, 15, 16, 17, 63, 64, 65, 129, 1000, 4096};
       int64_t total_blocks = 0;
       for (int64_t L : lens) total_blocks += (L + bs - 1) / bs;
-      Pool pool(dt, total_blocks + 3, bs, hs.hkv, hs.d);
+      KvPool pool(dt, total_blocks + 3, bs, hs.hkv, hs.d);
       std::vector<int32_t> free_blocks(pool.layer.num_blocks);
       std::iota(free_blocks.begin(), free_blocks.end(), 0);
       std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
@@ -287,7 +270,7 @@ TEST(CudaOpsTest, PagedAttentionMatchesReferenceBatchAndSplitInvariant) {
 
 TEST(CudaOpsTest, PagedAttentionRejectsBadShapes) {
   SKIP_WITHOUT_DEVICE();
-  Pool pool(KvDtype::kF16, 2, 16, 3, 64);
+  KvPool pool(KvDtype::kF16, 2, 16, 3, 64);
   std::vector<int32_t> table = {0, 1};
   const int32_t* bt[1] = {table.data()};
   std::vector<float> q(8 * 64), out(q.size());
