@@ -1317,6 +1317,9 @@ void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1
 // in order. Vectors run across keys (scores) or across output columns (PV), never across
 // a summed index, so a row's result does not depend on the vector width (AVX2 and AVX-512
 // give the same bits), on how rows are blocked, or on which other rows share the chunk.
+// bf16 attention (KvDtype::kBF16, kernels/attn_bf16.h) keeps this shape with its operands
+// rounded to bf16 and each chain taken in pairs, odd element first: the Src types' kPairs
+// here, vdpbf16ps itself in Bf16RowsChunk below, the same bits.
 #if SPECD_X8_DOT == 1
 using AttnVec = Vec16;
 constexpr int kAttnRowBlock = 6;  // 6 rows x 4 vectors of accumulators + 4 loads: 28 of 32 zmm
