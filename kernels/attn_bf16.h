@@ -21,6 +21,7 @@
 #ifndef SPECD_KERNELS_ATTN_BF16_H_
 #define SPECD_KERNELS_ATTN_BF16_H_
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,15 +29,18 @@
 namespace specd::kernels {
 
 inline constexpr float kBf16AttnFlush = 0x1p-30f;
+static_assert(std::bit_cast<uint32_t>(kBf16AttnFlush) == 0x30800000u, "ToBf16Attn's threshold bits");
 
 // x rounded to nearest even bf16 (bits), |x| < kBf16AttnFlush to +0; NaN stays NaN.
+// Branch-free, so loops over it vectorize.
 inline uint16_t ToBf16Attn(float x) {
-  if (std::fabs(x) < kBf16AttnFlush) return 0;
   uint32_t u;
   std::memcpy(&u, &x, sizeof(u));
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  const uint32_t mag = u & 0x7FFFFFFFu;
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;  // quiet NaN
+  const uint32_t out = mag > 0x7F800000u ? nan : rounded;
+  return static_cast<uint16_t>(mag < 0x30800000u ? 0u : out);  // 0x30800000: kBf16AttnFlush
 }
 
 inline float Bf16AttnToF32(uint16_t h) {

@@ -325,6 +325,26 @@ std::vector<double> PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& m
   return figures;
 }
 
+// Prefill tok/s at each length with two KV dtypes on one model, alternating a, b, a, b (each
+// figure the better of its two runs), and b / a from the same run.
+void PrintPrefillPaired(Runner& a, kernels::KvDtype a_dtype, Runner& b, kernels::KvDtype b_dtype,
+                        const std::vector<int>& lengths) {
+  std::printf("prefill at length, KV %s against %s (one sequence, alternating, best of 2 each):\n",
+              engine::KvDtypeName(b_dtype), engine::KvDtypeName(a_dtype));
+  double a_first = 0, b_first = 0;
+  for (int len : lengths) {
+    double ta = 0, tb = 0;
+    for (int round = 0; round < 2; ++round) {
+      ta = std::max(ta, a.Prefill(len, 1));
+      tb = std::max(tb, b.Prefill(len, 1));
+    }
+    if (a_first == 0) a_first = ta, b_first = tb;
+    std::printf("  prefill %5d: %s %8.1f tok/s (%.2fx of %d) | %s %8.1f tok/s (%.2fx of %d) | %s / %s = %.3fx\n",
+                len, engine::KvDtypeName(a_dtype), ta, ta / a_first, lengths[0], engine::KvDtypeName(b_dtype), tb,
+                tb / b_first, lengths[0], engine::KvDtypeName(b_dtype), engine::KvDtypeName(a_dtype), tb / ta);
+  }
+}
+
 // tools/llama_cpp_bench.py: $SPECD_SOURCE_DIR/tools, else next to the binary, else the
 // source tree this binary was configured from (the build dir holds no copy of the script).
 std::string FindLlamaCppScript(const std::string& argv0) {
@@ -352,6 +372,10 @@ int Main(int argc, char** argv) {
   int only_batch = 0;  // --only-decode N: just decode at batch N, for profiling
   std::vector<int> depths;  // --depth N,N,...: decode at these context lengths, bytes per step
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;  // --kv-dtype: of --depth and --prefill
+  // --kv-dtype-vs: --prefill also runs this dtype, alternating with --kv-dtype at each length,
+  // and prints the ratio from the same run.
+  kernels::KvDtype kv_dtype_vs = kernels::KvDtype::kF16;
+  bool with_vs = false;
   std::vector<int> prefill_lens;  // --prefill N,N,...: prefill at these prompt lengths
   std::string prefill_arg;
   bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
@@ -369,13 +393,14 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "specd-bench: --only-decode: expected a batch of 1 to 16\n");
         return 2;
       }
-    } else if (a == "--kv-dtype" && i + 1 < argc) {
+    } else if ((a == "--kv-dtype" || a == "--kv-dtype-vs") && i + 1 < argc) {
       absl::StatusOr<kernels::KvDtype> dt = engine::ParseKvDtype(argv[++i]);
       if (!dt.ok()) {
-        std::fprintf(stderr, "specd-bench: --kv-dtype: %s\n", std::string(dt.status().message()).c_str());
+        std::fprintf(stderr, "specd-bench: %s: %s\n", a.c_str(), std::string(dt.status().message()).c_str());
         return 2;
       }
-      kv_dtype = *dt;
+      (a == "--kv-dtype" ? kv_dtype : kv_dtype_vs) = *dt;
+      if (a == "--kv-dtype-vs") with_vs = true;
     } else if (a == "--depth" && i + 1 < argc) {
       for (absl::string_view part : absl::StrSplit(argv[++i], ',')) {
         int d = 0;
@@ -453,7 +478,7 @@ int Main(int argc, char** argv) {
                    "[--no-llama-cpp | --llama-cpp-python PYTHON] [--only-decode BATCH]\n"
                    "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N] [--kv-dtype f16|bf16|int8]\n"
                    "       specd-bench --prefill N[,N...] [-m FILE.gguf] [-t THREADS] "
-                   "[--kv-dtype f16|bf16|int8] [--no-llama-cpp | --llama-cpp-python PYTHON]\n"
+                   "[--kv-dtype f16|bf16|int8] [--kv-dtype-vs DTYPE] [--no-llama-cpp | --llama-cpp-python PYTHON]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
@@ -494,6 +519,13 @@ int Main(int argc, char** argv) {
       (*model)->MakeKvCacheConfig(blocks, 16, kv_dtype));
   if (!kv.ok()) return 1;
   Runner r{model->get(), kv->get(), std::vector<float>(16 * (*model)->vocab_size())};
+  std::unique_ptr<engine::PagedKvCache> kv_vs;  // --kv-dtype-vs: the same model on a second cache
+  if (with_vs) {
+    auto c = engine::PagedKvCache::Create((*model)->MakeKvCacheConfig(blocks, 16, kv_dtype_vs));
+    if (!c.ok()) return 1;
+    kv_vs = std::move(*c);
+  }
+  Runner r_vs{model->get(), kv_vs.get(), std::vector<float>(16 * (*model)->vocab_size())};
 
   const double weight_mb = (*model)->weight_bytes() / 1e6;
   const double roofline = bandwidth * 1e9 / (*model)->weight_bytes();
@@ -528,6 +560,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (!prefill_lens.empty()) {
+    if (with_vs) {
+      PrintPrefillPaired(r, kv_dtype, r_vs, kv_dtype_vs, prefill_lens);
+      return 0;
+    }
     const std::vector<double> ours = PrintPrefillAtLengths(r, **model, prefill_lens, threads, kv_dtype);
     if (with_llama_cpp) {
       const LlamaCppFigures l = RunLlamaCpp(llama_python, FindLlamaCppScript(argv[0]), model_path,

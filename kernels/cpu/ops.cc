@@ -600,18 +600,22 @@ void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const 
 namespace {
 
 // bf16 attention rounds q to bf16 once for every path (kernels/attn_bf16.h): args->q becomes
-// the rounded copy, args->q_bf16 its bf16 bits (the native dot products' operand).
-void RoundQueriesToBf16(const float* q, int64_t n, AttnArgs* args) {
+// the rounded copy, args->q_bf16 its bf16 bits (the native dot products' operand). A prefill
+// chunk's q is 512 x Hq x d values: split over the pool, in a loop the compiler vectorizes.
+void RoundQueriesToBf16(ThreadPool& pool, const float* q, int64_t n, AttnArgs* args) {
   static thread_local std::vector<float> rounded;
   static thread_local std::vector<uint16_t> bits;
   float* r = Scratch(rounded, n);
   if (static_cast<int64_t>(bits.size()) < n) bits.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    bits[i] = ToBf16Attn(q[i]);
-    r[i] = Bf16AttnToF32(bits[i]);
-  }
+  uint16_t* b = bits.data();
+  pool.ParallelFor(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      b[i] = ToBf16Attn(q[i]);
+      r[i] = Bf16AttnToF32(b[i]);
+    }
+  }, kMinParallelElems);
   args->q = r;
-  args->q_bf16 = bits.data();
+  args->q_bf16 = b;
   args->bf16_dot = CpuHasAvx512Bf16();
 }
 
@@ -676,7 +680,7 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
   const int64_t scratch_n = internal::AttnScratchFloats(group, d);
   AttnArgs args{q, num_q_heads, positions, block_tables, &kv, scale, out,
                 items.data(), merges.data(), partials};
-  if (kv.dtype == KvDtype::kBF16) RoundQueriesToBf16(q, T * num_q_heads * d, &args);
+  if (kv.dtype == KvDtype::kBF16) RoundQueriesToBf16(pool, q, T * num_q_heads * d, &args);
   pool.ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
     static thread_local std::vector<float> buf;
     be.attention(args, b, e, Scratch(buf, scratch_n));

@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <numeric>
@@ -40,6 +41,7 @@
 #include "common/gguf/quants.h"
 #include "gtest/gtest.h"
 #include "kernels/act_quant.h"
+#include "kernels/attn_bf16.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
@@ -1106,6 +1108,33 @@ TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
   } else {
     std::printf("NOT RUN: bf16 attention's native path (this CPU has no AVX-512 BF16); its "
                 "emulation was compared across the other SIMD paths\n");
+  }
+}
+
+// bf16 attention's one rounding (kernels/attn_bf16.h, branch-free) against its definition:
+// nearest even bf16 (ref::F32ToBF16), magnitudes below 2^-30 to +0, NaN stays NaN, infinities
+// and overflow to infinity kept.
+TEST(Bf16Attn, RoundingMatchesItsDefinition) {
+  std::mt19937 rng(32);
+  std::vector<float> xs = {0.0f, -0.0f, 0x1p-30f, -0x1p-30f, std::nextafter(0x1p-30f, 0.0f), 1e-38f, 1e-45f,
+                           1.0f, 1.00390625f, 1.01171875f, -3.5f, 3.4028235e38f, -3.4028235e38f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t u = bits(rng);
+    float f;
+    std::memcpy(&f, &u, 4);
+    xs.push_back(f);
+  }
+  for (float x : xs) {
+    const uint16_t got = ToBf16Attn(x);
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(Bf16AttnToF32(got))) << x;
+      continue;
+    }
+    const uint16_t want = std::fabs(x) < kBf16AttnFlush ? 0 : ref::F32ToBF16(x);
+    ASSERT_EQ(got, want) << x;
   }
 }
 
