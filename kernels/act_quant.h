@@ -17,6 +17,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/host_device.h"
+
 namespace specd::kernels {
 
 inline constexpr int kActBlockSize = 32;
@@ -29,7 +31,7 @@ struct ActBlockQ8 {
 static_assert(sizeof(ActBlockQ8) == 40);
 
 // n must be a multiple of kActBlockSize; writes n / 32 blocks.
-inline void QuantizeActRow(const float* x, int64_t n, ActBlockQ8* out) {
+SPECD_HOST_DEVICE inline void QuantizeActRow(const float* x, int64_t n, ActBlockQ8* out) {
   for (int64_t b = 0; b < n / kActBlockSize; ++b) {
     const float* xb = x + b * kActBlockSize;
     float amax = 0.0f;

@@ -21,19 +21,18 @@
 #ifndef SPECD_KERNELS_ATTN_BF16_H_
 #define SPECD_KERNELS_ATTN_BF16_H_
 
-#include <bit>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "kernels/host_device.h"
 
 namespace specd::kernels {
 
 inline constexpr float kBf16AttnFlush = 0x1p-30f;
-static_assert(std::bit_cast<uint32_t>(kBf16AttnFlush) == 0x30800000u, "ToBf16Attn's threshold bits");
 
 // x rounded to nearest even bf16 (bits), |x| < kBf16AttnFlush to +0; NaN stays NaN.
 // Branch-free, so loops over it vectorize.
-inline uint16_t ToBf16Attn(float x) {
+SPECD_HOST_DEVICE inline uint16_t ToBf16Attn(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof(u));
   const uint32_t mag = u & 0x7FFFFFFFu;
@@ -43,7 +42,7 @@ inline uint16_t ToBf16Attn(float x) {
   return static_cast<uint16_t>(mag < 0x30800000u ? 0u : out);  // 0x30800000: kBf16AttnFlush
 }
 
-inline float Bf16AttnToF32(uint16_t h) {
+SPECD_HOST_DEVICE inline float Bf16AttnToF32(uint16_t h) {
   const uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &u, sizeof(f));
@@ -51,7 +50,7 @@ inline float Bf16AttnToF32(uint16_t h) {
 }
 
 // x as the f32 value of its bf16 rounding (ToBf16Attn).
-inline float RoundBf16Attn(float x) { return Bf16AttnToF32(ToBf16Attn(x)); }
+SPECD_HOST_DEVICE inline float RoundBf16Attn(float x) { return Bf16AttnToF32(ToBf16Attn(x)); }
 
 }  // namespace specd::kernels
 

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/host_device.h"
+
 namespace specd::kernels {
 
 // x: [n] floats of one (token, kv head) row; codes go to q[0], q[stride], ... Returns the
 // row's scale, absmax / 127 (0 for an all-zero row). Codes round to nearest (even).
-inline float QuantizeKvRow(const float* x, int32_t n, int8_t* q, int64_t stride) {
+SPECD_HOST_DEVICE inline float QuantizeKvRow(const float* x, int32_t n, int8_t* q, int64_t stride) {
   float amax = 0.0f;
   for (int32_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;

@@ -59,16 +59,6 @@ __device__ __forceinline__ float HalfBitsToF32(uint16_t h) { return __half2float
 __device__ __forceinline__ uint16_t F32ToHalfBits(float x) { return __half_as_ushort(__float2half_rn(x)); }
 __device__ __forceinline__ float Bf16BitsToF32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 
-// kernels/attn_bf16.h's ToBf16Attn: nearest even, |x| < 2^-30 to +0, NaN stays NaN.
-__device__ __forceinline__ uint16_t ToBf16AttnDevice(float x) {
-  if (fabsf(x) < 0x1p-30f) return 0;
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-__device__ __forceinline__ float RoundBf16AttnDevice(float x) { return Bf16BitsToF32(ToBf16AttnDevice(x)); }
-
 inline unsigned BlocksFor(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/attn_bf16.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/kv_int8.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/ref/ops.h"
 
@@ -124,26 +126,12 @@ __global__ void WriteKvKernel(const float* k, const float* v, int64_t T, const i
       static_cast<uint16_t*>(vp)[vd] = F32ToHalfBits(v[idx]);
       break;
     case KvDtype::kBF16:
-      static_cast<uint16_t*>(kp)[kd] = ToBf16AttnDevice(k[idx]);
-      static_cast<uint16_t*>(vp)[vd] = ToBf16AttnDevice(v[idx]);
+      static_cast<uint16_t*>(kp)[kd] = ToBf16Attn(k[idx]);
+      static_cast<uint16_t*>(vp)[vd] = ToBf16Attn(v[idx]);
       break;
     case KvDtype::kInt8:
       break;  // WriteKvInt8Kernel
   }
-}
-
-// kernels/kv_int8.h's QuantizeKvRow for one row x [n] to q[0], q[stride], ...; returns its scale.
-__device__ float QuantizeRowDevice(const float* x, int32_t n, int8_t* q, int64_t stride) {
-  float amax = 0.0f;
-  for (int32_t i = 0; i < n; ++i) amax = fmaxf(amax, fabsf(x[i]));
-  const float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-  for (int32_t i = 0; i < n; ++i) {
-    float c = nearbyintf(__fmul_rn(x[i], inv));
-    if (isnan(c)) c = 0.0f;
-    c = c > 127.0f ? 127.0f : (c < -127.0f ? -127.0f : c);
-    q[i * stride] = static_cast<int8_t>(c);
-  }
-  return __fdiv_rn(amax, 127.0f);
 }
 
 // int8: one thread per (token, kv head) row of K and of V.
@@ -154,8 +142,8 @@ __global__ void WriteKvInt8Kernel(const float* k, const float* v, int64_t T, con
   const int64_t t = idx / s.num_kv_heads;
   const int32_t h = static_cast<int32_t>(idx % s.num_kv_heads);
   const int64_t src = idx * s.head_dim;
-  ks[s.SIndex(slots[t], h)] = QuantizeRowDevice(k + src, s.head_dim, kp + s.KIndex(slots[t], h, 0), s.block_size);
-  vs[s.SIndex(slots[t], h)] = QuantizeRowDevice(v + src, s.head_dim, vp + s.VIndex(slots[t], h), 1);
+  ks[s.SIndex(slots[t], h)] = QuantizeKvRow(k + src, s.head_dim, kp + s.KIndex(slots[t], h, 0), s.block_size);
+  vs[s.SIndex(slots[t], h)] = QuantizeKvRow(v + src, s.head_dim, vp + s.VIndex(slots[t], h), 1);
 }
 
 constexpr int kThreads = 256;

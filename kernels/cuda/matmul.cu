@@ -1,7 +1,7 @@
 // CUDA twin of ref::MatMul with the reference's exact arithmetic, so its output is bitwise the
 // reference's (tests/kernels/cuda_ops_test.cc): float weights (F32, F16, BF16) as one sum over
 // k in order; quantized weights (Q8_0, Q4_0, Q4_1) on int8 activation blocks (act_quant.h's
-// QuantizeActRow, here one thread per block), each block an exact integer dot, then
+// QuantizeActRow itself, one thread per block), each block an exact integer dot, then
 // acc += (scale * d_act) * isum [+ min * s_act], blocks in order. One thread per (row, token):
 // a row's result never depends on T or on the other rows (batch invariant). This is the
 // correctness twin the fast kernels (a warp per row, cuBLAS for prefill) will be held against.
@@ -18,27 +18,10 @@ using gguf::GgmlType;
 
 __device__ __forceinline__ uint16_t Ld16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
-// x: [T, K] -> act: [T, K / 32]; one thread per block of 32, QuantizeActRow's steps.
+// x: [T, K] -> act: [T, K / 32]; one thread per block of 32, through QuantizeActRow itself.
 __global__ void QuantizeActKernel(const float* x, int64_t blocks, ActBlockQ8* act) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= blocks) return;
-  const float* xb = x + b * kActBlockSize;
-  float amax = 0.0f;
-  for (int i = 0; i < kActBlockSize; ++i) {
-    const float a = fabsf(xb[i]);
-    amax = a > amax ? a : amax;
-  }
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  int32_t sum = 0;
-  for (int i = 0; i < kActBlockSize; ++i) {
-    float v = nearbyintf(__fmul_rn(xb[i], id));
-    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-    act[b].qs[i] = static_cast<int8_t>(v);
-    sum += act[b].qs[i];
-  }
-  act[b].d = d;
-  act[b].s = __fmul_rn(d, static_cast<float>(sum));
+  if (b < blocks) QuantizeActRow(x + b * kActBlockSize, kActBlockSize, act + b);
 }
 
 // y[t, n] for float weights: one thread per (token, row).

@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "kernels/attn_bf16.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(AttnDeviceArgs 
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nwarps = nt >> 5;
   const bool bf16 = a.dtype == KvDtype::kBF16;  // bf16 attention: q and p rounded (attn_bf16.h)
   const float* qsrc = a.q + (static_cast<int64_t>(it.t) * a.num_q_heads + static_cast<int64_t>(it.h) * G) * d;
-  for (int idx = tid; idx < G * d; idx += nt) q[idx] = bf16 ? RoundBf16AttnDevice(qsrc[idx]) : qsrc[idx];
+  for (int idx = tid; idx < G * d; idx += nt) q[idx] = bf16 ? RoundBf16Attn(qsrc[idx]) : qsrc[idx];
   const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
   const int32_t* table = a.tables + a.table_offset[it.t];
   for (int32_t c = it.c0; c < it.c1; ++c) {
@@ -157,8 +158,8 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(AttnDeviceArgs 
       const float e1 = lane + 32 < n ? expf(sr[lane + 32] - m) : 0.0f;
       float sum = __fadd_rn(e0, e1);
       for (int off = 16; off > 0; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-      sr[lane] = bf16 ? RoundBf16AttnDevice(e0) : e0;
-      sr[lane + 32] = bf16 ? RoundBf16AttnDevice(e1) : e1;
+      sr[lane] = bf16 ? RoundBf16Attn(e0) : e0;
+      sr[lane + 32] = bf16 ? RoundBf16Attn(e1) : e1;
       if (lane == 0) {
         mc[g] = m;
         lc[g] = sum;
