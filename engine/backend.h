@@ -1,21 +1,47 @@
 // The op set the model forward runs on. The CPU backend wraps kernels/cpu, the reference
-// backend wraps kernels/ref (plain loops), and a CUDA backend will implement the same calls.
+// backend wraps kernels/ref (plain loops), and the CUDA backend (engine/cuda_backend.cc)
+// wraps kernels/cuda: one interface, so the reference backend is the twin of both.
+//
+// Every pointer an op takes (activations, the step's index arrays, weights placed by
+// PlaceWeight / PlaceVector, the KV pool) is in the backend's memory(): host memory on the CPU,
+// device memory on a GPU. The host plans each step once (PlanAttention: which keys each token
+// reads) and the layers' ops run on that plan (plan on the host, run on the device), so a GPU
+// step takes in only its indices and gives back only the requested rows.
 #ifndef SPECD_ENGINE_BACKEND_H_
 #define SPECD_ENGINE_BACKEND_H_
 
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "engine/device_memory.h"
 #include "kernels/kernel_types.h"
 
 namespace specd::engine {
+
+// How the forward reads a weight matrix (what a backend may prepare for).
+enum class WeightUse {
+  kMatMul,          // MatMul / MatMulShared (int8 activation blocks)
+  kMatMulExact,     // MatMulExact only (float activations)
+  kTable,           // EmbeddingLookup only
+  kTableAndMatMul,  // both: tied input and output embeddings
+};
+
+// What placing a model's weights allocated; held as long as the weights.
+struct WeightStorage {
+  std::vector<std::unique_ptr<uint8_t[]>> host;  // re-encoded and packed copies (host memory)
+  std::vector<DeviceBuffer> device;              // copies in a backend's memory
+};
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // Where the ops' pointers point.
+  virtual DeviceMemory& memory() { return HostMemory(); }
 
   // Host work between forwards (verifying each sequence's logit rows): fn(begin, end) over
   // disjoint ranges covering [0, n), on the backend's threads where it has them, returning
@@ -24,16 +50,30 @@ class Backend {
     if (n > 0) fn(0, n);
   }
 
-  // Planned once at load: a backend may keep a weight matrix in a layout of its own kernels.
-  // It returns the buffer holding that copy and points w->packed into it (the caller keeps the
-  // buffer as long as the weights); nullptr: nothing to pack, w unchanged. Results never
-  // depend on whether a weight was packed.
-  virtual std::unique_ptr<uint8_t[]> PackWeight(kernels::WeightMatrix* /*w*/) { return nullptr; }
+  // Called once per weight matrix at load (after any re-encoding): puts w where this
+  // backend's kernels read it. The CPU backend leaves w->data in the file mapping and may add a
+  // copy in its kernels' layout (w->packed); a device backend copies the matrix into memory()
+  // (w->data then points there). What it allocates goes into `keep`. Results never depend on
+  // how a weight was placed.
+  virtual absl::Status PlaceWeight(kernels::WeightMatrix* /*w*/, WeightUse /*use*/,
+                                   WeightStorage* /*keep*/) {
+    return absl::OkStatus();
+  }
+  // The same for a float vector of n values (norm weights, biases): *v points into memory()
+  // afterwards.
+  virtual absl::Status PlaceVector(const float** /*v*/, int64_t /*n*/, WeightStorage* /*keep*/) {
+    return absl::OkStatus();
+  }
+
+  // Waits for the ops issued so far; returns the first error any of them met (a device
+  // backend's kernels report errors late). The CPU backends' ops cannot fail.
+  virtual absl::Status Sync() { return absl::OkStatus(); }
 
   // x: [T, w.cols] -> y: [T, w.rows]
   virtual void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) = 0;
   // ys[i] = ws[i] x for n weights sharing the input x: [T, cols]; bitwise the same as n
-  // MatMul calls. Backends may quantize x once and run the products together.
+  // MatMul calls. Backends may quantize x once and run the products together. (ws and ys
+  // are host arrays; the matrices and rows they name are in memory().)
   virtual void MatMulShared(const kernels::WeightMatrix* ws, int n, const float* x, int64_t T,
                             float* const* ys) {
     for (int i = 0; i < n; ++i) MatMul(ws[i], x, T, ys[i]);
@@ -45,7 +85,8 @@ class Backend {
   // x, out: [T, D]; w: [D]
   virtual void RmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps,
                        float* out) = 0;
-  // x: [T, H, head_dim], rotated in place at positions[T]
+  // x: [T, H, head_dim], rotated in place at positions[T]. params is host data (the backend
+  // plans its angles on the host).
   virtual void Rope(float* x, int64_t T, int64_t H, int64_t head_dim, const int32_t* positions,
                     const kernels::RopeParams& params) = 0;
   // gate, up, out: [T, F]
@@ -57,18 +98,34 @@ class Backend {
   // table: [vocab, D]; ids: [T] -> out: [T, D]
   virtual void EmbeddingLookup(const kernels::WeightMatrix& table, const int32_t* ids, int64_t T,
                                float* out) = 0;
+  // out[r, :] = x[rows[r], :] for r < R.  x: [*, D]; rows: [R]; out: [R, D]
+  virtual void GatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D,
+                          float* out) = 0;
   // k, v: [T, Hkv, d] stored at slots[T] of the layer's pool
   virtual void WriteKv(const float* k, const float* v, const int64_t* slots, int64_t T,
                        const kernels::PagedKvLayer& layer) = 0;
-  // q, out: [T, Hq, d]; token t attends positions 0..positions[t] of block_tables[t]
-  virtual void PagedAttention(const float* q, int64_t T, int64_t Hq, const int32_t* positions,
-                              const int32_t* const* block_tables,
-                              const kernels::PagedKvLayer& layer, float scale, float* out) = 0;
+
+  // Plans one step's attention on the host, once for all its layers: token t attends
+  // positions 0..positions[t] of the sequence whose block table is block_tables[t]. Host
+  // arrays of T entries (the tables are PagedKvCache::BlockTable's), valid until the step's
+  // last PagedAttention returns. num_kv_heads, block_size: the pool's geometry.
+  virtual absl::Status PlanAttention(const int32_t* positions, const int32_t* const* block_tables,
+                                     int64_t T, int32_t num_kv_heads, int32_t block_size) = 0;
+  // q, out: [T, Hq, d] of the planned step; the layer's pool matches the planned geometry.
+  virtual void PagedAttention(const float* q, int64_t Hq, const kernels::PagedKvLayer& layer,
+                              float scale, float* out) = 0;
 };
 
 // threads <= 0: one per hardware core.
 std::unique_ptr<Backend> MakeCpuBackend(int threads);
 std::unique_ptr<Backend> MakeReferenceBackend();
+
+// Copies w (rows of w->cols values of w->type, at stride w->row_bytes) into `memory`, rows
+// packed back to back; w then points there. What a backend whose memory is not the file
+// mapping's does in PlaceWeight.
+absl::Status CopyWeightTo(DeviceMemory& memory, kernels::WeightMatrix* w, WeightStorage* keep);
+// *v: n floats -> a copy in `memory`.
+absl::Status CopyVectorTo(DeviceMemory& memory, const float** v, int64_t n, WeightStorage* keep);
 
 }  // namespace specd::engine
 

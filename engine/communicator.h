@@ -20,6 +20,9 @@ class Communicator {
   // Copies `bytes` bytes at `data` on rank `root` to `data` on every other rank (how rank 0
   // hands the others each step's batch).
   virtual absl::Status Broadcast(void* data, int64_t bytes, int root) = 0;
+  // True when AllReduceSum may be handed a pointer into a device backend's memory (NCCL, or
+  // one rank, which touches nothing); host collectives read host memory only.
+  virtual bool reduces_device_memory() const { return false; }
 };
 
 class LocalCommunicator final : public Communicator {
@@ -28,6 +31,7 @@ class LocalCommunicator final : public Communicator {
   int world_size() const override { return 1; }
   absl::Status AllReduceSum(float*, int64_t) override { return absl::OkStatus(); }
   absl::Status Broadcast(void*, int64_t, int) override { return absl::OkStatus(); }
+  bool reduces_device_memory() const override { return true; }
 };
 
 }  // namespace specd::engine

@@ -1,4 +1,5 @@
 // Backend over the fast CPU kernels (runtime SIMD dispatch, thread pool).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -10,6 +11,13 @@
 namespace specd::engine {
 namespace {
 
+// The step PlanAttention was given (host arrays, valid through the step).
+struct PlannedAttention {
+  const int32_t* positions = nullptr;
+  const int32_t* const* block_tables = nullptr;
+  int64_t T = 0;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) : pool_(threads) {}
@@ -17,9 +25,16 @@ class CpuBackend final : public Backend {
     pool_.ParallelFor(n, [&](int64_t b, int64_t e) { fn(b, e); });
   }
   std::string_view name() const override { return "cpu"; }
-  std::unique_ptr<uint8_t[]> PackWeight(kernels::WeightMatrix* w) override {
-    if (!kernels::cpu::PackingEnabled()) return nullptr;
-    return kernels::cpu::PackWeightCopy(w);
+  absl::Status PlaceWeight(kernels::WeightMatrix* w, WeightUse use,
+                           WeightStorage* keep) override {
+    // The matrix stays in the file mapping; quantized ones that MatMul reads get a copy in
+    // the lane layout.
+    if (use != WeightUse::kMatMul && use != WeightUse::kTableAndMatMul) return absl::OkStatus();
+    if (!kernels::cpu::PackingEnabled()) return absl::OkStatus();
+    if (std::unique_ptr<uint8_t[]> packed = kernels::cpu::PackWeightCopy(w)) {
+      keep->host.push_back(std::move(packed));
+    }
+    return absl::OkStatus();
   }
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
     kernels::cpu::MatMul(pool_, w, x, T, y);
@@ -54,19 +69,29 @@ class CpuBackend final : public Backend {
                        float* out) override {
     kernels::cpu::EmbeddingLookup(pool_, table, ids, T, out);
   }
+  void GatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D,
+                  float* out) override {
+    for (int64_t r = 0; r < R; ++r) std::copy_n(x + rows[r] * D, D, out + r * D);
+  }
   void WriteKv(const float* k, const float* v, const int64_t* slots, int64_t T,
                const kernels::PagedKvLayer& layer) override {
     kernels::cpu::WriteKv(pool_, k, v, T, slots, layer);
   }
-  void PagedAttention(const float* q, int64_t T, int64_t Hq, const int32_t* positions,
-                      const int32_t* const* block_tables, const kernels::PagedKvLayer& layer,
+  absl::Status PlanAttention(const int32_t* positions, const int32_t* const* block_tables,
+                             int64_t T, int32_t /*num_kv_heads*/, int32_t /*block_size*/) override {
+    // The CPU kernel splits its work per call, from the host arrays themselves.
+    step_ = {positions, block_tables, T};
+    return absl::OkStatus();
+  }
+  void PagedAttention(const float* q, int64_t Hq, const kernels::PagedKvLayer& layer,
                       float scale, float* out) override {
-    kernels::cpu::PagedAttention(pool_, q, T, static_cast<int32_t>(Hq), positions, block_tables,
-                                 layer, scale, out);
+    kernels::cpu::PagedAttention(pool_, q, step_.T, static_cast<int32_t>(Hq), step_.positions,
+                                 step_.block_tables, layer, scale, out);
   }
 
  private:
   kernels::cpu::ThreadPool pool_;
+  PlannedAttention step_;
 };
 
 }  // namespace

@@ -121,30 +121,66 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const gguf::GgufFil
     st = m->ReencodeWeights(*options.reencode_weights);
     if (!st.ok()) return st;
   }
-  if (!options.exact_activations) m->PackWeights();
-
-  const int64_t T = options.max_batch_tokens;
-  const int64_t D = m->config_.embedding_dim;
-  const int64_t d = m->config_.head_dim;
-  m->x_.resize(T * D);
-  m->h_.resize(T * D);
-  m->o_.resize(T * D);
-  m->q_.resize(T * m->local_heads_ * d);
-  m->attn_.resize(T * m->local_heads_ * d);
-  m->k_.resize(T * m->local_kv_heads_ * d);
-  m->v_.resize(T * m->local_kv_heads_ * d);
-  m->gate_.resize(T * m->local_ffn_);
-  m->up_.resize(T * m->local_ffn_);
-  m->act_.resize(T * m->local_ffn_);
-  m->head_in_.resize(static_cast<int64_t>(options.max_logit_rows) * D);
-  if (m->feature_conditioned()) m->fused_.resize(T * 2 * D);
-  if (m->weights_.head_token_ids != nullptr) {
-    m->head_out_.resize(static_cast<int64_t>(options.max_logit_rows) * m->weights_.output.rows);
-  }
-  m->positions_.resize(T);
-  m->slots_.resize(T);
-  m->block_tables_.resize(T);
+  st = m->PlaceWeights();
+  if (!st.ok()) return st;
+  st = m->AllocateWorkspace();
+  if (!st.ok()) return st;
   return m;
+}
+
+absl::Status LlamaModel::AllocateWorkspace() {
+  DeviceMemory& mem = backend_->memory();
+  if (!mem.host_addressable() && !comm_->reduces_device_memory()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "backend %s keeps activations in device memory, which this communicator (%d ranks) "
+        "cannot reduce: tensor parallelism on a device backend needs NCCL",
+        backend_->name(), comm_->world_size()));
+  }
+  const int64_t T = options_.max_batch_tokens, R = options_.max_logit_rows;
+  const int64_t D = config_.embedding_dim, d = config_.head_dim;
+  const int64_t f = sizeof(float);
+  absl::Status st;
+  auto alloc = [&](DeviceBuffer& b, int64_t bytes) {
+    if (!st.ok() || bytes == 0) return;
+    absl::StatusOr<DeviceBuffer> r = DeviceBuffer::Allocate(mem, static_cast<size_t>(bytes));
+    if (r.ok()) {
+      b = *std::move(r);
+    } else {
+      st = absl::ResourceExhaustedError(
+          absl::StrCat("model workspace (max_batch_tokens ", T, "): ", r.status().message()));
+    }
+  };
+  alloc(ws_.x, T * D * f);
+  alloc(ws_.h, T * D * f);
+  alloc(ws_.o, T * D * f);
+  alloc(ws_.q, T * local_heads_ * d * f);
+  alloc(ws_.attn, T * local_heads_ * d * f);
+  alloc(ws_.k, T * local_kv_heads_ * d * f);
+  alloc(ws_.v, T * local_kv_heads_ * d * f);
+  alloc(ws_.gate, T * local_ffn_ * f);
+  alloc(ws_.up, T * local_ffn_ * f);
+  alloc(ws_.act, T * local_ffn_ * f);
+  alloc(ws_.head_in, R * D * f);
+  if (feature_conditioned()) {
+    alloc(ws_.features, T * D * f);
+    alloc(ws_.fused, T * 2 * D * f);
+  }
+  if (weights_.head_token_ids != nullptr) {
+    alloc(ws_.head_out, R * weights_.output.rows * f);
+    head_out_host_.resize(static_cast<size_t>(R * weights_.output.rows));
+  } else if (!mem.host_addressable()) {
+    alloc(ws_.logits, R * config_.vocab_size * f);
+  }
+  if (!mem.host_addressable()) alloc(ws_.hidden, T * D * f);
+  alloc(ws_.tokens, T * sizeof(int32_t));
+  alloc(ws_.positions, T * sizeof(int32_t));
+  alloc(ws_.slots, T * sizeof(int64_t));
+  alloc(ws_.logit_rows, R * sizeof(int32_t));
+  alloc(ws_.hidden_rows, T * sizeof(int32_t));
+  positions_.resize(T);
+  slots_.resize(T);
+  block_tables_.resize(T);
+  return st;
 }
 
 absl::Status LlamaModel::LoadHeadTokenIds(const gguf::GgufFile& f) {
@@ -305,7 +341,7 @@ absl::Status LlamaModel::ReencodeWeights(gguf::GgmlType type) {
     w.type = type;
     w.data = buf.get();
     w.row_bytes = *out_row;
-    owned_weights_.push_back(std::move(buf));
+    weight_storage_.host.push_back(std::move(buf));
     return absl::OkStatus();
   };
   const bool tied = weights_.output.data == weights_.token_embd.data;
@@ -326,15 +362,42 @@ absl::Status LlamaModel::ReencodeWeights(gguf::GgmlType type) {
   return st;
 }
 
-void LlamaModel::PackWeights() {
-  auto pack = [&](WeightMatrix& w) {
-    if (std::unique_ptr<uint8_t[]> buf = backend_->PackWeight(&w)) owned_weights_.push_back(std::move(buf));
-  };
-  for (LayerWeights& w : weights_.layers) {
-    for (WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) pack(*m);
+absl::Status LlamaModel::PlaceWeights() {
+  Backend& be = *backend_;
+  WeightStorage* keep = &weight_storage_;
+  const WeightUse matmul =
+      options_.exact_activations ? WeightUse::kMatMulExact : WeightUse::kMatMul;
+  const bool tied = weights_.output.data == weights_.token_embd.data;
+  absl::Status st = be.PlaceWeight(
+      &weights_.token_embd,
+      tied && !options_.exact_activations ? WeightUse::kTableAndMatMul : WeightUse::kTable, keep);
+  if (st.ok() && tied) {
+    weights_.output = weights_.token_embd;
+  } else if (st.ok()) {
+    st = be.PlaceWeight(&weights_.output, matmul, keep);
   }
-  pack(weights_.output);
-  if (feature_conditioned()) pack(weights_.input_fc);
+  const int64_t D = config_.embedding_dim, d = config_.head_dim;
+  if (st.ok()) st = be.PlaceVector(&weights_.output_norm, D, keep);
+  for (LayerWeights& w : weights_.layers) {
+    for (kernels::WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+      if (st.ok()) st = be.PlaceWeight(m, matmul, keep);
+    }
+    if (st.ok()) st = be.PlaceVector(&w.attn_norm, D, keep);
+    if (st.ok()) st = be.PlaceVector(&w.ffn_norm, D, keep);
+    if (st.ok() && w.bq != nullptr) st = be.PlaceVector(&w.bq, local_heads_ * d, keep);
+    if (st.ok() && w.bk != nullptr) st = be.PlaceVector(&w.bk, local_kv_heads_ * d, keep);
+    if (st.ok() && w.bv != nullptr) st = be.PlaceVector(&w.bv, local_kv_heads_ * d, keep);
+  }
+  if (st.ok() && feature_conditioned()) {
+    st = be.PlaceWeight(&weights_.input_fc, matmul, keep);
+    if (st.ok()) st = be.PlaceVector(&weights_.input_tok_norm, D, keep);
+    if (st.ok()) st = be.PlaceVector(&weights_.input_feat_norm, D, keep);
+  }
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("placing the weights on backend ", std::string(be.name()),
+                                                ": ", st.message()));
+  }
+  return absl::OkStatus();
 }
 
 KvCacheConfig LlamaModel::MakeKvCacheConfig(int32_t num_blocks, int32_t block_size,
@@ -347,6 +410,7 @@ KvCacheConfig LlamaModel::MakeKvCacheConfig(int32_t num_blocks, int32_t block_si
   kc.num_blocks = num_blocks;
   kc.max_blocks_per_seq = (config_.context_length + block_size - 1) / block_size;
   kc.dtype = dtype;
+  kc.memory = &backend_->memory();
   return kc;
 }
 
@@ -430,9 +494,28 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
   if (hidden == nullptr && !batch.hidden_rows.empty()) {
     return absl::InvalidArgumentError("batch.hidden_rows is set but no hidden output was given");
   }
+  if (&kv.memory() != &backend_->memory()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv: the cache's pools are not in backend %s's memory (make its config with "
+        "LlamaModel::MakeKvCacheConfig)", backend_->name()));
+  }
+  st = PrepareStep(batch, kv);
+  if (st.ok()) st = UploadStep(batch, kv);
+  if (!st.ok()) return st;
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  EmbedInputs(batch);  // x: [T, D]
+  for (int32_t l = 0; l < num_layers() && st.ok(); ++l) st = RunLayer(l, T, kv);
+  if (st.ok()) st = ComputeOutputs(batch, logits, hidden);
+  // No op of this step may still run when the caller reuses the buffers; a device
+  // backend's late error surfaces here.
+  absl::Status synced = backend_->Sync();
+  return st.ok() ? synced : st;
+}
+
+absl::Status LlamaModel::PrepareStep(const ForwardBatch& batch, PagedKvCache& kv) {
   // Roll back to each slice's start, then check the whole batch fits before writing any KV.
   for (const SequenceSlice& s : batch.slices) {
-    st = kv.Truncate(s.seq, s.start_pos);
+    absl::Status st = kv.Truncate(s.seq, s.start_pos);
     if (!st.ok()) return st;
   }
   int64_t needed = 0;
@@ -445,7 +528,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
   }
   int64_t t = 0;
   for (const SequenceSlice& s : batch.slices) {
-    st = kv.Reserve(s.seq, int64_t{s.start_pos} + s.num_tokens);
+    absl::Status st = kv.Reserve(s.seq, int64_t{s.start_pos} + s.num_tokens);
     if (!st.ok()) return st;
     const int32_t* table = kv.BlockTable(s.seq);
     for (int32_t i = 0; i < s.num_tokens; ++i, ++t) {
@@ -454,73 +537,123 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
       block_tables_[t] = table;
     }
   }
+  return absl::OkStatus();
+}
 
-  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+absl::Status LlamaModel::UploadStep(const ForwardBatch& batch, const PagedKvCache& kv) {
+  DeviceMemory& mem = backend_->memory();
+  const size_t T = batch.tokens.size();
+  absl::Status st = mem.Upload(ws_.tokens.data(), batch.tokens.data(), T * sizeof(int32_t));
+  st.Update(mem.Upload(ws_.positions.data(), positions_.data(), T * sizeof(int32_t)));
+  st.Update(mem.Upload(ws_.slots.data(), slots_.data(), T * sizeof(int64_t)));
+  st.Update(mem.Upload(ws_.logit_rows.data(), batch.logit_rows.data(),
+                       batch.logit_rows.size() * sizeof(int32_t)));
+  st.Update(mem.Upload(ws_.hidden_rows.data(), batch.hidden_rows.data(),
+                       batch.hidden_rows.size() * sizeof(int32_t)));
+  if (feature_conditioned()) {
+    st.Update(mem.Upload(ws_.features.data(), batch.input_features.data(),
+                         batch.input_features.size() * sizeof(float)));
+  }
+  if (!st.ok()) return st;
+  return backend_->PlanAttention(positions_.data(), block_tables_.data(),
+                                 static_cast<int64_t>(T), local_kv_heads_,
+                                 kv.config().block_size);
+}
+
+absl::Status LlamaModel::RunLayer(int32_t l, int64_t T, PagedKvCache& kv) {
   const int64_t D = config_.embedding_dim, d = config_.head_dim;
   const int64_t Hq = local_heads_, Hkv = local_kv_heads_, F = local_ffn_;
   const float eps = config_.rms_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const LayerWeights& w = weights_.layers[l];
+  const kernels::PagedKvLayer layer = kv.Layer(l);
   Backend& be = *backend_;
+  float* x = ws_.x.as<float>();
+  float* h = ws_.h.as<float>();
+  float* o = ws_.o.as<float>();
+  float* q = ws_.q.as<float>();
+  float* k = ws_.k.as<float>();
+  float* v = ws_.v.as<float>();
+  float* attn = ws_.attn.as<float>();
+  const int32_t* positions = ws_.positions.as<int32_t>();
 
-  EmbedInputs(batch);  // x: [T, D]
-  for (int32_t l = 0; l < num_layers(); ++l) {
-    const LayerWeights& w = weights_.layers[l];
-    const kernels::PagedKvLayer layer = kv.Layer(l);
-    be.RmsNorm(x_.data(), w.attn_norm, T, D, eps, h_.data());
-    {  // q: [T, Hq, d], k, v: [T, Hkv, d]
-      const kernels::WeightMatrix qkv[3] = {w.wq, w.wk, w.wv};
-      float* const ys[3] = {q_.data(), k_.data(), v_.data()};
-      MatMulShared(qkv, 3, h_.data(), T, ys);
-    }
-    if (w.bq != nullptr) {
-      be.AddBias(q_.data(), w.bq, T, Hq * d);
-      be.AddBias(k_.data(), w.bk, T, Hkv * d);
-      be.AddBias(v_.data(), w.bv, T, Hkv * d);
-    }
-    be.Rope(q_.data(), T, Hq, d, positions_.data(), config_.rope);
-    be.Rope(k_.data(), T, Hkv, d, positions_.data(), config_.rope);
-    be.WriteKv(k_.data(), v_.data(), slots_.data(), T, layer);
-    be.PagedAttention(q_.data(), T, Hq, positions_.data(), block_tables_.data(), layer, scale,
-                      attn_.data());
-    MatMul(w.wo, attn_.data(), T, o_.data());  // o: [T, D] (partial sum on this shard)
-    st = comm_->AllReduceSum(o_.data(), T * D);
-    if (!st.ok()) return st;
-    be.AddInPlace(x_.data(), o_.data(), T * D);
-
-    be.RmsNorm(x_.data(), w.ffn_norm, T, D, eps, h_.data());
-    {  // gate, up: [T, F]
-      const kernels::WeightMatrix gu[2] = {w.w_gate, w.w_up};
-      float* const ys[2] = {gate_.data(), up_.data()};
-      MatMulShared(gu, 2, h_.data(), T, ys);
-    }
-    be.SwiGlu(gate_.data(), up_.data(), T, F, act_.data());
-    MatMul(w.w_down, act_.data(), T, o_.data());   // [T, D] partial
-    st = comm_->AllReduceSum(o_.data(), T * D);
-    if (!st.ok()) return st;
-    be.AddInPlace(x_.data(), o_.data(), T * D);
+  be.RmsNorm(x, w.attn_norm, T, D, eps, h);
+  {  // q: [T, Hq, d], k, v: [T, Hkv, d]
+    const kernels::WeightMatrix qkv[3] = {w.wq, w.wk, w.wv};
+    float* const ys[3] = {q, k, v};
+    MatMulShared(qkv, 3, h, T, ys);
   }
+  if (w.bq != nullptr) {
+    be.AddBias(q, w.bq, T, Hq * d);
+    be.AddBias(k, w.bk, T, Hkv * d);
+    be.AddBias(v, w.bv, T, Hkv * d);
+  }
+  be.Rope(q, T, Hq, d, positions, config_.rope);
+  be.Rope(k, T, Hkv, d, positions, config_.rope);
+  be.WriteKv(k, v, ws_.slots.as<int64_t>(), T, layer);
+  be.PagedAttention(q, Hq, layer, scale, attn);  // attn: [T, Hq, d]
+  MatMul(w.wo, attn, T, o);  // o: [T, D] (partial sum on this shard)
+  absl::Status st = comm_->AllReduceSum(o, T * D);
+  if (!st.ok()) return st;
+  be.AddInPlace(x, o, T * D);
 
-  for (size_t r = 0; r < batch.hidden_rows.size(); ++r) {  // hidden: [rows, D]
-    std::copy_n(x_.data() + batch.hidden_rows[r] * D, D, hidden + r * D);
+  be.RmsNorm(x, w.ffn_norm, T, D, eps, h);
+  float* gate = ws_.gate.as<float>();
+  float* up = ws_.up.as<float>();
+  float* act = ws_.act.as<float>();
+  {  // gate, up: [T, F]
+    const kernels::WeightMatrix gu[2] = {w.w_gate, w.w_up};
+    float* const ys[2] = {gate, up};
+    MatMulShared(gu, 2, h, T, ys);
+  }
+  be.SwiGlu(gate, up, T, F, act);
+  MatMul(w.w_down, act, T, o);  // [T, D] partial
+  st = comm_->AllReduceSum(o, T * D);
+  if (!st.ok()) return st;
+  be.AddInPlace(x, o, T * D);
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::ComputeOutputs(const ForwardBatch& batch, float* logits,
+                                        float* hidden) {
+  const int64_t D = config_.embedding_dim, V = config_.vocab_size;
+  Backend& be = *backend_;
+  DeviceMemory& mem = be.memory();
+  const bool direct = mem.host_addressable();  // ops may write the caller's buffers
+  const float* x = ws_.x.as<float>();
+  const int64_t H = static_cast<int64_t>(batch.hidden_rows.size());
+  if (H > 0) {  // hidden: [H, D]
+    float* out = direct ? hidden : ws_.hidden.as<float>();
+    be.GatherRows(x, ws_.hidden_rows.as<int32_t>(), H, D, out);
+    if (!direct) {
+      absl::Status st = mem.Download(hidden, out, static_cast<size_t>(H * D) * sizeof(float));
+      if (!st.ok()) return st;
+    }
   }
   // Only the requested rows go through the final norm and the (large) output head.
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   if (R == 0) return absl::OkStatus();
-  for (int64_t r = 0; r < R; ++r) {
-    std::copy_n(x_.data() + batch.logit_rows[r] * D, D, head_in_.data() + r * D);
+  float* head_in = ws_.head_in.as<float>();  // [R, D]
+  float* h = ws_.h.as<float>();
+  be.GatherRows(x, ws_.logit_rows.as<int32_t>(), R, D, head_in);
+  be.RmsNorm(head_in, weights_.output_norm, R, D, config_.rms_eps, h);
+  if (weights_.head_token_ids == nullptr) {  // logits: [R, vocab]
+    float* out = direct ? logits : ws_.logits.as<float>();
+    MatMul(weights_.output, h, R, out);
+    if (direct) return absl::OkStatus();
+    return mem.Download(logits, out, static_cast<size_t>(R * V) * sizeof(float));
   }
-  be.RmsNorm(head_in_.data(), weights_.output_norm, R, D, eps, h_.data());
-  if (weights_.head_token_ids == nullptr) {
-    MatMul(weights_.output, h_.data(), R, logits);  // logits: [R, vocab]
-    return absl::OkStatus();
-  }
-  // Truncated head: head_out: [R, N], scattered into logits: [R, vocab] (-inf elsewhere).
-  const int64_t N = weights_.output.rows, V = config_.vocab_size;
-  MatMul(weights_.output, h_.data(), R, head_out_.data());
+  // Truncated head: head_out: [R, N], scattered on the host into logits: [R, vocab] (-inf
+  // elsewhere); only the N scored columns leave the backend's memory.
+  const int64_t N = weights_.output.rows;
+  MatMul(weights_.output, h, R, ws_.head_out.as<float>());
+  absl::Status st = mem.Download(head_out_host_.data(), ws_.head_out.data(),
+                                 static_cast<size_t>(R * N) * sizeof(float));
+  if (!st.ok()) return st;
   for (int64_t r = 0; r < R; ++r) {
     float* row = logits + r * V;
     std::fill_n(row, V, -std::numeric_limits<float>::infinity());
-    for (int64_t i = 0; i < N; ++i) row[weights_.head_token_ids[i]] = head_out_[r * N + i];
+    for (int64_t i = 0; i < N; ++i) row[weights_.head_token_ids[i]] = head_out_host_[r * N + i];
   }
   return absl::OkStatus();
 }
@@ -529,17 +662,23 @@ void LlamaModel::EmbedInputs(const ForwardBatch& batch) {
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t D = config_.embedding_dim;
   Backend& be = *backend_;
-  be.EmbeddingLookup(weights_.token_embd, batch.tokens.data(), T, x_.data());  // [T, D]
+  float* x = ws_.x.as<float>();
+  be.EmbeddingLookup(weights_.token_embd, ws_.tokens.as<int32_t>(), T, x);  // [T, D]
   if (!feature_conditioned()) return;
   // fused: [T, 2D] = [rms(embedding) * tok_norm | rms(feature) * feat_norm], then x = fc(fused).
   const float eps = config_.rms_eps;
-  be.RmsNorm(x_.data(), weights_.input_tok_norm, T, D, eps, h_.data());
-  be.RmsNorm(batch.input_features.data(), weights_.input_feat_norm, T, D, eps, o_.data());
-  for (int64_t t = 0; t < T; ++t) {
-    std::copy_n(h_.data() + t * D, D, fused_.data() + t * 2 * D);
-    std::copy_n(o_.data() + t * D, D, fused_.data() + t * 2 * D + D);
-  }
-  MatMul(weights_.input_fc, fused_.data(), T, x_.data());
+  float* h = ws_.h.as<float>();
+  float* o = ws_.o.as<float>();
+  float* fused = ws_.fused.as<float>();
+  be.RmsNorm(x, weights_.input_tok_norm, T, D, eps, h);
+  be.RmsNorm(ws_.features.as<float>(), weights_.input_feat_norm, T, D, eps, o);
+  const size_t row = static_cast<size_t>(D) * sizeof(float);
+  DeviceMemory& mem = be.memory();
+  // Copies inside the backend's memory: they cannot fail on the host, and a device backend's
+  // failure also fails the step's Sync, which Forward returns.
+  static_cast<void>(mem.Copy2D(fused, 2 * row, h, row, row, static_cast<size_t>(T)));
+  static_cast<void>(mem.Copy2D(fused + D, 2 * row, o, row, row, static_cast<size_t>(T)));
+  MatMul(weights_.input_fc, fused, T, x);
 }
 
 }  // namespace specd::engine

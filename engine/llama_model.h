@@ -110,7 +110,18 @@ class LlamaModel {
   LlamaModel() = default;
   absl::Status LoadWeights(const gguf::GgufFile& file, int rank, int world);
   absl::Status ReencodeWeights(gguf::GgmlType type);  // options_.reencode_weights
-  void PackWeights();  // the backend's own layout of each matrix, where it has one
+  // Hands every weight to the backend (PlaceWeight, PlaceVector): its memory, its layout.
+  absl::Status PlaceWeights();
+  // The activation workspace and the step's index arrays, in the backend's memory.
+  absl::Status AllocateWorkspace();
+  // The step's host indices (positions_, slots_, block_tables_) after KV is reserved.
+  absl::Status PrepareStep(const ForwardBatch& batch, PagedKvCache& kv);
+  // tokens, positions, slots, output rows and input features into the backend's memory;
+  // the step's attention planned.
+  absl::Status UploadStep(const ForwardBatch& batch, const PagedKvCache& kv);
+  absl::Status RunLayer(int32_t l, int64_t T, PagedKvCache& kv);
+  // The requested hidden rows and logit rows, out to the caller's host buffers.
+  absl::Status ComputeOutputs(const ForwardBatch& batch, float* logits, float* hidden);
   absl::Status LoadHeadTokenIds(const gguf::GgufFile& file);  // output_token_ids, if present
   absl::Status LoadInputFc(const gguf::GgufFile& file, int world);  // eagle.*, if present
   // x_ = the first layer's input: token embeddings, or for a feature-conditioned draft the
@@ -140,15 +151,29 @@ class LlamaModel {
   Communicator* comm_ = nullptr;
   int32_t local_heads_ = 0, local_kv_heads_ = 0, local_ffn_ = 0;
   uint64_t weight_bytes_ = 0;
-  std::vector<std::unique_ptr<uint8_t[]>> owned_weights_;  // re-encoded and packed weights
+  WeightStorage weight_storage_;  // re-encoded, packed and device copies of the weights
 
-  // Workspace, sized once for max_batch_tokens: no allocation on the hot path.
-  std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_, act_, head_in_;
-  std::vector<float> fused_;     // [max_batch_tokens, 2D]: a feature-conditioned draft's input
-  std::vector<float> head_out_;  // [max_logit_rows, N]: a truncated head's rows before scatter
+  // Workspace in the backend's memory, sized once for max_batch_tokens (T) and
+  // max_logit_rows (R): no allocation on the hot path.
+  struct Workspace {
+    DeviceBuffer x, h, o;               // [T, D]
+    DeviceBuffer q, attn;               // [T, Hq * d]
+    DeviceBuffer k, v;                  // [T, Hkv * d]
+    DeviceBuffer gate, up, act;         // [T, F]
+    DeviceBuffer head_in;               // [R, D]
+    DeviceBuffer features, fused;       // [T, D], [T, 2D]: a feature-conditioned draft's input
+    DeviceBuffer head_out;              // [R, N]: a truncated head's rows before the scatter
+    DeviceBuffer logits;                // [R, vocab]: memory the host cannot read only
+    DeviceBuffer hidden;                // [T, D]: the same
+    DeviceBuffer tokens, positions;     // [T] int32
+    DeviceBuffer slots;                 // [T] int64
+    DeviceBuffer logit_rows, hidden_rows;  // [R], [T] int32
+  } ws_;
+  // The step's host indices.
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;
   std::vector<const int32_t*> block_tables_;
+  std::vector<float> head_out_host_;  // [R, N]: a truncated head's rows, scattered on the host
 };
 
 }  // namespace specd::engine

@@ -47,6 +47,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllReduceSum(float* data, int64_t n) override;
   // `data`: a device pointer to `bytes` bytes.
   absl::Status Broadcast(void* data, int64_t bytes, int root) override;
+  bool reduces_device_memory() const override { return true; }
   void Disarm();
 
  private:

@@ -43,13 +43,6 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& config)
   }
 }
 
-PagedKvCache::~PagedKvCache() {
-  for (uint8_t* p : k_pools_) std::free(p);
-  for (uint8_t* p : v_pools_) std::free(p);
-  for (float* p : k_scales_) std::free(p);
-  for (float* p : v_scales_) std::free(p);
-}
-
 absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCacheConfig& c) {
   if (c.num_layers <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.block_size <= 0 ||
       c.num_blocks <= 0 || c.max_blocks_per_seq <= 0) {
@@ -60,6 +53,7 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
         c.max_blocks_per_seq));
   }
   std::unique_ptr<PagedKvCache> cache(new PagedKvCache(c));
+  cache->memory_ = c.memory != nullptr ? c.memory : &HostMemory();
   const uint64_t layer_bytes = static_cast<uint64_t>(c.num_blocks) * c.block_size *
                                c.num_kv_heads * c.head_dim * KvDtypeBytes(c.dtype);
   // int8: one float scale per (token, kv head) for K and for V.
@@ -67,34 +61,25 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
                                    ? static_cast<uint64_t>(c.num_blocks) * c.block_size *
                                          c.num_kv_heads * sizeof(float)
                                    : 0;
+  // Zeroed and 64-byte aligned (DeviceMemory::Allocate), so SIMD loads of a head never
+  // straddle a cache line start.
+  auto allocate = [&](uint64_t bytes, const char* what, int32_t l,
+                      std::vector<DeviceBuffer>& into) -> absl::Status {
+    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(*cache->memory_, bytes);
+    if (!b.ok()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "kv cache: cannot allocate %d bytes of %s for layer %d: %s", bytes, what, l,
+          b.status().message()));
+    }
+    into.push_back(*std::move(b));
+    return absl::OkStatus();
+  };
   for (int32_t l = 0; l < c.num_layers; ++l) {
-    // 64-byte aligned so SIMD loads of a head never straddle a cache line start.
-    auto* k = static_cast<uint8_t*>(std::aligned_alloc(64, (layer_bytes + 63) / 64 * 64));
-    auto* v = static_cast<uint8_t*>(std::aligned_alloc(64, (layer_bytes + 63) / 64 * 64));
-    if (k == nullptr || v == nullptr) {
-      std::free(k);
-      std::free(v);
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("kv cache: cannot allocate %d bytes for layer %d", layer_bytes, l));
-    }
-    std::memset(k, 0, layer_bytes);
-    std::memset(v, 0, layer_bytes);
-    cache->k_pools_.push_back(k);
-    cache->v_pools_.push_back(v);
-    if (c.dtype == kernels::KvDtype::kInt8) {
-      auto* ks = static_cast<float*>(std::aligned_alloc(64, (scale_bytes + 63) / 64 * 64));
-      auto* vs = static_cast<float*>(std::aligned_alloc(64, (scale_bytes + 63) / 64 * 64));
-      if (ks == nullptr || vs == nullptr) {
-        std::free(ks);
-        std::free(vs);
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "kv cache: cannot allocate %d bytes of int8 scales for layer %d", scale_bytes, l));
-      }
-      std::memset(ks, 0, scale_bytes);
-      std::memset(vs, 0, scale_bytes);
-      cache->k_scales_.push_back(ks);
-      cache->v_scales_.push_back(vs);
-    }
+    absl::Status st = allocate(layer_bytes, "keys", l, cache->k_pools_);
+    if (st.ok()) st = allocate(layer_bytes, "values", l, cache->v_pools_);
+    if (st.ok() && scale_bytes > 0) st = allocate(scale_bytes, "int8 key scales", l, cache->k_scales_);
+    if (st.ok() && scale_bytes > 0) st = allocate(scale_bytes, "int8 value scales", l, cache->v_scales_);
+    if (!st.ok()) return st;
   }
   cache->pool_bytes_ = 2 * (layer_bytes + scale_bytes) * c.num_layers;
   return cache;
@@ -263,31 +248,36 @@ void PagedKvCache::DropCache() {
   while (!lru_.empty()) EvictOne();
 }
 
-void PagedKvCache::CopyRows(int32_t from, int32_t to, int32_t rows) {
+absl::Status PagedKvCache::CopyRows(int32_t from, int32_t to, int32_t rows) {
   // A block is [kv_heads][block_size][head_dim] per layer for V, and for K each head's slab
-  // is transposed to [head_dim][block_size] (kernels::PagedKvLayer::VIndex, KIndex).
+  // is transposed to [head_dim][block_size] (kernels::PagedKvLayer::VIndex, KIndex): the V
+  // rows are one run per head, the K rows one run per (head, dim).
   const size_t es = KvDtypeBytes(config_.dtype);
   const size_t row = static_cast<size_t>(config_.head_dim) * es;
   const size_t head = static_cast<size_t>(config_.block_size) * row;
   const size_t block = static_cast<size_t>(config_.num_kv_heads) * head;
   const size_t key_dim = static_cast<size_t>(config_.block_size) * es;  // one dim of a K slab
-  for (int32_t l = 0; l < config_.num_layers; ++l) {
-    uint8_t* k = k_pools_[l];
-    uint8_t* v = v_pools_[l];
-    for (int32_t h = 0; h < config_.num_kv_heads; ++h) {
-      std::memcpy(v + to * block + h * head, v + from * block + h * head, rows * row);
-      for (int32_t i = 0; i < config_.head_dim; ++i) {
-        std::memcpy(k + to * block + h * head + i * key_dim, k + from * block + h * head + i * key_dim,
-                    rows * es);
-      }
-      if (config_.dtype == kernels::KvDtype::kInt8) {  // the rows' scales: [blocks][heads][bs]
-        const size_t at_to = (static_cast<size_t>(to) * config_.num_kv_heads + h) * config_.block_size;
-        const size_t at_from = (static_cast<size_t>(from) * config_.num_kv_heads + h) * config_.block_size;
-        std::memcpy(k_scales_[l] + at_to, k_scales_[l] + at_from, rows * sizeof(float));
-        std::memcpy(v_scales_[l] + at_to, v_scales_[l] + at_from, rows * sizeof(float));
+  DeviceMemory& mem = *memory_;
+  absl::Status st;
+  for (int32_t l = 0; l < config_.num_layers && st.ok(); ++l) {
+    uint8_t* k = k_pools_[l].as<uint8_t>();
+    uint8_t* v = v_pools_[l].as<uint8_t>();
+    st.Update(mem.Copy2D(v + to * block, head, v + from * block, head, rows * row,
+                         config_.num_kv_heads));
+    st.Update(mem.Copy2D(k + to * block, key_dim, k + from * block, key_dim, rows * es,
+                         static_cast<size_t>(config_.num_kv_heads) * config_.head_dim));
+    if (config_.dtype == kernels::KvDtype::kInt8) {  // the rows' scales: [blocks][heads][bs]
+      const size_t pitch = static_cast<size_t>(config_.block_size) * sizeof(float);
+      const size_t at_to = static_cast<size_t>(to) * config_.num_kv_heads * pitch;
+      const size_t at_from = static_cast<size_t>(from) * config_.num_kv_heads * pitch;
+      for (std::vector<DeviceBuffer>* scales : {&k_scales_, &v_scales_}) {
+        uint8_t* base = (*scales)[l].as<uint8_t>();
+        st.Update(mem.Copy2D(base + at_to, pitch, base + at_from, pitch, rows * sizeof(float),
+                             config_.num_kv_heads));
       }
     }
   }
+  return st;
 }
 
 int32_t PagedKvCache::BlocksNeeded(SeqId seq, int64_t length) const {
@@ -335,7 +325,11 @@ absl::Status PagedKvCache::Truncate(SeqId seq, int64_t length) {
       std::vector<int32_t> fresh;
       absl::Status st = AllocateBlocks(1, &fresh);
       if (!st.ok()) return st;
-      CopyRows(b, fresh[0], static_cast<int32_t>(length % bs));
+      st = CopyRows(b, fresh[0], static_cast<int32_t>(length % bs));
+      if (!st.ok()) {
+        ReleaseBlock(fresh[0]);
+        return st;
+      }
       Unadopt(s, std::min(s.adopted, full));
       ReleaseBlock(b);
       s.blocks[full] = fresh[0];
@@ -378,15 +372,15 @@ int64_t PagedKvCache::Slot(SeqId seq, int64_t pos) const {
 kernels::PagedKvLayer PagedKvCache::Layer(int32_t layer) {
   kernels::PagedKvLayer l;
   l.dtype = config_.dtype;
-  l.k = k_pools_[layer];
-  l.v = v_pools_[layer];
+  l.k = k_pools_[layer].data();
+  l.v = v_pools_[layer].data();
   l.num_blocks = config_.num_blocks;
   l.block_size = config_.block_size;
   l.num_kv_heads = config_.num_kv_heads;
   l.head_dim = config_.head_dim;
   if (config_.dtype == kernels::KvDtype::kInt8) {
-    l.k_scale = k_scales_[layer];
-    l.v_scale = v_scales_[layer];
+    l.k_scale = k_scales_[layer].as<float>();
+    l.v_scale = v_scales_[layer].as<float>();
   }
   return l;
 }

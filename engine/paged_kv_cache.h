@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/block_allocator.h"
+#include "engine/device_memory.h"
 #include "kernels/kernel_types.h"
 
 namespace specd::engine {
@@ -40,6 +41,9 @@ struct KvCacheConfig {
   kernels::KvDtype dtype = kernels::KvDtype::kF16;
   bool prefix_caching = false;
   uint64_t cache_salt = 0;  // model / shard identity, mixed into every block hash
+  // Where the pools live: the model's backend memory (LlamaModel::MakeKvCacheConfig sets it).
+  // nullptr: host memory.
+  DeviceMemory* memory = nullptr;
 };
 
 struct PrefixCacheStats {
@@ -58,11 +62,13 @@ const char* KvDtypeName(kernels::KvDtype dtype);
 class PagedKvCache {
  public:
   static absl::StatusOr<std::unique_ptr<PagedKvCache>> Create(const KvCacheConfig& config);
-  ~PagedKvCache();
+  ~PagedKvCache() = default;
 
   const KvCacheConfig& config() const { return config_; }
   // Bytes held by the K and V pools of all layers.
   uint64_t pool_bytes() const { return pool_bytes_; }
+  // The memory the pools are in.
+  DeviceMemory& memory() const { return *memory_; }
 
   absl::Status AddSequence(SeqId seq);  // ALREADY_EXISTS if present
   bool HasSequence(SeqId seq) const { return seqs_.contains(seq); }
@@ -149,7 +155,7 @@ class PagedKvCache {
   // `s` stops counting its adopted blocks from index `from` on.
   void Unadopt(Sequence& s, int32_t from);
   // Copies rows [0, rows) of block `from` into `to`, every layer, K and V.
-  void CopyRows(int32_t from, int32_t to, int32_t rows);
+  absl::Status CopyRows(int32_t from, int32_t to, int32_t rows);
 
   // Prefix cache: hash -> block; per block its hash (cached ones), the tokens it holds (to
   // confirm a hash match) and its place in the LRU of evictable blocks (by last use).
@@ -169,8 +175,9 @@ class PagedKvCache {
   uint64_t pool_bytes_ = 0;
   // per layer, each [num_blocks, kv_heads, block_size, head_dim], K slabs transposed
   // (kernels::PagedKvLayer)
-  std::vector<uint8_t*> k_pools_, v_pools_;
-  std::vector<float*> k_scales_, v_scales_;  // kInt8: per layer, [blocks][kv_heads][block_size]
+  DeviceMemory* memory_ = nullptr;
+  std::vector<DeviceBuffer> k_pools_, v_pools_;
+  std::vector<DeviceBuffer> k_scales_, v_scales_;  // kInt8: per layer, [blocks][kv_heads][block_size]
   absl::flat_hash_map<SeqId, Sequence> seqs_;
 };
 

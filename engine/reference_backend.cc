@@ -38,16 +38,34 @@ class ReferenceBackend final : public Backend {
                        float* out) override {
     kernels::ref::EmbeddingLookup(table, ids, T, out);
   }
+  void GatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D,
+                  float* out) override {
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t i = 0; i < D; ++i) out[r * D + i] = x[rows[r] * D + i];
+    }
+  }
   void WriteKv(const float* k, const float* v, const int64_t* slots, int64_t T,
                const kernels::PagedKvLayer& layer) override {
     kernels::ref::WriteKv(k, v, T, slots, layer);
   }
-  void PagedAttention(const float* q, int64_t T, int64_t Hq, const int32_t* positions,
-                      const int32_t* const* block_tables, const kernels::PagedKvLayer& layer,
-                      float scale, float* out) override {
-    kernels::ref::PagedAttention(q, T, static_cast<int32_t>(Hq), positions, block_tables, layer,
-                                 scale, out);
+  absl::Status PlanAttention(const int32_t* positions, const int32_t* const* block_tables,
+                             int64_t T, int32_t /*num_kv_heads*/, int32_t /*block_size*/) override {
+    positions_ = positions;
+    block_tables_ = block_tables;
+    T_ = T;
+    return absl::OkStatus();
   }
+  void PagedAttention(const float* q, int64_t Hq, const kernels::PagedKvLayer& layer,
+                      float scale, float* out) override {
+    kernels::ref::PagedAttention(q, T_, static_cast<int32_t>(Hq), positions_, block_tables_,
+                                 layer, scale, out);
+  }
+
+ private:
+  // The planned step: host arrays, valid through it.
+  const int32_t* positions_ = nullptr;
+  const int32_t* const* block_tables_ = nullptr;
+  int64_t T_ = 0;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/backend_factory.h"
 #include "engine/backend.h"
 #include "engine/communicator.h"
 #include "engine/llama_model.h"
@@ -101,7 +102,9 @@ absl::Status SpecGenerate(const SpecGenerateOptions& a) {
   auto prompt = tk.Encode(text, /*add_special=*/true, /*parse_special=*/a.chat);
   if (!prompt.ok()) return prompt.status();
 
-  std::unique_ptr<engine::Backend> backend = engine::MakeCpuBackend(a.threads);
+  absl::StatusOr<std::unique_ptr<engine::Backend>> made = engine::MakeBackend(a.device, a.threads);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<engine::Backend> backend = std::move(*made);
   engine::LocalCommunicator comm;
   engine::ModelOptions mo;
   mo.max_batch_tokens = 256;

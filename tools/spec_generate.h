@@ -19,6 +19,7 @@ struct SpecGenerateOptions {
   bool chat = false;
   int max_new_tokens = 128;
   int threads = 0;
+  std::string device = "cpu";  // the target's backend (--device); the draft runs on the CPU
   int kv_blocks = 0;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   sampling::SamplingParams params;

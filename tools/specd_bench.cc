@@ -4,6 +4,7 @@
 //   (weight bytes per step / bandwidth), and — when llama-cpp-python is importable (by
 //   --llama-cpp-python PYTHON, $SPECD_LLAMA_CPP_PYTHON or python3) —
 //   llama.cpp's decode (batch 1/4/16) and prefill on the same file and thread count, as ratios.
+// --device cuda[:N] runs the decode, --depth and --prefill model on that backend instead.
 // This is a benchmark, not a test: it prints figures and asserts nothing.
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
+#include "engine/backend_factory.h"
 #include "engine/communicator.h"
 #include "engine/llama_model.h"
 #include "engine/paged_kv_cache.h"
@@ -378,6 +380,7 @@ int Main(int argc, char** argv) {
   bool with_vs = false;
   std::vector<int> prefill_lens;  // --prefill N,N,...: prefill at these prompt lengths
   std::string prefill_arg;
+  std::string device = "cpu";  // --device: where the decode / --depth / --prefill model runs
   bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
   SpecBenchOptions spec;
   for (int i = 1; i < argc; ++i) {
@@ -388,6 +391,8 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(argv[++i], &threads)) return 2;
     } else if (a == "--steps" && i + 1 < argc) {
       if (!absl::SimpleAtoi(argv[++i], &steps)) return 2;
+    } else if (a == "--device" && i + 1 < argc) {
+      device = argv[++i];
     } else if (a == "--only-decode" && i + 1 < argc) {
       if (!absl::SimpleAtoi(argv[++i], &only_batch) || only_batch < 1 || only_batch > 16) {
         std::fprintf(stderr, "specd-bench: --only-decode: expected a batch of 1 to 16\n");
@@ -474,7 +479,7 @@ int Main(int argc, char** argv) {
       spec.pair_types = {t};
     } else {
       std::fprintf(stderr,
-                   "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--steps N] "
+                   "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--device cpu|cuda[:N]] [--steps N] "
                    "[--no-llama-cpp | --llama-cpp-python PYTHON] [--only-decode BATCH]\n"
                    "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N] [--kv-dtype f16|bf16|int8]\n"
                    "       specd-bench --prefill N[,N...] [-m FILE.gguf] [-t THREADS] "
@@ -501,7 +506,16 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const double bandwidth = MeasureReadBandwidthIsolated(threads);
-  auto backend = engine::MakeCpuBackend(threads);
+  absl::StatusOr<std::unique_ptr<engine::Backend>> made = engine::MakeBackend(device, threads);
+  if (!made.ok()) {
+    std::fprintf(stderr, "specd-bench: %s\n", made.status().ToString().c_str());
+    return 2;
+  }
+  std::unique_ptr<engine::Backend> backend = std::move(*made);
+  if (device != "cpu") {
+    std::printf("device %s: the bandwidth and roofline below are the host's, not the device's\n",
+                device.c_str());
+  }
   engine::LocalCommunicator comm;
   engine::ModelOptions opt;
   opt.max_batch_tokens = 512;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
+#include "engine/backend_factory.h"
 #include "engine/communicator.h"
 #include "engine/llama_model.h"
 #include "engine/paged_kv_cache.h"
@@ -53,6 +54,7 @@ constexpr char kUsage[] =
     "  --seed S                sampling seed (default 0)\n"
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
+    "  --device cpu|cuda[:N]   where the model runs (default cpu; cuda needs a CUDA build)\n"
     "  --kv-blocks N           KV cache blocks of 16 tokens (default: enough for the request)\n"
     "  --kv-dtype f16|bf16|f32|int8 KV cache storage (default f16; int8: half the bytes;\n"
     "                          bf16: bf16 attention, faster long prompts on AVX-512 BF16)\n"
@@ -71,6 +73,7 @@ struct GenerateArgs {
   bool chat = false;
   int max_new_tokens = 128;
   int threads = 0;
+  std::string device = "cpu";
   int kv_blocks = 0;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   sampling::SamplingParams params;
@@ -133,6 +136,11 @@ absl::StatusOr<GenerateArgs> ParseGenerateArgs(int argc, char** argv) {
       st = number(&a.params.seed);
     } else if (f == "-t" || f == "--threads") {
       st = number(&a.threads);
+    } else if (f == "--device") {
+      absl::StatusOr<std::string> v = value();
+      if (!v.ok()) return v.status();
+      a.device = *v;
+      a.spec.device = *v;
     } else if (f == "--kv-blocks") {
       st = number(&a.kv_blocks);
     } else if (f == "--kv-dtype") {
@@ -193,7 +201,9 @@ absl::Status Generate(const GenerateArgs& a) {
   if (!prompt.ok()) return prompt.status();
   if (prompt->empty()) return absl::InvalidArgumentError("prompt encodes to no tokens");
 
-  std::unique_ptr<engine::Backend> backend = engine::MakeCpuBackend(a.threads);
+  absl::StatusOr<std::unique_ptr<engine::Backend>> made = engine::MakeBackend(a.device, a.threads);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<engine::Backend> backend = std::move(*made);
   engine::LocalCommunicator comm;
   engine::ModelOptions opt;
   opt.max_batch_tokens = 256;

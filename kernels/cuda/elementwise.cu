@@ -9,6 +9,7 @@
 #include "kernels/attn_bf16.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/kv_int8.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/ref/ops.h"
 
@@ -148,7 +149,73 @@ __global__ void WriteKvInt8Kernel(const float* k, const float* v, int64_t T, con
 
 constexpr int kThreads = 256;
 
+// out[r, :] = x[rows[r], :]; one thread per output element.
+__global__ void GatherRowsKernel(const float* x, const int32_t* rows, int64_t R, int64_t D, float* out) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx < R * D) out[idx] = x[static_cast<int64_t>(rows[idx / D]) * D + idx % D];
+}
+
+cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
+
 }  // namespace
+
+absl::Status LaunchRope(float* x, int64_t T, int32_t num_heads, int32_t head_dim, int32_t rope_dim, bool neox,
+                        const int32_t* positions, const double* inv_freq, void* stream) {
+  const int32_t half = rope_dim / 2;
+  const int64_t work = T * num_heads * half;
+  if (work == 0) return absl::OkStatus();
+  RopeKernel<<<BlocksFor(work, kThreads), kThreads, 0, Stream(stream)>>>(x, T, num_heads, head_dim, half, neox,
+                                                                         positions, inv_freq);
+  return CudaCheck(cudaGetLastError(), "RopeKernel");
+}
+
+absl::Status LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out, void* stream) {
+  if (n == 0) return absl::OkStatus();
+  SwiGluKernel<<<BlocksFor(n, kThreads), kThreads, 0, Stream(stream)>>>(gate, up, n, out);
+  return CudaCheck(cudaGetLastError(), "SwiGluKernel");
+}
+
+absl::Status LaunchAddInPlace(float* x, const float* y, int64_t n, void* stream) {
+  if (n == 0) return absl::OkStatus();
+  AddKernel<<<BlocksFor(n, kThreads), kThreads, 0, Stream(stream)>>>(x, y, n);
+  return CudaCheck(cudaGetLastError(), "AddKernel");
+}
+
+absl::Status LaunchAddBias(float* x, int64_t T, int64_t N, const float* b, void* stream) {
+  if (T * N == 0) return absl::OkStatus();
+  AddBiasKernel<<<BlocksFor(T * N, kThreads), kThreads, 0, Stream(stream)>>>(x, T, N, b);
+  return CudaCheck(cudaGetLastError(), "AddBiasKernel");
+}
+
+absl::Status LaunchEmbeddingLookup(const WeightMatrix& table, const int32_t* ids, int64_t T, float* out,
+                                   void* stream) {
+  const int64_t n = T * table.cols;
+  if (n == 0) return absl::OkStatus();
+  EmbeddingKernel<<<BlocksFor(n, kThreads), kThreads, 0, Stream(stream)>>>(table.type, table.data, table.row_bytes,
+                                                                           table.cols, ids, T, out);
+  return CudaCheck(cudaGetLastError(), "EmbeddingKernel");
+}
+
+absl::Status LaunchGatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D, float* out, void* stream) {
+  if (R * D == 0) return absl::OkStatus();
+  GatherRowsKernel<<<BlocksFor(R * D, kThreads), kThreads, 0, Stream(stream)>>>(x, rows, R, D, out);
+  return CudaCheck(cudaGetLastError(), "GatherRowsKernel");
+}
+
+absl::Status LaunchWriteKv(const float* k, const float* v, int64_t T, const int64_t* slots, const PagedKvLayer& kv,
+                           void* stream) {
+  if (T == 0) return absl::OkStatus();
+  const PoolShape shape{kv.block_size, kv.num_kv_heads, kv.head_dim};
+  const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
+  if (kv.dtype == KvDtype::kInt8) {
+    WriteKvInt8Kernel<<<BlocksFor(T * kv.num_kv_heads, 64), 64, 0, Stream(stream)>>>(
+        k, v, T, slots, shape, static_cast<int8_t*>(kv.k), static_cast<int8_t*>(kv.v), kv.k_scale, kv.v_scale);
+  } else {
+    WriteKvKernel<<<BlocksFor(T * row, kThreads), kThreads, 0, Stream(stream)>>>(k, v, T, slots, kv.dtype, shape,
+                                                                                 kv.k, kv.v);
+  }
+  return CudaCheck(cudaGetLastError(), "WriteKvKernel");
+}
 
 absl::Status RopeHost(float* x, int64_t T, int32_t num_heads, int32_t head_dim, const int32_t* positions,
                       const RopeParams& p) {
@@ -166,12 +233,10 @@ absl::Status RopeHost(float* x, int64_t T, int32_t num_heads, int32_t head_dim, 
   if (st.ok()) st.Update(dpos.Upload(positions, static_cast<size_t>(T)));
   if (st.ok()) st.Update(dfreq.Upload(inv_freq.data(), inv_freq.size()));
   if (!st.ok()) return st;
-  const int64_t work = T * num_heads * half;
-  if (work > 0) {
-    RopeKernel<<<BlocksFor(work, kThreads), kThreads>>>(dx.get(), T, num_heads, head_dim, half,
-                                                        p.layout == RopeLayout::kNeox, dpos.get(), dfreq.get());
-    if (absl::Status e = LaunchStatus("RopeKernel"); !e.ok()) return e;
-  }
+  st.Update(LaunchRope(dx.get(), T, num_heads, head_dim, p.rope_dim, p.layout == RopeLayout::kNeox, dpos.get(),
+                  dfreq.get(), nullptr));
+  if (st.ok()) st.Update(LaunchStatus("RopeKernel"));
+  if (!st.ok()) return st;
   return dx.Download(x, n);
 }
 
@@ -182,10 +247,9 @@ absl::Status SwiGluHost(const float* gate, const float* up, int64_t T, int64_t F
   if (st.ok()) st.Update(du.Upload(up, n));
   if (st.ok()) st.Update(dout.Alloc(n));
   if (!st.ok()) return st;
-  if (n > 0) {
-    SwiGluKernel<<<BlocksFor(n, kThreads), kThreads>>>(dg.get(), du.get(), static_cast<int64_t>(n), dout.get());
-    if (absl::Status e = LaunchStatus("SwiGluKernel"); !e.ok()) return e;
-  }
+  st.Update(LaunchSwiGlu(dg.get(), du.get(), static_cast<int64_t>(n), dout.get(), nullptr));
+  if (st.ok()) st.Update(LaunchStatus("SwiGluKernel"));
+  if (!st.ok()) return st;
   return dout.Download(out, n);
 }
 
@@ -194,10 +258,9 @@ absl::Status AddInPlaceHost(float* x, const float* y, int64_t n) {
   absl::Status st = dx.Upload(x, static_cast<size_t>(n));
   if (st.ok()) st.Update(dy.Upload(y, static_cast<size_t>(n)));
   if (!st.ok()) return st;
-  if (n > 0) {
-    AddKernel<<<BlocksFor(n, kThreads), kThreads>>>(dx.get(), dy.get(), n);
-    if (absl::Status e = LaunchStatus("AddKernel"); !e.ok()) return e;
-  }
+  st.Update(LaunchAddInPlace(dx.get(), dy.get(), n, nullptr));
+  if (st.ok()) st.Update(LaunchStatus("AddKernel"));
+  if (!st.ok()) return st;
   return dx.Download(x, static_cast<size_t>(n));
 }
 
@@ -206,10 +269,9 @@ absl::Status AddBiasHost(float* x, int64_t T, int64_t N, const float* b) {
   absl::Status st = dx.Upload(x, static_cast<size_t>(T * N));
   if (st.ok()) st.Update(db.Upload(b, static_cast<size_t>(N)));
   if (!st.ok()) return st;
-  if (T * N > 0) {
-    AddBiasKernel<<<BlocksFor(T * N, kThreads), kThreads>>>(dx.get(), T, N, db.get());
-    if (absl::Status e = LaunchStatus("AddBiasKernel"); !e.ok()) return e;
-  }
+  st.Update(LaunchAddBias(dx.get(), T, N, db.get(), nullptr));
+  if (st.ok()) st.Update(LaunchStatus("AddBiasKernel"));
+  if (!st.ok()) return st;
   return dx.Download(x, static_cast<size_t>(T * N));
 }
 
@@ -238,12 +300,28 @@ absl::Status EmbeddingLookupHost(const WeightMatrix& table, const int32_t* ids, 
   if (st.ok()) st.Update(dids.Upload(ids, static_cast<size_t>(T)));
   if (st.ok()) st.Update(dout.Alloc(n));
   if (!st.ok()) return st;
-  if (n > 0) {
-    EmbeddingKernel<<<BlocksFor(n, kThreads), kThreads>>>(table.type, dtable.get(), table.row_bytes, table.cols,
-                                                          dids.get(), T, dout.get());
-    if (absl::Status e = LaunchStatus("EmbeddingKernel"); !e.ok()) return e;
-  }
+  WeightMatrix on_device = table;
+  on_device.data = dtable.get();
+  st.Update(LaunchEmbeddingLookup(on_device, dids.get(), T, dout.get(), nullptr));
+  if (st.ok()) st.Update(LaunchStatus("EmbeddingKernel"));
+  if (!st.ok()) return st;
   return dout.Download(out, n);
+}
+
+absl::Status GatherRowsHost(const float* x, int64_t rows_of_x, const int32_t* rows, int64_t R, int64_t D,
+                           float* out) {
+  for (int64_t r = 0; r < R; ++r) {
+    if (rows[r] < 0 || rows[r] >= rows_of_x) return absl::InvalidArgumentError("GatherRowsHost: row out of range");
+  }
+  DeviceArray<float> dx, dout;
+  DeviceArray<int32_t> drows;
+  absl::Status st = dx.Upload(x, static_cast<size_t>(rows_of_x * D));
+  if (st.ok()) st.Update(drows.Upload(rows, static_cast<size_t>(R)));
+  if (st.ok()) st.Update(dout.Alloc(static_cast<size_t>(R * D)));
+  if (st.ok()) st.Update(LaunchGatherRows(dx.get(), drows.get(), R, D, dout.get(), nullptr));
+  if (st.ok()) st.Update(LaunchStatus("GatherRowsKernel"));
+  if (!st.ok()) return st;
+  return dout.Download(out, static_cast<size_t>(R * D));
 }
 
 absl::Status WriteKvHost(const float* k, const float* v, int64_t T, const int64_t* slots, const PagedKvLayer& kv) {
@@ -275,18 +353,14 @@ absl::Status WriteKvHost(const float* k, const float* v, int64_t T, const int64_
   if (st.ok() && scales > 0) st.Update(dks.Upload(kv.k_scale, scales));
   if (st.ok() && scales > 0) st.Update(dvs.Upload(kv.v_scale, scales));
   if (!st.ok()) return st;
-  const PoolShape shape{kv.block_size, kv.num_kv_heads, kv.head_dim};
-  if (T > 0) {
-    if (kv.dtype == KvDtype::kInt8) {
-      WriteKvInt8Kernel<<<BlocksFor(T * kv.num_kv_heads, 64), 64>>>(
-          dk.get(), dv.get(), T, dslots.get(), shape, reinterpret_cast<int8_t*>(dkp.get()),
-          reinterpret_cast<int8_t*>(dvp.get()), dks.get(), dvs.get());
-    } else {
-      WriteKvKernel<<<BlocksFor(T * row, kThreads), kThreads>>>(dk.get(), dv.get(), T, dslots.get(), kv.dtype,
-                                                                shape, dkp.get(), dvp.get());
-    }
-    if (absl::Status e = LaunchStatus("WriteKvKernel"); !e.ok()) return e;
-  }
+  PagedKvLayer on_device = kv;
+  on_device.k = dkp.get();
+  on_device.v = dvp.get();
+  on_device.k_scale = dks.get();
+  on_device.v_scale = dvs.get();
+  st.Update(LaunchWriteKv(dk.get(), dv.get(), T, dslots.get(), on_device, nullptr));
+  if (st.ok()) st.Update(LaunchStatus("WriteKvKernel"));
+  if (!st.ok()) return st;
   if (absl::Status e = dkp.Download(static_cast<uint8_t*>(kv.k), pool_bytes); !e.ok()) return e;
   if (absl::Status e = dvp.Download(static_cast<uint8_t*>(kv.v), pool_bytes); !e.ok()) return e;
   if (scales == 0) return absl::OkStatus();

@@ -9,6 +9,7 @@
 
 #include "kernels/act_quant.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 
 namespace specd::kernels::cuda {
@@ -88,36 +89,49 @@ constexpr int kThreads = 256;
 
 }  // namespace
 
-absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+int64_t MatMulScratchBytes(int64_t T, int64_t cols) {
+  return T * (cols / kActBlockSize) * static_cast<int64_t>(sizeof(ActBlockQ8));
+}
+
+absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y, void* scratch, void* stream) {
   const bool is_float = w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
   const bool is_quant = w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0 || w.type == GgmlType::kQ4_1;
-  if (!is_float && !is_quant) return absl::UnimplementedError("MatMulHost: weight type not supported on CUDA yet");
+  if (!is_float && !is_quant) return absl::UnimplementedError("MatMul: weight type not supported on CUDA yet");
   if (is_quant && w.cols % kActBlockSize != 0) {
-    return absl::InvalidArgumentError("MatMulHost: cols must be a multiple of 32 for quantized weights");
+    return absl::InvalidArgumentError("MatMul: cols must be a multiple of 32 for quantized weights");
   }
+  const int64_t outputs = T * w.rows;
+  if (outputs == 0) return absl::OkStatus();
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (is_float) {
+    MatMulFloatKernel<<<BlocksFor(outputs, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, w.cols,
+                                                                        x, T, y);
+    return CudaCheck(cudaGetLastError(), "MatMulFloatKernel");
+  }
+  const int64_t nb = w.cols / kActBlockSize;
+  auto* act = static_cast<ActBlockQ8*>(scratch);
+  QuantizeActKernel<<<BlocksFor(T * nb, kThreads), kThreads, 0, s>>>(x, T * nb, act);
+  if (absl::Status e = CudaCheck(cudaGetLastError(), "QuantizeActKernel"); !e.ok()) return e;
+  MatMulQuantKernel<<<BlocksFor(outputs, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, nb, act,
+                                                                      T, y);
+  return CudaCheck(cudaGetLastError(), "MatMulQuantKernel");
+}
+
+absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   const int64_t K = w.cols;
-  DeviceArray<uint8_t> dw;
+  DeviceArray<uint8_t> dw, dact;
   DeviceArray<float> dx, dy;
-  DeviceArray<ActBlockQ8> dact;
   absl::Status st = dw.Upload(w.data, static_cast<size_t>(w.rows) * w.row_bytes);
   if (st.ok()) st.Update(dx.Upload(x, static_cast<size_t>(T * K)));
   if (st.ok()) st.Update(dy.Alloc(static_cast<size_t>(T * w.rows)));
+  if (st.ok()) st.Update(dact.Alloc(static_cast<size_t>(MatMulScratchBytes(T, K))));
   if (!st.ok()) return st;
-  const int64_t outputs = T * w.rows;
-  if (outputs == 0) return absl::OkStatus();
-  if (is_float) {
-    MatMulFloatKernel<<<BlocksFor(outputs, kThreads), kThreads>>>(w.type, dw.get(), w.row_bytes, w.rows, K, dx.get(),
-                                                                  T, dy.get());
-  } else {
-    const int64_t nb = K / kActBlockSize;
-    if (absl::Status e = dact.Alloc(static_cast<size_t>(T * nb)); !e.ok()) return e;
-    QuantizeActKernel<<<BlocksFor(T * nb, kThreads), kThreads>>>(dx.get(), T * nb, dact.get());
-    if (absl::Status e = LaunchStatus("QuantizeActKernel"); !e.ok()) return e;
-    MatMulQuantKernel<<<BlocksFor(outputs, kThreads), kThreads>>>(w.type, dw.get(), w.row_bytes, w.rows, nb,
-                                                                  dact.get(), T, dy.get());
-  }
-  if (absl::Status e = LaunchStatus("MatMul"); !e.ok()) return e;
-  return dy.Download(y, static_cast<size_t>(outputs));
+  WeightMatrix on_device = w;
+  on_device.data = dw.get();
+  st.Update(LaunchMatMul(on_device, dx.get(), T, dy.get(), dact.get(), nullptr));
+  if (st.ok()) st.Update(LaunchStatus("MatMul"));
+  if (!st.ok()) return st;
+  return dy.Download(y, static_cast<size_t>(T * w.rows));
 }
 
 }  // namespace specd::kernels::cuda

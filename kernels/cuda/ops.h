@@ -1,9 +1,8 @@
 // CUDA kernels of the model's ops, each the twin of the kernels/ref function of the same name
 // (same shapes, same meaning) and checked against it by tests/kernels/cuda_ops_test.cc (label
 // gpu). These entry points take and return host memory: each uploads its inputs, runs the
-// kernel and downloads the result. They are the harness's (and a future device-resident
-// forward's) view of the kernels, not a fast path: the forward will keep weights, the KV pool
-// and activations on the device and call the same kernels.
+// launcher of launch.h that the device-resident forward (engine/cuda_backend.cc) calls, and
+// downloads the result. They are the harness's view of the kernels, not a fast path.
 #ifndef SPECD_KERNELS_CUDA_OPS_H_
 #define SPECD_KERNELS_CUDA_OPS_H_
 
@@ -37,6 +36,10 @@ absl::Status AddBiasHost(float* x, int64_t T, int64_t N, const float* b);
 // reference's values.  out: [T, table.cols].  Ids outside [0, table.rows) are an error.
 absl::Status EmbeddingLookupHost(const WeightMatrix& table, const int32_t* ids, int64_t T,
                                  float* out);
+
+// out[r, :] = x[rows[r], :].  x: [rows_of_x, D]; rows: [R] (each in [0, rows_of_x)); out: [R, D].
+absl::Status GatherRowsHost(const float* x, int64_t rows_of_x, const int32_t* rows, int64_t R,
+                            int64_t D, float* out);
 
 // Stores k[t], v[t] ([num_kv_heads, head_dim]) into slot slots[t] of the pool kv (host
 // memory: uploaded, written on the device, downloaded), converted as ref::WriteKv does

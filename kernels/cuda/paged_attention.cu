@@ -12,6 +12,7 @@
 #include "kernels/attn_bf16.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 
 namespace specd::kernels::cuda {
@@ -215,6 +216,33 @@ __global__ void __launch_bounds__(kThreads) AttentionMergeKernel(AttnDeviceArgs 
 
 }  // namespace
 
+absl::Status LaunchPagedAttention(const float* q, int32_t num_q_heads, const PagedKvLayer& kv, float scale,
+                                  float* out, const DeviceAttentionPlan& plan, void* stream) {
+  if (plan.num_items == 0) return absl::OkStatus();
+  const int32_t hkv = kv.num_kv_heads, d = kv.head_dim, group = num_q_heads / hkv;
+  const AttnDeviceArgs args{q,        num_q_heads, group, d,          plan.positions, plan.tables,
+                            plan.table_offsets, kv.dtype, kv.k, kv.v, kv.k_scale,  kv.v_scale,
+                            kv.block_size, hkv, scale, out, plan.partials};
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const size_t smem = CudaAttnSharedBytes(group, d);
+  if (absl::Status e = CudaCheck(cudaFuncSetAttribute(PagedAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(smem)), "shared memory attribute");
+      !e.ok()) {
+    return e;
+  }
+  PagedAttentionKernel<<<static_cast<unsigned>(plan.num_items), kThreads, smem, s>>>(args, plan.items);
+  if (absl::Status e = CudaCheck(cudaGetLastError(), "PagedAttentionKernel"); !e.ok()) return e;
+  if (plan.num_merges == 0) return absl::OkStatus();
+  const size_t merge_smem = sizeof(float) * static_cast<size_t>(2 * group * d + 6 * group);
+  if (absl::Status e = CudaCheck(cudaFuncSetAttribute(AttentionMergeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(merge_smem)), "shared memory attribute");
+      !e.ok()) {
+    return e;
+  }
+  AttentionMergeKernel<<<static_cast<unsigned>(plan.num_merges), kThreads, merge_smem, s>>>(args, plan.merges);
+  return CudaCheck(cudaGetLastError(), "AttentionMergeKernel");
+}
+
 absl::Status PagedAttentionHost(const float* q, int64_t T, int32_t num_q_heads, const int32_t* positions,
                                 const int32_t* const* block_tables, const PagedKvLayer& kv, float scale,
                                 float* out, int64_t fill_blocks) {
@@ -275,27 +303,24 @@ absl::Status PagedAttentionHost(const float* q, int64_t T, int32_t num_q_heads, 
   if (st.ok()) st.Update(dmerges.Upload(plan.merges.data(), plan.merges.size()));
   if (!st.ok()) return st;
 
-  const AttnDeviceArgs args{dq.get(), num_q_heads, group, d, dpos.get(), dtables.get(), doff.get(), kv.dtype,
-                            dk.get(), dv.get(), dks.get(), dvs.get(), kv.block_size, hkv, scale, dout.get(),
-                            dpart.get()};
-  const size_t smem = CudaAttnSharedBytes(group, d);
-  if (absl::Status e = CudaCheck(cudaFuncSetAttribute(PagedAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(smem)), "shared memory attribute");
-      !e.ok()) {
-    return e;
-  }
-  PagedAttentionKernel<<<static_cast<unsigned>(plan.items.size()), kThreads, smem>>>(args, ditems.get());
-  if (absl::Status e = LaunchStatus("PagedAttentionKernel"); !e.ok()) return e;
-  if (!plan.merges.empty()) {
-    const size_t merge_smem = sizeof(float) * static_cast<size_t>(2 * group * d + 6 * group);
-    if (absl::Status e = CudaCheck(cudaFuncSetAttribute(AttentionMergeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       static_cast<int>(merge_smem)), "shared memory attribute");
-        !e.ok()) {
-      return e;
-    }
-    AttentionMergeKernel<<<static_cast<unsigned>(plan.merges.size()), kThreads, merge_smem>>>(args, dmerges.get());
-    if (absl::Status e = LaunchStatus("AttentionMergeKernel"); !e.ok()) return e;
-  }
+  PagedKvLayer on_device = kv;
+  on_device.k = dk.get();
+  on_device.v = dv.get();
+  on_device.k_scale = dks.get();
+  on_device.v_scale = dvs.get();
+  DeviceAttentionPlan dplan;
+  dplan.T = T;
+  dplan.positions = dpos.get();
+  dplan.tables = dtables.get();
+  dplan.table_offsets = doff.get();
+  dplan.items = ditems.get();
+  dplan.num_items = static_cast<int64_t>(plan.items.size());
+  dplan.merges = dmerges.get();
+  dplan.num_merges = static_cast<int64_t>(plan.merges.size());
+  dplan.partials = dpart.get();
+  st.Update(LaunchPagedAttention(dq.get(), num_q_heads, on_device, scale, dout.get(), dplan, nullptr));
+  if (st.ok()) st.Update(LaunchStatus("PagedAttention"));
+  if (!st.ok()) return st;
   return dout.Download(out, rows);
 }
 

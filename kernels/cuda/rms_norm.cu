@@ -1,5 +1,7 @@
 #include "kernels/cuda/rms_norm.h"
 
+#include "kernels/cuda/launch.h"
+
 #include <cuda_runtime.h>
 
 #include <string>
@@ -33,6 +35,15 @@ absl::Status Check(cudaError_t e, const char* what) {
 
 }  // namespace
 
+absl::Status LaunchRmsNorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* out,
+                           void* stream) {
+  if (T == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  RmsNormKernel<<<static_cast<unsigned>(T), kThreads, kThreads * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
+      x, D, w, eps, out);
+  return Check(cudaGetLastError(), "RmsNormKernel");
+}
+
 int DeviceCount() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
@@ -43,17 +54,12 @@ absl::Status RmsNormHost(const float* x, int64_t T, int64_t D, const float* w, f
   float *dx = nullptr, *dw = nullptr, *dout = nullptr;
   const size_t xb = sizeof(float) * T * D, wb = sizeof(float) * D;
   absl::Status st = Check(cudaMalloc(&dx, xb), "cudaMalloc x");
-  if (st.ok()) st = Check(cudaMalloc(&dw, wb), "cudaMalloc w");
-  if (st.ok()) st = Check(cudaMalloc(&dout, xb), "cudaMalloc out");
-  if (st.ok()) st = Check(cudaMemcpy(dx, x, xb, cudaMemcpyHostToDevice), "copy x");
-  if (st.ok()) st = Check(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice), "copy w");
-  if (st.ok()) {
-    constexpr int kThreads = 256;
-    RmsNormKernel<<<static_cast<unsigned>(T), kThreads, kThreads * sizeof(float)>>>(dx, D, dw,
-                                                                                  eps, dout);
-    st = Check(cudaGetLastError(), "launch");
-  }
-  if (st.ok()) st = Check(cudaMemcpy(out, dout, xb, cudaMemcpyDeviceToHost), "copy out");
+  if (st.ok()) st.Update(Check(cudaMalloc(&dw, wb), "cudaMalloc w"));
+  if (st.ok()) st.Update(Check(cudaMalloc(&dout, xb), "cudaMalloc out"));
+  if (st.ok()) st.Update(Check(cudaMemcpy(dx, x, xb, cudaMemcpyHostToDevice), "copy x"));
+  if (st.ok()) st.Update(Check(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice), "copy w"));
+  if (st.ok()) st.Update(LaunchRmsNorm(dx, T, D, dw, eps, dout, nullptr));
+  if (st.ok()) st.Update(Check(cudaMemcpy(out, dout, xb, cudaMemcpyDeviceToHost), "copy out"));
   cudaFree(dx);
   cudaFree(dw);
   cudaFree(dout);

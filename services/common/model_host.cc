@@ -1,5 +1,7 @@
 #include "services/common/model_host.h"
 
+#include "engine/backend_factory.h"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -91,7 +93,10 @@ absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const gguf::GgufFile
                                 const ModelHostOptions& options, engine::Communicator* comm,
                                 int32_t threads) {
   Shard s;
-  s.backend = engine::MakeCpuBackend(threads);
+  absl::StatusOr<std::unique_ptr<engine::Backend>> backend =
+      engine::MakeBackend(options.device, threads);
+  if (!backend.ok()) return backend.status();
+  s.backend = std::move(*backend);
   engine::ModelOptions mo;
   mo.max_batch_tokens = options.max_batch_tokens;
   mo.max_logit_rows = options.max_batch_tokens;

@@ -45,6 +45,7 @@ struct ModelHostOptions {
   // token embeddings); its vocabulary must match the model's. Empty = none.
   std::string borrow_path;
   int32_t threads = 0;            // 0 = all cores
+  std::string device = "cpu";     // where the model runs: cpu, cuda, cuda:N (--device)
   int32_t kv_blocks = 1024;
   int32_t kv_block_size = 16;
   int32_t max_batch_tokens = 512;

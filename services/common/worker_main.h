@@ -66,6 +66,9 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
             "ranks (127.0.0.1 when they share a host or pod; else this pod's IP)");
   flags.Add("tp-timeout-s", env + "_TP_TIMEOUT_S", &mo.tp_timeout_s,
             "a collective slower than this breaks the group (the process exits non-zero)");
+  flags.Add("device", env + "_DEVICE", &mo.device,
+            "where the model runs: cpu, or cuda / cuda:N (a GPU: weights, KV cache and "
+            "activations in its memory; needs a build with the CUDA toolkit)");
   flags.Add("metrics-port", env + "_METRICS_PORT", &metrics_port,
             "Prometheus /metrics HTTP port (0 = off)");
   flags.Add("metrics-address", env + "_METRICS_ADDRESS", &metrics_address,

@@ -51,6 +51,26 @@ bool AllFinite(const std::vector<float>& v) {
   return true;
 }
 
+TEST(CudaOpsTest, GatherRowsCopiesTheRequestedRows) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(3);
+  for (int64_t D : {1, 63, 576}) {
+    const int64_t rows_of_x = 37;
+    const std::vector<float> x = Rand(rng, rows_of_x * D);
+    const std::vector<int32_t> rows = {36, 0, 5, 5, 17};  // repeats and the last row
+    std::vector<float> out(rows.size() * D, -1.0f);
+    ASSERT_TRUE(cuda::GatherRowsHost(x.data(), rows_of_x, rows.data(), static_cast<int64_t>(rows.size()), D,
+                                     out.data())
+                    .ok());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (int64_t i = 0; i < D; ++i) ASSERT_EQ(out[r * D + i], x[rows[r] * D + i]) << "D " << D << " row " << r;
+    }
+  }
+  const int32_t bad = 37;
+  std::vector<float> x(37), out(1);
+  EXPECT_EQ(cuda::GatherRowsHost(x.data(), 37, &bad, 1, 1, out.data()).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CudaOpsTest, RopeMatchesReference) {
   SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(4);

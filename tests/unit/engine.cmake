@@ -19,3 +19,15 @@ if(NOT SPECD_CORE_ONLY)
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/gloo_communicator_test.cc
     DEPS specd_gloo_comm specd_testing LABELS unit TIMEOUT 120)
 endif()
+# The device-resident forward on a backend whose memory the host cannot touch (the CPU's
+# stand-in for a GPU backend).
+specd_test(device_resident_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/device_resident_test.cc
+  DEPS specd_engine specd_backend_factory specd_testing LABELS core)
+# The model on the CUDA backend (label gpu; NOT RUN without a device).
+if(SPECD_HAVE_CUDA)
+  specd_test(cuda_model_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/cuda_model_test.cc
+    DEPS specd_engine specd_backend_factory specd_kernels_cuda specd_testing LABELS gpu)
+  set_tests_properties(cuda_model_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
+endif()

@@ -15,6 +15,9 @@ echo "== matmul_exact_test"; timeout 120 $RUN $B/matmul_exact_test --gtest_brief
 echo "== cuda_ops_test"
 ( env LD_LIBRARY_PATH=$L $B/cuda_ops_test 2>&1 || $RUN $B/cuda_ops_test 2>&1 ) > $OUT/cuda_ops_test.log
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|NOT RUN|PASSED" $OUT/cuda_ops_test.log | head -40
+echo "== cuda_model_test (the whole forward on the CUDA backend vs the reference backend)"
+( env LD_LIBRARY_PATH=$L $B/cuda_model_test 2>&1 || $RUN $B/cuda_model_test 2>&1 ) > $OUT/cuda_model_test.log
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|NOT RUN|PASSED|max" $OUT/cuda_model_test.log | head -40
 echo "== nccl_communicator_test (world size 1: rendezvous, NCCL init, collectives on device)"
 ( env LD_LIBRARY_PATH=$L $B/nccl_communicator_test 2>&1 || $RUN $B/nccl_communicator_test 2>&1 ) | tail -6
 echo "== kernel_cycles, pinned to one cpu, --no-dram --reps 400 (left avx2, right avx512vnni)"

@@ -13,4 +13,7 @@ echo "== specd-bench -t 2, alternating"
 for isa in avx512vnni avx2 avx512vnni avx2; do
   echo "-- $isa"; SPECD_KERNELS_ISA=$isa timeout 60 $RUN $B/specd-bench -t 2 --no-llama-cpp 2>&1 | grep -vE "^\s*$"
 done
+echo "== the default model on the GPU (specd-bench --device cuda: decode batches, depth, prefill)"
+SPECD_SOURCE_DIR=$R timeout 120 $RUN $B/specd-bench-cuda --device cuda -t 16 --no-llama-cpp --depth 128,2048,8000 \
+  --prefill 512,2048 2>&1 | tee $OUT/specd_bench_cuda.txt | grep -vE "^\s*$" | head -40
 echo "-- default ISA, -t 16"; timeout 60 $RUN $B/specd-bench -t 16 --no-llama-cpp 2>&1

@@ -1,0 +1,297 @@
+#include "engine/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/ref/ops.h"
+
+namespace specd::engine {
+namespace {
+
+namespace kc = kernels::cuda;
+using gguf::GgmlType;
+
+absl::Status Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
+}
+
+// The first error since the last Sync: ops return nothing, so they report here.
+class StickyError {
+ public:
+  void Note(absl::Status st) {
+    if (error_.ok() && !st.ok()) error_ = std::move(st);
+  }
+  absl::Status Take() { return std::exchange(error_, absl::OkStatus()); }
+
+ private:
+  absl::Status error_;
+};
+
+class CudaMemory final : public DeviceMemory {
+ public:
+  CudaMemory(int device, cudaStream_t stream, StickyError* errors)
+      : device_(device), stream_(stream), errors_(errors) {}
+  bool host_addressable() const override { return false; }
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 64)); e != cudaSuccess) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "cuda:%d: cannot allocate %d bytes: %s", device_, bytes, cudaGetErrorString(e)));
+    }
+    absl::Status st = Cuda(cudaMemsetAsync(p, 0, bytes, stream_), "memset");
+    if (!st.ok()) {
+      cudaFree(p);
+      return st;
+    }
+    return p;
+  }
+  void Free(void* p) override {
+    // Nothing to report: a failed free leaves memory the process gives back at exit.
+    cudaStreamSynchronize(stream_);
+    cudaFree(p);
+  }
+  absl::Status Upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    // From pageable memory the call returns once `src` is staged, so the caller may reuse it.
+    return Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+  }
+  absl::Status Download(void* dst, const void* src, size_t bytes) override {
+    absl::Status st;
+    if (bytes > 0) st = Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+    st.Update(Cuda(cudaStreamSynchronize(stream_), "download sync"));
+    absl::Status earlier = errors_->Take();
+    return earlier.ok() ? st : earlier;
+  }
+  absl::Status Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                      size_t rows) override {
+    if (rows == 0 || width == 0) return absl::OkStatus();
+    absl::Status st = Cuda(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                                             cudaMemcpyDeviceToDevice, stream_),
+                           "copy 2d");
+    errors_->Note(st);
+    return st;
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  StickyError* errors_;
+};
+
+// A device buffer that grows (rarely: the first steps, or a larger batch than any before).
+class GrowingBuffer {
+ public:
+  absl::Status Reserve(DeviceMemory& memory, size_t bytes) {
+    if (bytes <= buf_.bytes()) return absl::OkStatus();
+    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(memory, bytes + bytes / 2);
+    if (!b.ok()) return b.status();
+    buf_ = *std::move(b);
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return buf_.as<T>();
+  }
+
+ private:
+  DeviceBuffer buf_;
+};
+
+bool CudaMatMulType(GgmlType t) {
+  switch (t) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
+    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1:
+      return true;
+    default:
+      return false;
+  }
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, cudaStream_t stream)
+      : device_(device), stream_(stream), memory_(device, stream, &errors_) {}
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);  // nothing to report from a destructor
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return name_; }
+  DeviceMemory& memory() override { return memory_; }
+
+  absl::Status PlaceWeight(kernels::WeightMatrix* w, WeightUse use, WeightStorage* keep) override {
+    if (use != WeightUse::kTable && !CudaMatMulType(w->type)) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "the CUDA backend multiplies F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights, not %s",
+          gguf::GgmlTypeName(w->type)));
+    }
+    if (use == WeightUse::kMatMulExact && w->type != GgmlType::kF32 && w->type != GgmlType::kF16 &&
+        w->type != GgmlType::kBF16) {
+      return absl::UnimplementedError(
+          "exact activations on CUDA need float weights (re-encode the model to F16)");
+    }
+    return CopyWeightTo(memory_, w, keep);
+  }
+  absl::Status PlaceVector(const float** v, int64_t n, WeightStorage* keep) override {
+    return CopyVectorTo(memory_, v, n, keep);
+  }
+  absl::Status Sync() override {
+    absl::Status st = Cuda(cudaStreamSynchronize(stream_), "sync");
+    absl::Status earlier = errors_.Take();
+    return earlier.ok() ? st : earlier;
+  }
+
+  void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
+    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, w.cols)));
+    if (st.ok()) st = kc::LaunchMatMul(w, x, T, y, scratch_.as<void>(), stream_);
+    errors_.Note(st);
+  }
+  void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
+    // PlaceWeight admitted float weights only, whose product reads float activations.
+    MatMul(w, x, T, y);
+  }
+  void RmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, float* out) override {
+    errors_.Note(kc::LaunchRmsNorm(x, T, D, w, eps, out, stream_));
+  }
+  void Rope(float* x, int64_t T, int64_t H, int64_t head_dim, const int32_t* positions,
+            const kernels::RopeParams& params) override {
+    absl::Status st = PlanRope(params);
+    if (st.ok()) {
+      st = kc::LaunchRope(x, T, static_cast<int32_t>(H), static_cast<int32_t>(head_dim), params.rope_dim,
+                          params.layout == kernels::RopeLayout::kNeox, positions, inv_freq_.as<double>(), stream_);
+    }
+    errors_.Note(st);
+  }
+  void SwiGlu(const float* gate, const float* up, int64_t T, int64_t F, float* out) override {
+    errors_.Note(kc::LaunchSwiGlu(gate, up, T * F, out, stream_));
+  }
+  void AddInPlace(float* x, const float* y, int64_t n) override {
+    errors_.Note(kc::LaunchAddInPlace(x, y, n, stream_));
+  }
+  void AddBias(float* x, const float* b, int64_t T, int64_t N) override {
+    errors_.Note(kc::LaunchAddBias(x, T, N, b, stream_));
+  }
+  void EmbeddingLookup(const kernels::WeightMatrix& table, const int32_t* ids, int64_t T, float* out) override {
+    errors_.Note(kc::LaunchEmbeddingLookup(table, ids, T, out, stream_));
+  }
+  void GatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D, float* out) override {
+    errors_.Note(kc::LaunchGatherRows(x, rows, R, D, out, stream_));
+  }
+  void WriteKv(const float* k, const float* v, const int64_t* slots, int64_t T,
+               const kernels::PagedKvLayer& layer) override {
+    errors_.Note(kc::LaunchWriteKv(k, v, T, slots, layer, stream_));
+  }
+  absl::Status PlanAttention(const int32_t* positions, const int32_t* const* block_tables, int64_t T,
+                             int32_t num_kv_heads, int32_t block_size) override;
+  void PagedAttention(const float* q, int64_t Hq, const kernels::PagedKvLayer& layer, float scale,
+                      float* out) override {
+    const int32_t group = static_cast<int32_t>(Hq) / layer.num_kv_heads;
+    absl::Status st = partials_.Reserve(
+        memory_, static_cast<size_t>(std::max<int64_t>(1, num_partials_) *
+                                     kc::CudaAttnPartialFloats(group, layer.head_dim)) * sizeof(float));
+    plan_.partials = partials_.as<float>();
+    if (st.ok()) st = kc::LaunchPagedAttention(q, static_cast<int32_t>(Hq), layer, scale, out, plan_, stream_);
+    errors_.Note(st);
+  }
+
+ private:
+  // The angles' frequencies, from the reference's own planner; uploaded when they change.
+  absl::Status PlanRope(const kernels::RopeParams& p) {
+    std::vector<double> freq(static_cast<size_t>(p.rope_dim / 2));
+    kernels::ref::RopeInvFreq(p, freq.data());
+    if (freq == inv_freq_host_) return absl::OkStatus();
+    absl::Status st = inv_freq_.Reserve(memory_, freq.size() * sizeof(double));
+    if (st.ok()) st = memory_.Upload(inv_freq_.as<void>(), freq.data(), freq.size() * sizeof(double));
+    if (st.ok()) inv_freq_host_ = std::move(freq);
+    return st;
+  }
+  // Host vector -> growing device buffer (one upload).
+  template <typename T>
+  absl::Status Put(GrowingBuffer& buf, const T* data, size_t n) {
+    absl::Status st = buf.Reserve(memory_, std::max<size_t>(n, 1) * sizeof(T));
+    if (st.ok()) st = memory_.Upload(buf.as<void>(), data, n * sizeof(T));
+    return st;
+  }
+
+  int device_;
+  cudaStream_t stream_;
+  std::string name_ = "cuda";
+  StickyError errors_;
+  CudaMemory memory_;
+  GrowingBuffer scratch_;  // MatMul's activation blocks
+  GrowingBuffer inv_freq_;
+  std::vector<double> inv_freq_host_;
+  // The step's plan: host side, then its device copies.
+  std::vector<int32_t> tables_host_;
+  std::vector<int64_t> offsets_host_;
+  GrowingBuffer positions_, tables_, offsets_, items_, merges_, partials_;
+  int64_t num_partials_ = 0;
+  kc::DeviceAttentionPlan plan_;
+};
+
+absl::Status CudaBackend::PlanAttention(const int32_t* positions, const int32_t* const* block_tables, int64_t T,
+                                        int32_t num_kv_heads, int32_t block_size) {
+  const kc::CudaAttentionPlan plan = kc::PlanCudaAttention(positions, T, num_kv_heads);
+  // Every token's table once, in order of first use: a sequence's tokens share one.
+  absl::flat_hash_map<const int32_t*, int64_t> blocks_needed;
+  std::vector<const int32_t*> order;
+  for (int64_t t = 0; t < T; ++t) {
+    auto [it, fresh] = blocks_needed.try_emplace(block_tables[t], 0);
+    if (fresh) order.push_back(block_tables[t]);
+    it->second = std::max<int64_t>(it->second, positions[t] / block_size + 1);
+  }
+  absl::flat_hash_map<const int32_t*, int64_t> start;
+  tables_host_.clear();
+  for (const int32_t* table : order) {
+    start[table] = static_cast<int64_t>(tables_host_.size());
+    tables_host_.insert(tables_host_.end(), table, table + blocks_needed[table]);
+  }
+  offsets_host_.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) offsets_host_[t] = start[block_tables[t]];
+  absl::Status st = Put(positions_, positions, static_cast<size_t>(T));
+  if (st.ok()) st = Put(tables_, tables_host_.data(), tables_host_.size());
+  if (st.ok()) st = Put(offsets_, offsets_host_.data(), offsets_host_.size());
+  if (st.ok()) st = Put(items_, plan.items.data(), plan.items.size());
+  if (st.ok()) st = Put(merges_, plan.merges.data(), plan.merges.size());
+  if (!st.ok()) return st;
+  num_partials_ = plan.num_partials;
+  plan_ = kc::DeviceAttentionPlan{};
+  plan_.T = T;
+  plan_.positions = positions_.as<int32_t>();
+  plan_.tables = tables_.as<int32_t>();
+  plan_.table_offsets = offsets_.as<int64_t>();
+  plan_.items = items_.as<kc::CudaAttnItem>();
+  plan_.num_items = static_cast<int64_t>(plan.items.size());
+  plan_.merges = merges_.as<kc::CudaAttnMerge>();
+  plan_.num_merges = static_cast<int64_t>(plan.merges.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--device cuda:%d: no such CUDA device (this machine has %d)", device, count));
+  }
+  if (absl::Status st = Cuda(cudaSetDevice(device), "set device"); !st.ok()) return st;
+  cudaStream_t stream = nullptr;
+  if (absl::Status st = Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"); !st.ok()) {
+    return st;
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(device, stream));
+}
+
+}  // namespace specd::engine

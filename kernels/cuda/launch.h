@@ -1,0 +1,66 @@
+// The CUDA kernels on device memory: what a device-resident forward (engine/cuda_backend.cc)
+// calls, and what ops.h's host entry points wrap (upload, launch, download) for the harness.
+// Plain C++: no CUDA types, so .cc files include it. Every pointer is device memory except
+// where a comment says host; `stream` is a cudaStream_t (nullptr: the legacy default stream).
+// A launch is asynchronous: the status is the launch's own (bad configuration, a kernel that
+// cannot start); an error inside a kernel surfaces at the caller's next synchronisation.
+#ifndef SPECD_KERNELS_CUDA_LAUNCH_H_
+#define SPECD_KERNELS_CUDA_LAUNCH_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/attention_plan.h"
+#include "kernels/kernel_types.h"
+
+namespace specd::kernels::cuda {
+
+// x, out: [T, D]; w: [D]
+absl::Status LaunchRmsNorm(const float* x, int64_t T, int64_t D, const float* w, float eps,
+                           float* out, void* stream);
+// x: [T, num_heads, head_dim] in place; inv_freq: [rope_dim / 2] doubles (ref::RopeInvFreq,
+// planned on the host and uploaded once).
+absl::Status LaunchRope(float* x, int64_t T, int32_t num_heads, int32_t head_dim,
+                        int32_t rope_dim, bool neox, const int32_t* positions,
+                        const double* inv_freq, void* stream);
+absl::Status LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
+                          void* stream);
+absl::Status LaunchAddInPlace(float* x, const float* y, int64_t n, void* stream);
+absl::Status LaunchAddBias(float* x, int64_t T, int64_t N, const float* b, void* stream);
+// table.data in device memory; ids must be in [0, table.rows) (the model validated them).
+absl::Status LaunchEmbeddingLookup(const WeightMatrix& table, const int32_t* ids, int64_t T,
+                                   float* out, void* stream);
+// out[r, :] = x[rows[r], :].  x: [*, D]; rows: [R]; out: [R, D]
+absl::Status LaunchGatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D,
+                              float* out, void* stream);
+// The pool (kv.k, kv.v, scales) in device memory; slots distinct.
+absl::Status LaunchWriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
+                           const PagedKvLayer& kv, void* stream);
+// Bytes of activation blocks MatMul needs for T tokens of `cols` inputs (quantized weights).
+int64_t MatMulScratchBytes(int64_t T, int64_t cols);
+// y: [T, w.rows] = x: [T, w.cols] W^T, bitwise ref::MatMul (one thread per (row, token)).
+// scratch: MatMulScratchBytes(T, w.cols) bytes of device memory.
+absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y,
+                          void* scratch, void* stream);
+
+// One step's attention plan in device memory (PlanCudaAttention's items and merges, every
+// token's block table flattened), used by every layer of the step.
+struct DeviceAttentionPlan {
+  int64_t T = 0;
+  const int32_t* positions = nullptr;       // [T]
+  const int32_t* tables = nullptr;          // the tables, concatenated
+  const int64_t* table_offsets = nullptr;   // [T]: where token t's table starts
+  const CudaAttnItem* items = nullptr;
+  int64_t num_items = 0;
+  const CudaAttnMerge* merges = nullptr;
+  int64_t num_merges = 0;
+  float* partials = nullptr;                // num_partials * CudaAttnPartialFloats(group, d)
+};
+// q, out: [plan.T, num_q_heads, head_dim].
+absl::Status LaunchPagedAttention(const float* q, int32_t num_q_heads, const PagedKvLayer& kv,
+                                  float scale, float* out, const DeviceAttentionPlan& plan,
+                                  void* stream);
+
+}  // namespace specd::kernels::cuda
+
+#endif  // SPECD_KERNELS_CUDA_LAUNCH_H_

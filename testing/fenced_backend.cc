@@ -1,0 +1,261 @@
+#include "testing/fenced_backend.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace specd::testing {
+namespace {
+
+using engine::DeviceMemory;
+using kernels::PagedKvLayer;
+using kernels::WeightMatrix;
+
+class Fenced;
+
+// The arena: a bump allocator over one PROT_NONE reservation.
+class FencedMemory final : public DeviceMemory {
+ public:
+  FencedMemory(Fenced* owner, size_t capacity) : owner_(owner), capacity_(capacity) {
+    void* p = mmap(nullptr, capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+  }
+  ~FencedMemory() override {
+    if (base_ != nullptr) munmap(base_, capacity_);
+  }
+  bool host_addressable() const override { return false; }
+  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Free(void*) override {}  // a bump arena: tests are short
+  absl::Status Upload(void* dst, const void* src, size_t bytes) override;
+  absl::Status Download(void* dst, const void* src, size_t bytes) override;
+  absl::Status Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                      size_t width, size_t rows) override;
+
+  bool Contains(const void* p, size_t bytes) const {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return base_ != nullptr && b >= base_ && b + bytes <= base_ + used_;
+  }
+  size_t used() const { return used_; }
+  void Protect(bool open) {
+    if (used_ == 0) return;
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    mprotect(base_, (used_ + page - 1) / page * page, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+  }
+
+ private:
+  Fenced* owner_;
+  size_t capacity_;
+  uint8_t* base_ = nullptr;
+  size_t used_ = 0;
+};
+
+class Fenced final : public FencedBackend {
+ public:
+  explicit Fenced(size_t capacity) : memory_(this, capacity), inner_(engine::MakeReferenceBackend()) {}
+
+  std::string_view name() const override { return "fenced"; }
+  DeviceMemory& memory() override { return memory_; }
+  std::vector<std::string> violations() const override { return violations_; }
+  size_t used() const override { return memory_.used(); }
+
+  absl::Status PlaceWeight(WeightMatrix* w, engine::WeightUse use,
+                           engine::WeightStorage* keep) override {
+    absl::Status st = engine::CopyWeightTo(memory_, w, keep);
+    if (!st.ok()) return st;
+    FenceOpening open(*this);
+    return inner_->PlaceWeight(w, use, keep);
+  }
+  absl::Status PlaceVector(const float** v, int64_t n, engine::WeightStorage* keep) override {
+    return engine::CopyVectorTo(memory_, v, n, keep);
+  }
+
+  void MatMul(const WeightMatrix& w, const float* x, int64_t T, float* y) override {
+    Check("MatMul", w, "w");
+    Check("MatMul", x, T * w.cols, "x");
+    Check("MatMul", y, T * w.rows, "y");
+    FenceOpening open(*this);
+    inner_->MatMul(w, x, T, y);
+  }
+  void MatMulExact(const WeightMatrix& w, const float* x, int64_t T, float* y) override {
+    Check("MatMulExact", w, "w");
+    Check("MatMulExact", x, T * w.cols, "x");
+    Check("MatMulExact", y, T * w.rows, "y");
+    FenceOpening open(*this);
+    inner_->MatMulExact(w, x, T, y);
+  }
+  void RmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps,
+               float* out) override {
+    Check("RmsNorm", x, T * D, "x");
+    Check("RmsNorm", w, D, "w");
+    Check("RmsNorm", out, T * D, "out");
+    FenceOpening open(*this);
+    inner_->RmsNorm(x, w, T, D, eps, out);
+  }
+  void Rope(float* x, int64_t T, int64_t H, int64_t head_dim, const int32_t* positions,
+            const kernels::RopeParams& params) override {
+    Check("Rope", x, T * H * head_dim, "x");
+    Check("Rope", positions, T, "positions");
+    FenceOpening open(*this);
+    inner_->Rope(x, T, H, head_dim, positions, params);
+  }
+  void SwiGlu(const float* gate, const float* up, int64_t T, int64_t F, float* out) override {
+    Check("SwiGlu", gate, T * F, "gate");
+    Check("SwiGlu", up, T * F, "up");
+    Check("SwiGlu", out, T * F, "out");
+    FenceOpening open(*this);
+    inner_->SwiGlu(gate, up, T, F, out);
+  }
+  void AddInPlace(float* x, const float* y, int64_t n) override {
+    Check("AddInPlace", x, n, "x");
+    Check("AddInPlace", y, n, "y");
+    FenceOpening open(*this);
+    inner_->AddInPlace(x, y, n);
+  }
+  void AddBias(float* x, const float* b, int64_t T, int64_t N) override {
+    Check("AddBias", x, T * N, "x");
+    Check("AddBias", b, N, "b");
+    FenceOpening open(*this);
+    inner_->AddBias(x, b, T, N);
+  }
+  void EmbeddingLookup(const WeightMatrix& table, const int32_t* ids, int64_t T,
+                       float* out) override {
+    Check("EmbeddingLookup", table, "table");
+    Check("EmbeddingLookup", ids, T, "ids");
+    Check("EmbeddingLookup", out, T * table.cols, "out");
+    FenceOpening open(*this);
+    inner_->EmbeddingLookup(table, ids, T, out);
+  }
+  void GatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D,
+                  float* out) override {
+    Check("GatherRows", x, D, "x");
+    Check("GatherRows", rows, R, "rows");
+    Check("GatherRows", out, R * D, "out");
+    FenceOpening open(*this);
+    inner_->GatherRows(x, rows, R, D, out);
+  }
+  void WriteKv(const float* k, const float* v, const int64_t* slots, int64_t T,
+               const PagedKvLayer& layer) override {
+    const int64_t row = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+    Check("WriteKv", k, T * row, "k");
+    Check("WriteKv", v, T * row, "v");
+    Check("WriteKv", slots, T, "slots");
+    Check("WriteKv", layer);
+    FenceOpening open(*this);
+    inner_->WriteKv(k, v, slots, T, layer);
+  }
+  absl::Status PlanAttention(const int32_t* positions, const int32_t* const* block_tables,
+                             int64_t T, int32_t num_kv_heads, int32_t block_size) override {
+    // The plan is host work: its arrays are host memory.
+    if (memory_.Contains(positions, 1) || memory_.Contains(block_tables, 1)) {
+      violations_.push_back("PlanAttention: arrays in device memory (the host plans)");
+    }
+    T_ = T;
+    return inner_->PlanAttention(positions, block_tables, T, num_kv_heads, block_size);
+  }
+  void PagedAttention(const float* q, int64_t Hq, const PagedKvLayer& layer, float scale,
+                      float* out) override {
+    Check("PagedAttention", q, T_ * Hq * layer.head_dim, "q");
+    Check("PagedAttention", out, T_ * Hq * layer.head_dim, "out");
+    Check("PagedAttention", layer);
+    FenceOpening open(*this);
+    inner_->PagedAttention(q, Hq, layer, scale, out);
+  }
+
+  void Open() override {
+    if (depth_++ == 0) memory_.Protect(true);
+  }
+  void Close() override {
+    if (--depth_ == 0) memory_.Protect(false);
+  }
+
+ private:
+  template <typename T>
+  void Check(const char* op, const T* p, int64_t n, const char* arg) {
+    if (n > 0 && !memory_.Contains(p, static_cast<size_t>(n) * sizeof(T))) {
+      violations_.push_back(absl::StrCat(op, ": ", arg));
+    }
+  }
+  void Check(const char* op, const WeightMatrix& w, const char* arg) {
+    if (!memory_.Contains(w.data, static_cast<size_t>(w.rows * w.row_bytes))) {
+      violations_.push_back(absl::StrCat(op, ": ", arg));
+    }
+  }
+  void Check(const char* op, const PagedKvLayer& l) {
+    const size_t bytes = static_cast<size_t>(l.num_blocks) * l.block_size * l.num_kv_heads *
+                         l.head_dim * kernels::KvDtypeSize(l.dtype);
+    if (!memory_.Contains(l.k, bytes) || !memory_.Contains(l.v, bytes)) {
+      violations_.push_back(absl::StrCat(op, ": the KV pool"));
+    }
+    if (l.dtype == kernels::KvDtype::kInt8 &&
+        (!memory_.Contains(l.k_scale, 4) || !memory_.Contains(l.v_scale, 4))) {
+      violations_.push_back(absl::StrCat(op, ": the int8 KV scales"));
+    }
+  }
+
+  FencedMemory memory_;
+  std::unique_ptr<engine::Backend> inner_;
+  int depth_ = 0;
+  int64_t T_ = 0;  // the planned step's tokens
+  std::vector<std::string> violations_;
+};
+
+absl::StatusOr<void*> FencedMemory::Allocate(size_t bytes) {
+  const size_t at = (used_ + 63) / 64 * 64;
+  if (base_ == nullptr || at + bytes > capacity_) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("fenced arena: %d bytes do not fit (%d of %d used)", bytes, used_,
+                        capacity_));
+  }
+  used_ = at + bytes;
+  FenceOpening open(*owner_);  // the new pages take the arena's protection
+  std::memset(base_ + at, 0, bytes);
+  return static_cast<void*>(base_ + at);
+}
+
+absl::Status FencedMemory::Upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (!Contains(dst, bytes)) return absl::InvalidArgumentError("Upload: dst not in the arena");
+  FenceOpening open(*owner_);
+  std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status FencedMemory::Download(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (!Contains(src, bytes)) return absl::InvalidArgumentError("Download: src not in the arena");
+  FenceOpening open(*owner_);
+  std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status FencedMemory::Copy2D(void* dst, size_t dst_pitch, const void* src,
+                                  size_t src_pitch, size_t width, size_t rows) {
+  if (rows == 0 || width == 0) return absl::OkStatus();
+  const size_t dst_span = (rows - 1) * dst_pitch + width, src_span = (rows - 1) * src_pitch + width;
+  if (!Contains(dst, dst_span) || !Contains(src, src_span)) {
+    return absl::InvalidArgumentError("Copy2D: an end is not in the arena");
+  }
+  FenceOpening open(*owner_);
+  for (size_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<uint8_t*>(dst) + r * dst_pitch,
+                static_cast<const uint8_t*>(src) + r * src_pitch, width);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+FenceOpening::FenceOpening(FencedBackend& backend) : backend_(backend) { backend_.Open(); }
+FenceOpening::~FenceOpening() { backend_.Close(); }
+
+std::unique_ptr<FencedBackend> MakeFencedBackend(size_t capacity) {
+  return std::make_unique<Fenced>(capacity);
+}
+
+}  // namespace specd::testing
