@@ -16,6 +16,7 @@
 #include "engine/llama_model.h"
 #include "engine/paged_kv_cache.h"
 #include "gtest/gtest.h"
+#include "tests/unit/model_test_util.h"
 #include "kernels/cuda/rms_norm.h"
 #include "testing/tiny_model.h"
 
@@ -23,21 +24,6 @@ namespace specd::engine {
 namespace {
 
 using kernels::KvDtype;
-
-struct Loaded {
-  std::unique_ptr<gguf::GgufFile> file;
-  std::unique_ptr<Backend> backend;
-  LocalCommunicator comm;
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<PagedKvCache> kv;
-
-  std::vector<float> Run(const ForwardBatch& b) {
-    std::vector<float> logits(b.logit_rows.size() * model->vocab_size());
-    absl::Status st = model->Forward(b, *kv, logits.data());
-    EXPECT_TRUE(st.ok()) << backend->name() << ": " << st;
-    return logits;
-  }
-};
 
 std::unique_ptr<Loaded> Load(const std::string& path, const std::string& device, KvDtype dtype) {
   auto l = std::make_unique<Loaded>();
@@ -60,12 +46,6 @@ std::unique_ptr<Loaded> Load(const std::string& path, const std::string& device,
   EXPECT_TRUE(kv.ok()) << kv.status();
   l->kv = std::move(*kv);
   return l;
-}
-
-std::vector<int32_t> Tokens(int n, int vocab, int seed) {
-  std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = (i * 37 + seed * 101 + 11) % vocab;
-  return t;
 }
 
 class CudaModelTest : public ::testing::TestWithParam<KvDtype> {

@@ -23,6 +23,7 @@
 #include "engine/paged_kv_cache.h"
 #include "engine/thread_communicator.h"
 #include "gtest/gtest.h"
+#include "tests/unit/model_test_util.h"
 #include "testing/fenced_backend.h"
 #include "testing/tiny_model.h"
 
@@ -92,12 +93,6 @@ std::unique_ptr<Runner> Load(const gguf::GgufFile& file, bool fenced, const Case
   if (!kv.ok()) return nullptr;
   r->kv = std::move(*kv);
   return r;
-}
-
-std::vector<int32_t> Tokens(int n, int vocab, int seed) {
-  std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = (i * 37 + seed * 101 + 11) % vocab;
-  return t;
 }
 
 // The same script of steps on both runners; every step's outputs bitwise equal.

@@ -20,6 +20,7 @@
 #include "common/gguf/gguf_writer.h"
 #include "testing/tiny_model.h"
 #include "gtest/gtest.h"
+#include "tests/unit/model_test_util.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
 
@@ -30,22 +31,6 @@ std::string SourceDir() {
   const char* d = std::getenv("SPECD_SOURCE_DIR");
   return d ? d : ".";
 }
-
-// A loaded model with its own backend and KV cache.
-struct Loaded {
-  std::unique_ptr<gguf::GgufFile> file;
-  std::unique_ptr<Backend> backend;
-  LocalCommunicator comm;
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<PagedKvCache> kv;
-
-  std::vector<float> Run(const ForwardBatch& b) {
-    std::vector<float> logits(b.logit_rows.size() * model->vocab_size());
-    absl::Status st = model->Forward(b, *kv, logits.data());
-    EXPECT_TRUE(st.ok()) << st;
-    return logits;
-  }
-};
 
 std::unique_ptr<Loaded> Load(const std::string& path, bool reference, int32_t blocks = 256,
                              kernels::KvDtype dtype = kernels::KvDtype::kF16) {
@@ -73,12 +58,6 @@ std::string TinyModelPath(const std::string& name, testing::TinyModelSpec spec =
   absl::Status st = testing::WriteTinyModel(spec, path);
   EXPECT_TRUE(st.ok()) << st;
   return path;
-}
-
-std::vector<int32_t> Tokens(int n, int vocab, int seed) {
-  std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = (i * 37 + seed * 101 + 11) % vocab;
-  return t;
 }
 
 // SPECD_KERNELS_ISA picks the kernels this file's fast paths run on (ctest runs it a second
