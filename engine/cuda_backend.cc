@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -120,7 +121,12 @@ bool CudaMatMulType(GgmlType t) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream)
-      : device_(device), stream_(stream), memory_(device, stream, &errors_) {}
+      : device_(device), stream_(stream), memory_(device, stream, &errors_) {
+    // SPECD_CUDA_MATMUL=reference: the bitwise-reference MatMul (slow), to tell a kernel's
+    // error from the rest of the forward's.
+    const char* k = std::getenv("SPECD_CUDA_MATMUL");
+    if (k != nullptr && std::string(k) == "reference") matmul_kernel_ = kc::CudaMatMulKernel::kReference;
+  }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // nothing to report from a destructor
     cudaStreamDestroy(stream_);
@@ -153,7 +159,7 @@ class CudaBackend final : public Backend {
 
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
     absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, w.cols)));
-    if (st.ok()) st = kc::LaunchMatMul(w, x, T, y, scratch_.as<void>(), stream_);
+    if (st.ok()) st = kc::LaunchMatMul(w, x, T, y, scratch_.as<void>(), stream_, matmul_kernel_);
     errors_.Note(st);
   }
   void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
@@ -228,6 +234,7 @@ class CudaBackend final : public Backend {
   std::string name_ = "cuda";
   StickyError errors_;
   CudaMemory memory_;
+  kc::CudaMatMulKernel matmul_kernel_ = kc::CudaMatMulKernel::kWarpPerRow;
   GrowingBuffer scratch_;  // MatMul's activation blocks
   GrowingBuffer inv_freq_;
   std::vector<double> inv_freq_host_;

@@ -505,17 +505,25 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "specd-bench: %s\n", file.status().ToString().c_str());
     return 1;
   }
-  const double bandwidth = MeasureReadBandwidthIsolated(threads);
+  double bandwidth = 0;
+  if (device == "cpu") {
+    bandwidth = MeasureReadBandwidthIsolated(threads);
+  } else {  // the device's own ceilings, this run
+    absl::StatusOr<engine::DeviceCeilings> ceilings = engine::MeasureDeviceCeilings(device);
+    if (!ceilings.ok()) {
+      std::fprintf(stderr, "specd-bench: %s\n", ceilings.status().ToString().c_str());
+      return 2;
+    }
+    std::printf("device %s: copy traffic %.0f GB/s, bf16 GEMM %.1f TFLOP/s (cuBLAS, 8192^3)\n", device.c_str(),
+                ceilings->copy_gbs, ceilings->bf16_tflops);
+    bandwidth = ceilings->copy_gbs;
+  }
   absl::StatusOr<std::unique_ptr<engine::Backend>> made = engine::MakeBackend(device, threads);
   if (!made.ok()) {
     std::fprintf(stderr, "specd-bench: %s\n", made.status().ToString().c_str());
     return 2;
   }
   std::unique_ptr<engine::Backend> backend = std::move(*made);
-  if (device != "cpu") {
-    std::printf("device %s: the bandwidth and roofline below are the host's, not the device's\n",
-                device.c_str());
-  }
   engine::LocalCommunicator comm;
   engine::ModelOptions opt;
   opt.max_batch_tokens = 512;

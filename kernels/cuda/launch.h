@@ -36,12 +36,18 @@ absl::Status LaunchGatherRows(const float* x, const int32_t* rows, int64_t R, in
 // The pool (kv.k, kv.v, scales) in device memory; slots distinct.
 absl::Status LaunchWriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
                            const PagedKvLayer& kv, void* stream);
+// Which MatMul kernel: a warp per weight row reading it once for up to 8 tokens (the default:
+// decode and verification), or one thread per (row, token) with the reference's exact steps
+// (bitwise ref::MatMul; slow). Both batch invariant.
+enum class CudaMatMulKernel { kWarpPerRow, kReference };
+
 // Bytes of activation blocks MatMul needs for T tokens of `cols` inputs (quantized weights).
 int64_t MatMulScratchBytes(int64_t T, int64_t cols);
-// y: [T, w.rows] = x: [T, w.cols] W^T, bitwise ref::MatMul (one thread per (row, token)).
-// scratch: MatMulScratchBytes(T, w.cols) bytes of device memory.
+// y: [T, w.rows] = x: [T, w.cols] W^T (quantized weights on int8 activation blocks, as
+// ref::MatMul). scratch: MatMulScratchBytes(T, w.cols) bytes of device memory.
 absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y,
-                          void* scratch, void* stream);
+                          void* scratch, void* stream,
+                          CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow);
 
 // One step's attention plan in device memory (PlanCudaAttention's items and merges, every
 // token's block table flattened), used by every layer of the step.

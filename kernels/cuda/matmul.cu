@@ -4,7 +4,8 @@
 // QuantizeActRow itself, one thread per block), each block an exact integer dot, then
 // acc += (scale * d_act) * isum [+ min * s_act], blocks in order. One thread per (row, token):
 // a row's result never depends on T or on the other rows (batch invariant). This is the
-// correctness twin the fast kernels (a warp per row, cuBLAS for prefill) will be held against.
+// correctness twin the fast kernels (below: a warp per row; cuBLAS for prefill, not yet) are
+// held against.
 #include <cmath>
 
 #include "kernels/act_quant.h"
@@ -87,13 +88,138 @@ __global__ void MatMulQuantKernel(GgmlType type, const uint8_t* w, uint64_t row_
 
 constexpr int kThreads = 256;
 
+// ---- The fast kernels: one warp per weight row, the row read once for up to kWarpTokens
+// tokens (decode and verification rows: the memory-bound regime). Lane l sums the row's blocks
+// (elements, for float weights) l, l + 32, ... in order, each block with the reference's own
+// steps; then lanes 16, 8, 4, 2, 1 apart are added, and lane 0's sum is the result. That order
+// depends only on the row's length, never on T or on the other rows: batch invariant, so a
+// verification row and a decode row of the same token give the same bits. Not bitwise the
+// reference (which sums the blocks in one chain): held to it within a tolerance.
+constexpr int kWarpRows = 4;     // warps (rows) per thread block
+constexpr int kWarpTokens = 8;   // tokens per pass over a row
+
+__device__ __forceinline__ int32_t Pack4(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3) {
+  return static_cast<int32_t>((b0 & 0xFF) | ((b1 & 0xFF) << 8) | ((b2 & 0xFF) << 16) | ((b3 & 0xFF) << 24));
+}
+
+// Weight block b of a quantized row as 8 words of four int8 codes (elements 4i .. 4i + 3, the
+// codes the reference multiplies), its scale and min (Q4_1; else 0).
+__device__ __forceinline__ void DecodeQuantBlock(GgmlType type, const uint8_t* row, int64_t b, int32_t (&wq)[8],
+                                                 float* scale, float* min) {
+  *min = 0.0f;
+  if (type == GgmlType::kQ8_0) {
+    const uint8_t* blk = row + b * 34;
+    *scale = HalfBitsToF32(Ld16(blk));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wq[i] = Pack4(blk[2 + 4 * i], blk[3 + 4 * i], blk[4 + 4 * i], blk[5 + 4 * i]);
+  } else if (type == GgmlType::kQ4_0) {
+    const uint8_t* blk = row + b * 18;
+    *scale = HalfBitsToF32(Ld16(blk));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // elements 4i..4i+3: low nibbles; 16 + 4i..: high nibbles
+      const uint8_t* q = blk + 2 + 4 * i;
+      wq[i] = Pack4((q[0] & 0x0F) - 8, (q[1] & 0x0F) - 8, (q[2] & 0x0F) - 8, (q[3] & 0x0F) - 8);
+      wq[i + 4] = Pack4((q[0] >> 4) - 8, (q[1] >> 4) - 8, (q[2] >> 4) - 8, (q[3] >> 4) - 8);
+    }
+  } else {  // Q4_1
+    const uint8_t* blk = row + b * 20;
+    *scale = HalfBitsToF32(Ld16(blk));
+    *min = HalfBitsToF32(Ld16(blk + 2));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t* q = blk + 4 + 4 * i;
+      wq[i] = Pack4(q[0] & 0x0F, q[1] & 0x0F, q[2] & 0x0F, q[3] & 0x0F);
+      wq[i + 4] = Pack4(q[0] >> 4, q[1] >> 4, q[2] >> 4, q[3] >> 4);
+    }
+  }
+}
+
+// Lane 0 gets the warp's sum: xor partners 16, 8, 4, 2, 1, a fixed order.
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+__global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpKernel(GgmlType type, const uint8_t* w,
+                                                                        uint64_t row_bytes, int64_t rows, int64_t nb,
+                                                                        const ActBlockQ8* act, int64_t T, float* y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
+  if (n >= rows) return;  // the whole warp: n is per warp
+  const uint8_t* row = w + static_cast<uint64_t>(n) * row_bytes;
+  for (int64_t t0 = 0; t0 < T; t0 += kWarpTokens) {
+    const int nt = T - t0 < kWarpTokens ? static_cast<int>(T - t0) : kWarpTokens;
+    float acc[kWarpTokens];
+#pragma unroll
+    for (int t = 0; t < kWarpTokens; ++t) acc[t] = 0.0f;
+    for (int64_t b = lane; b < nb; b += 32) {
+      int32_t wq[8];
+      float scale, min;
+      DecodeQuantBlock(type, row, b, wq, &scale, &min);
+#pragma unroll
+      for (int t = 0; t < kWarpTokens; ++t) {
+        if (t < nt) {
+          const ActBlockQ8& a = act[(t0 + t) * nb + b];
+          const int32_t* aq = reinterpret_cast<const int32_t*>(a.qs);
+          int32_t isum = 0;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) isum = __dp4a(wq[i], aq[i], isum);
+          acc[t] = __fadd_rn(acc[t], __fmul_rn(__fmul_rn(scale, a.d), static_cast<float>(isum)));
+          if (min != 0.0f) acc[t] = __fadd_rn(acc[t], __fmul_rn(min, a.s));
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kWarpTokens; ++t) {
+      const float v = WarpSum(acc[t]);
+      if (lane == 0 && t < nt) y[(t0 + t) * rows + n] = v;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kWarpRows * 32) MatMulFloatWarpKernel(GgmlType type, const uint8_t* w,
+                                                                        uint64_t row_bytes, int64_t rows, int64_t K,
+                                                                        const float* x, int64_t T, float* y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
+  if (n >= rows) return;
+  const uint8_t* row = w + static_cast<uint64_t>(n) * row_bytes;
+  for (int64_t t0 = 0; t0 < T; t0 += kWarpTokens) {
+    const int nt = T - t0 < kWarpTokens ? static_cast<int>(T - t0) : kWarpTokens;
+    float acc[kWarpTokens];
+#pragma unroll
+    for (int t = 0; t < kWarpTokens; ++t) acc[t] = 0.0f;
+    for (int64_t k = lane; k < K; k += 32) {
+      float wk;
+      if (type == GgmlType::kF32) {
+        wk = reinterpret_cast<const float*>(row)[k];
+      } else if (type == GgmlType::kF16) {
+        wk = HalfBitsToF32(Ld16(row + 2 * k));
+      } else {
+        wk = Bf16BitsToF32(Ld16(row + 2 * k));
+      }
+#pragma unroll
+      for (int t = 0; t < kWarpTokens; ++t) {
+        if (t < nt) acc[t] = __fadd_rn(acc[t], __fmul_rn(wk, x[(t0 + t) * K + k]));
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kWarpTokens; ++t) {
+      const float v = WarpSum(acc[t]);
+      if (lane == 0 && t < nt) y[(t0 + t) * rows + n] = v;
+    }
+  }
+}
+
 }  // namespace
 
 int64_t MatMulScratchBytes(int64_t T, int64_t cols) {
   return T * (cols / kActBlockSize) * static_cast<int64_t>(sizeof(ActBlockQ8));
 }
 
-absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y, void* scratch, void* stream) {
+absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y, void* scratch, void* stream,
+                          CudaMatMulKernel kernel) {
   const bool is_float = w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
   const bool is_quant = w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0 || w.type == GgmlType::kQ4_1;
   if (!is_float && !is_quant) return absl::UnimplementedError("MatMul: weight type not supported on CUDA yet");
@@ -103,21 +229,32 @@ absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, floa
   const int64_t outputs = T * w.rows;
   if (outputs == 0) return absl::OkStatus();
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const bool warp = kernel == CudaMatMulKernel::kWarpPerRow;
+  const unsigned warp_blocks = BlocksFor(w.rows, kWarpRows);
   if (is_float) {
-    MatMulFloatKernel<<<BlocksFor(outputs, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, w.cols,
-                                                                        x, T, y);
+    if (warp) {
+      MatMulFloatWarpKernel<<<warp_blocks, kWarpRows * 32, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, w.cols, x, T,
+                                                                   y);
+    } else {
+      MatMulFloatKernel<<<BlocksFor(outputs, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows,
+                                                                          w.cols, x, T, y);
+    }
     return CudaCheck(cudaGetLastError(), "MatMulFloatKernel");
   }
   const int64_t nb = w.cols / kActBlockSize;
   auto* act = static_cast<ActBlockQ8*>(scratch);
   QuantizeActKernel<<<BlocksFor(T * nb, kThreads), kThreads, 0, s>>>(x, T * nb, act);
   if (absl::Status e = CudaCheck(cudaGetLastError(), "QuantizeActKernel"); !e.ok()) return e;
-  MatMulQuantKernel<<<BlocksFor(outputs, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, nb, act,
-                                                                      T, y);
+  if (warp) {
+    MatMulQuantWarpKernel<<<warp_blocks, kWarpRows * 32, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, nb, act, T, y);
+  } else {
+    MatMulQuantKernel<<<BlocksFor(outputs, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, nb,
+                                                                        act, T, y);
+  }
   return CudaCheck(cudaGetLastError(), "MatMulQuantKernel");
 }
 
-absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y, CudaMatMulKernel kernel) {
   const int64_t K = w.cols;
   DeviceArray<uint8_t> dw, dact;
   DeviceArray<float> dx, dy;
@@ -128,7 +265,7 @@ absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float*
   if (!st.ok()) return st;
   WeightMatrix on_device = w;
   on_device.data = dw.get();
-  st.Update(LaunchMatMul(on_device, dx.get(), T, dy.get(), dact.get(), nullptr));
+  st.Update(LaunchMatMul(on_device, dx.get(), T, dy.get(), dact.get(), nullptr, kernel));
   if (st.ok()) st.Update(LaunchStatus("MatMul"));
   if (!st.ok()) return st;
   return dy.Download(y, static_cast<size_t>(T * w.rows));

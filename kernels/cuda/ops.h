@@ -9,14 +9,17 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/kernel_types.h"
 
 namespace specd::kernels::cuda {
 
-// y[t, n] = sum_k W[n, k] x[t, k] with ref::MatMul's exact arithmetic, so bitwise its result:
-// float weights (F32, F16, BF16) summed over k in order; Q8_0, Q4_0, Q4_1 on int8 activation
-// blocks (kernels/act_quant.h). x: [T, w.cols]; y: [T, w.rows]. Other types: Unimplemented.
-absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y);
+// y[t, n] = sum_k W[n, k] x[t, k]: float weights (F32, F16, BF16) on float x; Q8_0, Q4_0, Q4_1
+// on int8 activation blocks (kernels/act_quant.h). x: [T, w.cols]; y: [T, w.rows]. Other
+// types: Unimplemented. kReference: ref::MatMul's exact arithmetic, so bitwise its result;
+// kWarpPerRow: the forward's kernel (launch.h), within rounding of it and batch invariant.
+absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y,
+                        CudaMatMulKernel kernel = CudaMatMulKernel::kReference);
 
 // x: [T, num_heads, head_dim], in place. The angles come from ref::RopeInvFreq (planned on the
 // host, in double as the reference), cos and sin in double on the device.

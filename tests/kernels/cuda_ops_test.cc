@@ -199,6 +199,40 @@ TEST(CudaOpsTest, MatMulIsBitwiseTheReference) {
   EXPECT_EQ(cuda::MatMulHost(k_quant, x.data(), 1, y.data()).code(), absl::StatusCode::kUnimplemented);
 }
 
+// The forward's MatMul (a warp per row): within rounding of the reference, every token's row
+// bitwise the same alone as in any batch (T past the 8 tokens of one pass included), odd
+// row counts and lengths that leave lanes idle.
+TEST(CudaOpsTest, WarpPerRowMatMulMatchesReferenceAndIsBatchInvariant) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(12);
+  for (TypeInfo ty : kCudaTypes) {
+    for (int64_t rows : {1, 5, 33, 576}) {
+      for (int64_t cols : {32, 96, 1536}) {
+        std::vector<uint8_t> data;
+        const WeightMatrix w = MakeMatrix(rng, ty, rows, cols, &data);
+        for (int64_t T : {1, 5, 9, 17}) {
+          const std::vector<float> x = Rand(rng, T * cols, -2.0f, 2.0f);
+          std::vector<float> want(T * rows), got(T * rows, -1.0f);
+          ref::MatMul(w, x.data(), T, want.data());
+          ASSERT_TRUE(cuda::MatMulHost(w, x.data(), T, got.data(), cuda::CudaMatMulKernel::kWarpPerRow).ok());
+          ASSERT_TRUE(AllFinite(got));
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(got[i], want[i], 1e-3f * (1.0f + std::fabs(want[i])))
+                << static_cast<int>(ty.type) << " rows " << rows << " cols " << cols << " T " << T << " i " << i;
+          }
+          for (int64_t t = 0; t < T; t += 4) {  // token t alone: bitwise its row of the batch
+            std::vector<float> one(rows);
+            ASSERT_TRUE(cuda::MatMulHost(w, x.data() + t * cols, 1, one.data(), cuda::CudaMatMulKernel::kWarpPerRow)
+                            .ok());
+            ASSERT_EQ(std::memcmp(one.data(), got.data() + t * rows, rows * 4), 0)
+                << static_cast<int>(ty.type) << " rows " << rows << " cols " << cols << " T " << T << " t " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
 constexpr KvDtype kAllKv[] = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32, KvDtype::kInt8};
 
 TEST(CudaOpsTest, WriteKvIsBitwiseTheReference) {

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CPU=${1:-build-lead}; CUDA=${2:-build-cuda}
-ninja -C "$CPU" kernel_ops_test llama_model_test matmul_exact_test specd-bench kernel_cycles
+ninja -C "$CPU" kernel_ops_test llama_model_test matmul_exact_test specd-bench kernel_cycles specd-make-tiny-model
 ninja -C "$CUDA" cuda_ops_test nccl_communicator_test cuda_model_test specd-bench
 for d in devbin devm1 devm2; do
   grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude
@@ -20,6 +20,7 @@ rm -rf devbin devm1 devm2 && mkdir -p devbin/bin devbin/lib/sys devm1 devm2
 cp "$CPU"/tests/{kernel_ops_test,llama_model_test,matmul_exact_test} "$CPU"/tools/{specd-bench,kernel_cycles} \
    "$CUDA"/tests/{cuda_ops_test,nccl_communicator_test,cuda_model_test} devbin/bin/
 cp "$CUDA"/tools/specd-bench devbin/bin/specd-bench-cuda
+cp "$CPU"/tools/specd-make-tiny-model devbin/bin/
 cp tools/device_check/{common,part1,part2}.sh devbin/
 for b in devbin/bin/*; do ldd "$b" | awk '/=>/{print $3}'; done | sort -u | while read -r l; do
   case $l in *libabsl*|*pcre*) cp -L "$l" devbin/lib/ ;; *) cp -L "$l" devbin/lib/sys/ ;; esac

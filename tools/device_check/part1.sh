@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device check, part 1 (packed by bundle.sh): native AVX-512 VNNI kernels against the reference,
-# the CUDA op test on the GPU, kernel timings AVX2 vs AVX-512 VNNI. Stashes the binaries and the
+# the CUDA op test and the whole forward on the CUDA backend (cuda_model_test) on the GPU, kernel timings AVX2 vs AVX-512 VNNI. Stashes the binaries and the
 # first part of the model in /tmp for part 2.
 set -u
 R=$PWD; DEV=$R/devbin; source $DEV/common.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Device check, part 2 (same warm machine): the real model on native AVX-512 VNNI, then
-# specd-bench AVX2 vs AVX-512 VNNI.
+# Device check, part 2 (same warm machine): the real model on native AVX-512 VNNI, specd-bench
+# AVX2 vs AVX-512 VNNI, then specd-bench --device cuda (the default model, and a
+# Llama-3.2-1B-shaped random one written on the spot) against the device's measured ceilings.
 set -u
 R=$PWD; DEV=/tmp/stash/devbin; source $DEV/common.sh
 mkdir -p models && cat /tmp/stash/part1 devm2/part > models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -16,4 +17,10 @@ done
 echo "== the default model on the GPU (specd-bench --device cuda: decode batches, depth, prefill)"
 SPECD_SOURCE_DIR=$R timeout 120 $RUN $B/specd-bench-cuda --device cuda -t 16 --no-llama-cpp --depth 128,2048,8000 \
   --prefill 512,2048 2>&1 | tee $OUT/specd_bench_cuda.txt | grep -vE "^\s*$" | head -40
+echo "== a Llama-3.2-1B-shaped random model (Q4_1) on the GPU: decode against its roofline"
+SECONDS=0
+timeout 120 $RUN $B/specd-make-tiny-model -o /tmp/l1b.gguf --layers 16 --dim 2048 --ffn 8192 --heads 32 \
+  --kv-heads 8 --ctx 8192 --vocab 128256 --type Q4_1 --untied && echo "written in ${SECONDS}s"
+timeout 120 $RUN $B/specd-bench-cuda -m /tmp/l1b.gguf --device cuda --no-llama-cpp --steps 32 2>&1 \
+  | tee $OUT/specd_bench_cuda_1b.txt | grep -vE "^\s*$" | head -30
 echo "-- default ISA, -t 16"; timeout 60 $RUN $B/specd-bench -t 16 --no-llama-cpp 2>&1
