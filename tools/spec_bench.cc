@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
+#include "engine/backend_factory.h"
 #include "engine/communicator.h"
 #include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
@@ -355,7 +356,9 @@ int RunSpecBench(const SpecBenchOptions& o) {
   if (!file.ok()) return Fail(file.status());
   auto tk = tok::Tokenizer::FromGguf(**file);
   if (!tk.ok()) return Fail(tk.status());
-  auto backend = engine::MakeCpuBackend(o.threads);
+  absl::StatusOr<std::unique_ptr<engine::Backend>> made = engine::MakeBackend(o.device, o.threads);
+  if (!made.ok()) return Fail(made.status());
+  std::unique_ptr<engine::Backend> backend = std::move(*made);
   engine::LocalCommunicator comm;
   engine::ModelOptions mo;
   mo.max_batch_tokens = 256;

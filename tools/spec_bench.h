@@ -12,6 +12,7 @@ namespace specd {
 struct SpecBenchOptions {
   std::string model_path;
   int threads = 0;
+  std::string device = "cpu";  // --device: the target's and the model drafters' backend
   int new_tokens = 48;  // per request
   int prompts = 8;      // requests per configuration (run one by one at batch 1)
   int self_layers = 6;

@@ -497,6 +497,7 @@ int Main(int argc, char** argv) {
   if (spec_bench) {
     spec.model_path = model_path;
     spec.threads = threads;
+    spec.device = device;
     return RunSpecBench(spec);
   }
 

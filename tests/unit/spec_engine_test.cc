@@ -12,6 +12,7 @@
 #include "testing/tiny_model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "testing/fenced_backend.h"
 #include "tests/unit/spec_test_util.h"
 
 namespace specd::spec {
@@ -146,6 +147,45 @@ TEST_F(SpecEngineTest, GreedyEqualsPlainForEveryDrafterAndK) {
       }
     }
   }
+}
+
+// The whole speculative engine on memory the host cannot touch (testing::FencedBackend, the
+// CPU's stand-in for a GPU: weights, both KV caches and the activations in it; only indices go
+// in and logit / hidden rows come out): greedy output equals plain greedy on the reference
+// backend (the fenced backend's ops), for a model draft, a feature-conditioned draft and the
+// n-gram lookup, and no op is handed host memory.
+TEST_F(SpecEngineTest, GreedyOnDeviceMemoryEqualsPlain) {
+  const auto prompts = Prompts(6, vocab_);
+  const auto params = Greedy(prompts.size());
+  constexpr int kNew = 12;
+  std::unique_ptr<engine::Backend> ref = engine::MakeReferenceBackend();
+  auto plain_target = LoadModel(target_path_, ref.get(), 256, 256);
+  ASSERT_TRUE(plain_target);
+  const auto plain = PlainGenerate(*plain_target->model, prompts, params, kNew, {});
+  std::unique_ptr<testing::FencedBackend> fenced = testing::MakeFencedBackend();
+  auto target = LoadModel(target_path_, fenced.get(), 256, 256);
+  ASSERT_TRUE(target);
+  for (const std::string kind : {"model", "eagle", "ngram"}) {
+    ModelDrafterOptions o;
+    o.kv_blocks = 256;
+    std::unique_ptr<Drafter> d;
+    if (kind == "ngram") {
+      d = std::move(*NgramDrafter::Create({}));
+    } else {
+      auto m = ModelDrafter::CreateFromFile(kind == "model" ? draft_path_ : eagle_path_, identity_, fenced.get(), o);
+      ASSERT_TRUE(m.ok()) << m.status();
+      d = std::move(*m);
+    }
+    SpecEngineOptions eo;
+    eo.k = 3;
+    eo.max_running = 6;
+    auto e = SpecEngine::Create(target->model.get(), d.get(), eo);
+    ASSERT_TRUE(e.ok()) << e.status();
+    const auto got = EngineGenerate(**e, prompts, params, kNew);
+    for (size_t i = 0; i < prompts.size(); ++i) ASSERT_EQ(got[i], plain[i]) << kind << " prompt " << i;
+    EXPECT_GT((*e)->stats().drafted, 0) << kind;
+  }
+  EXPECT_EQ(fenced->violations(), std::vector<std::string>{});
 }
 
 // The feature-conditioned drafter against its plain-loop twin: every proposal equals a fresh

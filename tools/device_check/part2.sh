@@ -23,4 +23,8 @@ timeout 120 $RUN $B/specd-make-tiny-model -o /tmp/l1b.gguf --layers 16 --dim 204
   --kv-heads 8 --ctx 8192 --vocab 128256 --type Q4_1 --untied && echo "written in ${SECONDS}s"
 timeout 120 $RUN $B/specd-bench-cuda -m /tmp/l1b.gguf --device cuda --no-llama-cpp --steps 32 2>&1 \
   | tee $OUT/specd_bench_cuda_1b.txt | grep -vE "^\s*$" | head -30
+echo "== speculation with the target and the distilled draft on the GPU (specd-bench --spec --device cuda)"
+SPECD_SOURCE_DIR=$R timeout 150 $RUN $B/specd-bench-cuda --spec --device cuda --distilled-only --draft default \
+  --prompts tools/distill/eval_prompts.jsonl --spec-prompts 8 --spec-tokens 48 --distilled-k 1,4 2>&1 \
+  | tee $OUT/spec_bench_cuda.txt | grep -vE "^\s*$" | head -40
 echo "-- default ISA, -t 16"; timeout 60 $RUN $B/specd-bench -t 16 --no-llama-cpp 2>&1
