@@ -27,4 +27,9 @@ echo "== speculation with the target and the distilled draft on the GPU (specd-b
 SPECD_SOURCE_DIR=$R timeout 150 $RUN $B/specd-bench-cuda --spec --device cuda --distilled-only --draft default \
   --prompts tools/distill/eval_prompts.jsonl --spec-prompts 8 --spec-tokens 48 --distilled-k 1,4 2>&1 \
   | tee $OUT/spec_bench_cuda.txt | grep -vE "^\s*$" | head -40
+echo "== the PyTorch baseline: the same Llama decode step shapes, bf16, eager and CUDA graph"
+for shape in smollm2-135m llama-3.2-1b; do
+  timeout 120 python3 tools/device_check/torch_llama_step.py --shape $shape --context 128 --batches 1,8,32 2>&1 \
+    | tee -a $OUT/torch_baseline.txt | tail -7
+done
 echo "-- default ISA, -t 16"; timeout 60 $RUN $B/specd-bench -t 16 --no-llama-cpp 2>&1
