@@ -3,7 +3,7 @@ specd_test(paged_kv_cache_test
   DEPS specd_engine LABELS core)
 specd_test(llama_model_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/llama_model_test.cc
-  DEPS specd_engine specd_testing LABELS model TIMEOUT 900)
+  DEPS specd_engine specd_backend_factory specd_testing LABELS model TIMEOUT 900)
 # The same tests (goldens, greedy continuations, batch invariance) on the AVX-512 VNNI
 # kernels with AVX-512 emulated: the one end-to-end run of that code on a CPU without it.
 add_test(NAME llama_model_test_vnni_emulated COMMAND llama_model_test)
@@ -24,8 +24,14 @@ endif()
 specd_test(device_resident_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/device_resident_test.cc
   DEPS specd_engine specd_backend_factory specd_testing LABELS core)
-# The model on the CUDA backend (label gpu; NOT RUN without a device).
+# The model on the CUDA backend (label gpu; NOT RUN without a device): the tiny models against
+# the reference backend, and the real model's default-mode goldens on the GPU.
 if(SPECD_HAVE_CUDA)
+  add_test(NAME llama_model_test_cuda COMMAND llama_model_test
+    --gtest_filter=LlamaModelGoldenTest.SmolLM2Int8ActivationsStayCloseToReference)
+  set_tests_properties(llama_model_test_cuda PROPERTIES
+    ENVIRONMENT "SPECD_SOURCE_DIR=${PROJECT_SOURCE_DIR};SPECD_BINARY_DIR=${PROJECT_BINARY_DIR};SPECD_MODEL_TEST_DEVICE=cuda"
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR} LABELS gpu SKIP_REGULAR_EXPRESSION "NOT RUN" TIMEOUT 300)
   specd_test(cuda_model_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/cuda_model_test.cc
     DEPS specd_engine specd_backend_factory specd_kernels_cuda specd_testing LABELS gpu)

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "engine/backend.h"
+#include "engine/backend_factory.h"
 #include "engine/communicator.h"
 #include "engine/paged_kv_cache.h"
 #include "engine/thread_communicator.h"
@@ -584,6 +585,19 @@ constexpr double kInt8Top1Margin = 3.0;
 
 bool HaveRealModel() { return std::ifstream(SourceDir() + kModel).good(); }
 
+// The backend the real model runs on in these tests: SPECD_MODEL_TEST_DEVICE (default cpu;
+// the ctest entry llama_model_test_cuda, label gpu, sets cuda).
+std::string TestDevice() {
+  const char* d = std::getenv("SPECD_MODEL_TEST_DEVICE");
+  return d != nullptr && *d != 0 ? d : "cpu";
+}
+// Why the test device cannot run here, or empty.
+std::string DeviceMissing() {
+  if (TestDevice() == "cpu") return "";
+  absl::StatusOr<std::unique_ptr<Backend>> be = MakeBackend(TestDevice(), 1);
+  return be.ok() ? "" : std::string(be.status().message());
+}
+
 std::unique_ptr<Loaded> LoadReal(bool exact, int32_t kv_blocks = 64,
                                  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16) {
   auto l = std::make_unique<Loaded>();
@@ -591,7 +605,10 @@ std::unique_ptr<Loaded> LoadReal(bool exact, int32_t kv_blocks = 64,
   EXPECT_TRUE(f.ok()) << f.status();
   if (!f.ok()) return nullptr;
   l->file = std::move(*f);
-  l->backend = MakeCpuBackend(2);
+  absl::StatusOr<std::unique_ptr<Backend>> be = MakeBackend(TestDevice(), 2);
+  EXPECT_TRUE(be.ok()) << be.status();
+  if (!be.ok()) return nullptr;
+  l->backend = std::move(*be);
   ModelOptions opt;
   opt.max_batch_tokens = 256;
   opt.max_logit_rows = 256;
@@ -720,6 +737,7 @@ TEST(LlamaModelGoldenTest, SmolLM2Int8ActivationsStayCloseToReference) {
     GTEST_SKIP() << "NOT RUN: " << SourceDir() << kModel
                  << " is missing (scripts/fetch_model.sh fetches it)";
   }
+  if (const std::string why = DeviceMissing(); !why.empty()) GTEST_SKIP() << "NOT RUN: " << why;
   std::ifstream in(SourceDir() + kGoldens);
   ASSERT_TRUE(in.good());
   const nlohmann::json g = nlohmann::json::parse(in);
@@ -731,8 +749,8 @@ TEST(LlamaModelGoldenTest, SmolLM2Int8ActivationsStayCloseToReference) {
     worst = std::max(worst, CheckTeacherForced(*m, c, ++cases, kInt8Tolerance, kInt8Top1Margin,
                                                   &checked_top1));
   }
-  std::printf("int8 mode: %d cases, max |logit diff| %.4f (tolerance %.2f), top-1 checked at %d "
-              "positions\n", cases, worst, kInt8Tolerance, checked_top1);
+  std::printf("int8 mode on %s: %d cases, max |logit diff| %.4f (tolerance %.2f), top-1 checked "
+              "at %d positions\n", TestDevice().c_str(), cases, worst, kInt8Tolerance, checked_top1);
 }
 
 // Long context (issue 18): one 2,100-token chat prompt, prefilled in chunks of 256 as the

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 CPU=${1:-build-lead}; CUDA=${2:-build-cuda}
 ninja -C "$CPU" llama_model_test specd-bench specd-make-tiny-model
-ninja -C "$CUDA" cuda_ops_test nccl_communicator_test cuda_model_test specd-bench
+ninja -C "$CUDA" cuda_ops_test nccl_communicator_test cuda_model_test specd-bench llama_model_test
 for d in devbin devm1 devm2; do
   grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude
 done
@@ -21,6 +21,7 @@ rm -rf devbin devm1 devm2 && mkdir -p devbin/bin devbin/lib/sys devm1 devm2
 cp "$CPU"/tests/llama_model_test "$CPU"/tools/specd-bench \
    "$CUDA"/tests/{cuda_ops_test,nccl_communicator_test,cuda_model_test} devbin/bin/
 cp "$CUDA"/tools/specd-bench devbin/bin/specd-bench-cuda
+cp "$CUDA"/tests/llama_model_test devbin/bin/llama_model_test_cuda
 cp "$CPU"/tools/specd-make-tiny-model devbin/bin/
 strip devbin/bin/* 2>/dev/null || true  # symbols are not needed there: every byte counts against the carry
 cp tools/device_check/{common,part1,part2}.sh devbin/
@@ -32,6 +33,8 @@ for b in devbin/bin/*; do ldd "$b" | awk '/=>/{print $3}'; done | sort -u | whil
   esac
 done
 cp -L /lib64/ld-linux-x86-64.so.2 devbin/lib/sys/
+# Binaries and libraries travel gzipped (common.sh unpacks them there): a third of the bytes.
+tar czf devbin/payload.tgz -C devbin bin lib && rm -rf devbin/bin devbin/lib
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
 # Split so that devbin + devm1 and devm2 each stay under the 64 MiB a call may carry.
 BIN_KIB=$(du -sk devbin | cut -f1); M_BYTES=$(stat -c %s "$M")

@@ -1,5 +1,6 @@
 # Sourced by part1.sh / part2.sh on the device machine. Sets B (binaries) and RUN (how to start them).
 B=$DEV/bin; L=$DEV/lib
+[ -d "$B" ] || tar xzf "$DEV/payload.tgz" -C "$DEV"  # bundle.sh packed bin/ and lib/
 # cuBLAS and NCCL are not carried (hundreds of MiB): the machine's CUDA toolkit, or the NVIDIA
 # wheels PyTorch installs, have them.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \

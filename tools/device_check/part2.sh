@@ -8,6 +8,10 @@ R=$PWD; DEV=/tmp/stash/devbin; source $DEV/common.sh
 mkdir -p models && cat /tmp/stash/part1 devm2/part > models/SmolLM2-135M-Instruct.Q4_1.gguf
 sha256sum models/SmolLM2-135M-Instruct.Q4_1.gguf
 SECONDS=0
+echo "== the default model's goldens on the GPU (default int8 mode, llama_model_test_cuda)"
+SPECD_SOURCE_DIR=$R SPECD_MODEL_TEST_DEVICE=cuda timeout 120 $RUN $B/llama_model_test_cuda \
+  --gtest_filter=LlamaModelGoldenTest.SmolLM2Int8ActivationsStayCloseToReference 2>&1 \
+  | tee $OUT/llama_model_test_cuda.log | grep -E "OK|FAILED|NOT RUN|int8 mode|Failure|pos" | head -30
 echo "== the default model on the GPU (specd-bench --device cuda)"
 SPECD_SOURCE_DIR=$R timeout 120 $RUN $B/specd-bench-cuda --device cuda -t 16 --no-llama-cpp 2>&1 \
   | tee $OUT/specd_bench_cuda.txt | grep -vE "^\s*$" | head -20
