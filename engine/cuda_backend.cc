@@ -38,12 +38,28 @@ class StickyError {
   absl::Status error_;
 };
 
+// The backend's stream, destroyed after everything that uses it (the first member).
+class OwnedStream {
+ public:
+  explicit OwnedStream(cudaStream_t s) : stream_(s) {}
+  ~OwnedStream() {
+    cudaStreamSynchronize(stream_);  // nothing to report from a destructor
+    cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_;
+};
+
 class CudaMemory final : public DeviceMemory {
  public:
   CudaMemory(int device, cudaStream_t stream, StickyError* errors)
       : device_(device), stream_(stream), errors_(errors) {}
   bool host_addressable() const override { return false; }
   absl::StatusOr<void*> Allocate(size_t bytes) override {
+    // The device is per host thread: whichever thread allocates, it is this one.
+    if (absl::Status st = Cuda(cudaSetDevice(device_), "set device"); !st.ok()) return st;
     void* p = nullptr;
     if (cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 64)); e != cudaSuccess) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -121,24 +137,21 @@ bool CudaMatMulType(GgmlType t) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream)
-      : device_(device), stream_(stream), memory_(device, stream, &errors_) {
+      : owned_stream_(stream), device_(device), stream_(stream), memory_(device, stream, &errors_) {
     // SPECD_CUDA_MATMUL=reference: the bitwise-reference MatMul (slow), to tell a kernel's
     // error from the rest of the forward's.
     const char* k = std::getenv("SPECD_CUDA_MATMUL");
     if (k != nullptr && std::string(k) == "reference") matmul_kernel_ = kc::CudaMatMulKernel::kReference;
-  }
-  ~CudaBackend() override {
-    cudaStreamSynchronize(stream_);  // nothing to report from a destructor
-    cudaStreamDestroy(stream_);
   }
 
   std::string_view name() const override { return name_; }
   DeviceMemory& memory() override { return memory_; }
 
   absl::Status PlaceWeight(kernels::WeightMatrix* w, WeightUse use, WeightStorage* keep) override {
-    if (use != WeightUse::kTable && !CudaMatMulType(w->type)) {
+    // The embedding lookup reads the same six types as the products.
+    if (!CudaMatMulType(w->type)) {
       return absl::UnimplementedError(absl::StrFormat(
-          "the CUDA backend multiplies F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights, not %s",
+          "the CUDA backend reads F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights, not %s",
           gguf::GgmlTypeName(w->type)));
     }
     if (use == WeightUse::kMatMulExact && w->type != GgmlType::kF32 && w->type != GgmlType::kF16 &&
@@ -229,6 +242,7 @@ class CudaBackend final : public Backend {
     return st;
   }
 
+  OwnedStream owned_stream_;  // first: destroyed after every buffer below has been freed
   int device_;
   cudaStream_t stream_;
   std::string name_ = "cuda";
@@ -248,6 +262,8 @@ class CudaBackend final : public Backend {
 
 absl::Status CudaBackend::PlanAttention(const int32_t* positions, const int32_t* const* block_tables, int64_t T,
                                         int32_t num_kv_heads, int32_t block_size) {
+  // Each step starts here, on whichever thread runs it: make this backend's device current.
+  if (absl::Status st = Cuda(cudaSetDevice(device_), "set device"); !st.ok()) return st;
   const kc::CudaAttentionPlan plan = kc::PlanCudaAttention(positions, T, num_kv_heads);
   // Every token's table once, in order of first use: a sequence's tokens share one.
   absl::flat_hash_map<const int32_t*, int64_t> blocks_needed;
