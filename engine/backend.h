@@ -86,7 +86,8 @@ class Backend {
   virtual void RmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps,
                        float* out) = 0;
   // x: [T, H, head_dim], rotated in place at positions[T]. params is host data (the backend
-  // plans its angles on the host).
+  // plans its angles on the host). A backend may compute the angles once a step (from one
+  // PlanAttention to the next): positions and params keep their contents through a step.
   virtual void Rope(float* x, int64_t T, int64_t H, int64_t head_dim, const int32_t* positions,
                     const kernels::RopeParams& params) = 0;
   // gate, up, out: [T, F]

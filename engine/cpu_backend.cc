@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/backend.h"
 #include "kernels/cpu/matmul_exact.h"
@@ -53,8 +54,21 @@ class CpuBackend final : public Backend {
   }
   void Rope(float* x, int64_t T, int64_t H, int64_t head_dim, const int32_t* positions,
             const kernels::RopeParams& params) override {
-    kernels::cpu::Rope(pool_, x, T, static_cast<int32_t>(H), static_cast<int32_t>(head_dim),
-                       positions, params);
+    // Every layer's q and k of a step turn by the same angles: their cos and sin once a step.
+    if (!rope_.ready || rope_.positions != positions || rope_.T != T || rope_.params != &params) {
+      const size_t n = static_cast<size_t>(T) * static_cast<size_t>(params.rope_dim / 2);
+      if (rope_.cs.size() < n) {
+        rope_.cs.resize(n);
+        rope_.sn.resize(n);
+      }
+      kernels::cpu::RopeAngles(pool_, T, positions, params, rope_.cs.data(), rope_.sn.data());
+      rope_.ready = true;
+      rope_.positions = positions;
+      rope_.T = T;
+      rope_.params = &params;
+    }
+    kernels::cpu::RopeRotate(pool_, x, T, static_cast<int32_t>(H), static_cast<int32_t>(head_dim),
+                             rope_.cs.data(), rope_.sn.data(), params);
   }
   void SwiGlu(const float* gate, const float* up, int64_t T, int64_t F, float* out) override {
     kernels::cpu::SwiGlu(pool_, gate, up, T, F, out);
@@ -81,6 +95,7 @@ class CpuBackend final : public Backend {
                              int64_t T, int32_t /*num_kv_heads*/, int32_t /*block_size*/) override {
     // The CPU kernel splits its work per call, from the host arrays themselves.
     step_ = {positions, block_tables, T};
+    rope_.ready = false;  // a new step: new positions behind the same pointer
     return absl::OkStatus();
   }
   void PagedAttention(const float* q, int64_t Hq, const kernels::PagedKvLayer& layer,
@@ -92,6 +107,14 @@ class CpuBackend final : public Backend {
  private:
   kernels::cpu::ThreadPool pool_;
   PlannedAttention step_;
+  // The step's RoPE angles: cs, sn [T, rope_dim / 2] for these positions and parameters.
+  struct RopeAngles {
+    bool ready = false;
+    const int32_t* positions = nullptr;
+    int64_t T = 0;
+    const kernels::RopeParams* params = nullptr;
+    std::vector<float> cs, sn;
+  } rope_;
 };
 
 }  // namespace

@@ -472,39 +472,85 @@ void RmsNorm(ThreadPool& pool, const float* x, int64_t T, int64_t D, const float
   pool.ParallelFor(T, [&](int64_t b, int64_t e) { be.rmsnorm(x, D, w, eps, out, b, e); }, grain);
 }
 
-void Rope(ThreadPool& pool, float* x, int64_t T, int32_t num_heads, int32_t head_dim,
-          const int32_t* positions, const RopeParams& p) {
+namespace {
+
+// cos and sin of token t's angles: cs, sn [half] (the reference's double angles, as floats).
+void AnglesOf(int32_t position, const double* inv_freq, int half, float* cs, float* sn) {
+  for (int i = 0; i < half; ++i) {
+    const double angle = static_cast<double>(position) * inv_freq[i];
+    cs[i] = static_cast<float>(std::cos(angle));
+    sn[i] = static_cast<float>(std::sin(angle));
+  }
+}
+
+// v: one head's [head_dim], rotated by cs, sn [half].
+void RotateHead(float* v, const float* cs, const float* sn, int half, RopeLayout layout) {
+  if (layout == RopeLayout::kNormal) {
+    for (int i = 0; i < half; ++i) {
+      const float a0 = v[2 * i], a1 = v[2 * i + 1];
+      v[2 * i] = a0 * cs[i] - a1 * sn[i];
+      v[2 * i + 1] = a0 * sn[i] + a1 * cs[i];
+    }
+  } else {
+    for (int i = 0; i < half; ++i) {
+      const float a0 = v[i], a1 = v[i + half];
+      v[i] = a0 * cs[i] - a1 * sn[i];
+      v[i + half] = a0 * sn[i] + a1 * cs[i];
+    }
+  }
+}
+
+int RopeHalf(const RopeParams& p, int32_t head_dim) {
+  const int half = p.rope_dim / 2;
+  if (p.rope_dim > head_dim) Fail("Rope: rope_dim > head_dim");
+  if (half > 512) Fail("Rope: rope_dim too large");
+  return half;
+}
+
+}  // namespace
+
+void RopeAngles(ThreadPool& pool, int64_t T, const int32_t* positions, const RopeParams& p,
+                float* cs, float* sn) {
   const int half = p.rope_dim / 2;
   if (half <= 0) return;
-  if (p.rope_dim > head_dim) Fail("Rope: rope_dim > head_dim");
-  double inv_freq[512];
   if (half > 512) Fail("Rope: rope_dim too large");
+  double inv_freq[512];
+  ref::RopeInvFreq(p, inv_freq);
+  const int64_t grain = half >= kMinParallelElems ? 1 : kMinParallelElems / half;
+  pool.ParallelFor(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) AnglesOf(positions[t], inv_freq, half, cs + t * half, sn + t * half);
+  }, grain);
+}
+
+void RopeRotate(ThreadPool& pool, float* x, int64_t T, int32_t num_heads, int32_t head_dim,
+                const float* cs, const float* sn, const RopeParams& p) {
+  const int half = RopeHalf(p, head_dim);
+  if (half <= 0) return;
+  const int64_t per_token = static_cast<int64_t>(num_heads) * head_dim;
+  const int64_t grain = per_token >= kMinParallelElems ? 1 : kMinParallelElems / per_token;
+  pool.ParallelFor(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      for (int32_t h = 0; h < num_heads; ++h) {
+        RotateHead(x + (t * num_heads + h) * head_dim, cs + t * half, sn + t * half, half, p.layout);
+      }
+    }
+  }, grain);
+}
+
+void Rope(ThreadPool& pool, float* x, int64_t T, int32_t num_heads, int32_t head_dim,
+          const int32_t* positions, const RopeParams& p) {
+  const int half = RopeHalf(p, head_dim);
+  if (half <= 0) return;
+  double inv_freq[512];
   ref::RopeInvFreq(p, inv_freq);
   const int64_t per_token = static_cast<int64_t>(num_heads) * head_dim;
   const int64_t grain = per_token >= kMinParallelElems ? 1 : kMinParallelElems / per_token;
   pool.ParallelFor(T, [&](int64_t b, int64_t e) {
     float cs[512], sn[512];
     for (int64_t t = b; t < e; ++t) {
-      for (int i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(positions[t]) * inv_freq[i];
-        cs[i] = static_cast<float>(std::cos(angle));
-        sn[i] = static_cast<float>(std::sin(angle));
-      }
+      AnglesOf(positions[t], inv_freq, half, cs, sn);
       for (int32_t h = 0; h < num_heads; ++h) {
-        float* v = x + (t * num_heads + h) * head_dim;
-        if (p.layout == RopeLayout::kNormal) {
-          for (int i = 0; i < half; ++i) {
-            const float a0 = v[2 * i], a1 = v[2 * i + 1];
-            v[2 * i] = a0 * cs[i] - a1 * sn[i];
-            v[2 * i + 1] = a0 * sn[i] + a1 * cs[i];
-          }
-        } else {
-          for (int i = 0; i < half; ++i) {
-            const float a0 = v[i], a1 = v[i + half];
-            v[i] = a0 * cs[i] - a1 * sn[i];
-            v[i + half] = a0 * sn[i] + a1 * cs[i];
-          }
-        }
+        RotateHead(x + (t * num_heads + h) * head_dim, cs, sn, half, p.layout);
       }
     }
   }, grain);

@@ -30,6 +30,13 @@ void RmsNorm(ThreadPool& pool, const float* x, int64_t T, int64_t D, const float
              float* out);
 void Rope(ThreadPool& pool, float* x, int64_t T, int32_t num_heads, int32_t head_dim,
           const int32_t* positions, const RopeParams& p);
+// Rope in two steps, for callers that rotate many tensors at the same positions (every layer's
+// q and k of a step): the angles' cos and sin once, cs, sn: [T, p.rope_dim / 2], then the
+// rotation. Bitwise Rope's result.
+void RopeAngles(ThreadPool& pool, int64_t T, const int32_t* positions, const RopeParams& p,
+                float* cs, float* sn);
+void RopeRotate(ThreadPool& pool, float* x, int64_t T, int32_t num_heads, int32_t head_dim,
+                const float* cs, const float* sn, const RopeParams& p);
 void SwiGlu(ThreadPool& pool, const float* gate, const float* up, int64_t T, int64_t F,
             float* out);
 void Softmax(ThreadPool& pool, float* x, int64_t n);

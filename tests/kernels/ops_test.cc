@@ -720,6 +720,34 @@ TEST_P(BackendTest, RopeMatchesReference) {
   }
 }
 
+// The CPU backend turns a step's q and k of every layer by angles computed once
+// (cpu::RopeAngles, then cpu::RopeRotate per tensor): bitwise cpu::Rope, for both layouts,
+// Llama-3 scaling and a rope_dim below head_dim.
+TEST(CpuRope, AnglesOnceThenRotateIsBitwiseRope) {
+  std::mt19937 rng(14);
+  cpu::ThreadPool pool(2);
+  for (RopeLayout layout : {RopeLayout::kNormal, RopeLayout::kNeox}) {
+    for (int32_t rope_dim : {48, 64}) {
+      for (bool l3 : {false, true}) {
+        RopeParams p{rope_dim, 500000.0f, layout};
+        p.llama3_scaling = l3;
+        p.factor = 32;
+        const int32_t d = 64;
+        std::vector<int32_t> pos = {0, 1, 2, 1000, 131000, 17, 5, 4095, 8191};
+        const int64_t T = pos.size();
+        std::vector<float> cs(T * rope_dim / 2), sn(cs.size());
+        cpu::RopeAngles(pool, T, pos.data(), p, cs.data(), sn.data());
+        for (int32_t H : {9, 3}) {
+          std::vector<float> a = RandVec(rng, T * H * d), b = a;
+          cpu::Rope(pool, a.data(), T, H, d, pos.data(), p);
+          cpu::RopeRotate(pool, b.data(), T, H, d, cs.data(), sn.data(), p);
+          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "H " << H << " rope_dim " << rope_dim;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(BackendTest, EmbeddingLookupMatchesReference) {
   std::mt19937 rng(13);
   for (const TypeInfo& ti : AllTypes()) {
