@@ -28,6 +28,7 @@ enum class WeightUse {
   kMatMulExact,     // MatMulExact only (float activations)
   kTable,           // EmbeddingLookup only
   kTableAndMatMul,  // both: tied input and output embeddings
+  kTableAndMatMulExact,  // both, the products with float activations (exact mode)
 };
 
 // What placing a model's weights allocated; held as long as the weights.

@@ -23,6 +23,8 @@ using gguf::GgmlType;
 
 absl::Status Cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
+  // Reported here: clear it, or the next launch's check would blame its kernel.
+  static_cast<void>(cudaGetLastError());
   return absl::InternalError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
 }
 
@@ -62,6 +64,7 @@ class CudaMemory final : public DeviceMemory {
     if (absl::Status st = Cuda(cudaSetDevice(device_), "set device"); !st.ok()) return st;
     void* p = nullptr;
     if (cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 64)); e != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());  // reported here, not by the next launch
       return absl::ResourceExhaustedError(absl::StrFormat(
           "cuda:%d: cannot allocate %d bytes: %s", device_, bytes, cudaGetErrorString(e)));
     }
@@ -154,8 +157,8 @@ class CudaBackend final : public Backend {
           "the CUDA backend reads F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights, not %s",
           gguf::GgmlTypeName(w->type)));
     }
-    if (use == WeightUse::kMatMulExact && w->type != GgmlType::kF32 && w->type != GgmlType::kF16 &&
-        w->type != GgmlType::kBF16) {
+    const bool exact = use == WeightUse::kMatMulExact || use == WeightUse::kTableAndMatMulExact;
+    if (exact && w->type != GgmlType::kF32 && w->type != GgmlType::kF16 && w->type != GgmlType::kBF16) {
       return absl::UnimplementedError(
           "exact activations on CUDA need float weights (re-encode the model to F16)");
     }
@@ -173,6 +176,25 @@ class CudaBackend final : public Backend {
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
     absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, w.cols)));
     if (st.ok()) st = kc::LaunchMatMul(w, x, T, y, scratch_.as<void>(), stream_, matmul_kernel_);
+    errors_.Note(st);
+  }
+  // q, k, v (gate, up) of one input: its activation blocks once, when every weight is quantized.
+  void MatMulShared(const kernels::WeightMatrix* ws, int n, const float* x, int64_t T,
+                    float* const* ys) override {
+    bool blocks = true;
+    for (int i = 0; i < n; ++i) {
+      blocks = blocks && ws[i].cols == ws[0].cols &&
+               (ws[i].type == GgmlType::kQ8_0 || ws[i].type == GgmlType::kQ4_0 || ws[i].type == GgmlType::kQ4_1);
+    }
+    if (!blocks) {
+      for (int i = 0; i < n; ++i) MatMul(ws[i], x, T, ys[i]);
+      return;
+    }
+    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, ws[0].cols)));
+    if (st.ok()) st = kc::LaunchQuantizeAct(x, T, ws[0].cols, scratch_.as<void>(), stream_);
+    for (int i = 0; i < n && st.ok(); ++i) {
+      st = kc::LaunchMatMulOnBlocks(ws[i], scratch_.as<void>(), T, ys[i], stream_, matmul_kernel_);
+    }
     errors_.Note(st);
   }
   void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
@@ -215,6 +237,13 @@ class CudaBackend final : public Backend {
   void PagedAttention(const float* q, int64_t Hq, const kernels::PagedKvLayer& layer, float scale,
                       float* out) override {
     const int32_t group = static_cast<int32_t>(Hq) / layer.num_kv_heads;
+    // The kernel's limits (a block folds a row per thread; the chunk and rows in shared memory).
+    if (Hq % layer.num_kv_heads != 0 || group > 32 || layer.head_dim > 256 || layer.head_dim < 1) {
+      errors_.Note(absl::UnimplementedError(absl::StrFormat(
+          "CUDA attention: %d query heads over %d kv heads of dim %d (up to 32 per kv head, dim <= 256)",
+          Hq, layer.num_kv_heads, layer.head_dim)));
+      return;
+    }
     absl::Status st = partials_.Reserve(
         memory_, static_cast<size_t>(std::max<int64_t>(1, num_partials_) *
                                      kc::CudaAttnPartialFloats(group, layer.head_dim)) * sizeof(float));

@@ -368,9 +368,10 @@ absl::Status LlamaModel::PlaceWeights() {
   const WeightUse matmul =
       options_.exact_activations ? WeightUse::kMatMulExact : WeightUse::kMatMul;
   const bool tied = weights_.output.data == weights_.token_embd.data;
-  absl::Status st = be.PlaceWeight(
-      &weights_.token_embd,
-      tied && !options_.exact_activations ? WeightUse::kTableAndMatMul : WeightUse::kTable, keep);
+  const WeightUse table_use = !tied                        ? WeightUse::kTable
+                              : options_.exact_activations ? WeightUse::kTableAndMatMulExact
+                                                           : WeightUse::kTableAndMatMul;
+  absl::Status st = be.PlaceWeight(&weights_.token_embd, table_use, keep);
   if (st.ok() && tied) {
     weights_.output = weights_.token_embd;
   } else if (st.ok()) {

@@ -49,6 +49,14 @@ absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, floa
                           void* scratch, void* stream,
                           CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow);
 
+// MatMul's two steps, for several products of one input (q, k, v; gate, up): x's int8
+// activation blocks once (scratch: MatMulScratchBytes(T, cols)), then each quantized weight's
+// product on them. LaunchMatMul of a quantized weight is exactly these two.
+absl::Status LaunchQuantizeAct(const float* x, int64_t T, int64_t cols, void* scratch, void* stream);
+absl::Status LaunchMatMulOnBlocks(const WeightMatrix& w, const void* act_blocks, int64_t T, float* y,
+                                  void* stream,
+                                  CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow);
+
 // One step's attention plan in device memory (PlanCudaAttention's items and merges, every
 // token's block table flattened), used by every layer of the step.
 struct DeviceAttentionPlan {

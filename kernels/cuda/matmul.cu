@@ -218,40 +218,60 @@ int64_t MatMulScratchBytes(int64_t T, int64_t cols) {
   return T * (cols / kActBlockSize) * static_cast<int64_t>(sizeof(ActBlockQ8));
 }
 
-absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y, void* scratch, void* stream,
-                          CudaMatMulKernel kernel) {
-  const bool is_float = w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
-  const bool is_quant = w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0 || w.type == GgmlType::kQ4_1;
-  if (!is_float && !is_quant) return absl::UnimplementedError("MatMul: weight type not supported on CUDA yet");
-  if (is_quant && w.cols % kActBlockSize != 0) {
+bool IsQuantizedType(GgmlType t) { return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1; }
+bool IsFloatType(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
+
+absl::Status LaunchQuantizeAct(const float* x, int64_t T, int64_t cols, void* scratch, void* stream) {
+  if (cols % kActBlockSize != 0) {
     return absl::InvalidArgumentError("MatMul: cols must be a multiple of 32 for quantized weights");
   }
-  const int64_t outputs = T * w.rows;
-  if (outputs == 0) return absl::OkStatus();
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const bool warp = kernel == CudaMatMulKernel::kWarpPerRow;
-  const unsigned warp_blocks = BlocksFor(w.rows, kWarpRows);
-  if (is_float) {
-    if (warp) {
-      MatMulFloatWarpKernel<<<warp_blocks, kWarpRows * 32, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, w.cols, x, T,
-                                                                   y);
-    } else {
-      MatMulFloatKernel<<<BlocksFor(outputs, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows,
-                                                                          w.cols, x, T, y);
-    }
-    return CudaCheck(cudaGetLastError(), "MatMulFloatKernel");
+  const int64_t blocks = T * (cols / kActBlockSize);
+  if (blocks == 0) return absl::OkStatus();
+  QuantizeActKernel<<<BlocksFor(blocks, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, blocks, static_cast<ActBlockQ8*>(scratch));
+  return CudaCheck(cudaGetLastError(), "QuantizeActKernel");
+}
+
+absl::Status LaunchMatMulOnBlocks(const WeightMatrix& w, const void* act_blocks, int64_t T, float* y, void* stream,
+                                  CudaMatMulKernel kernel) {
+  if (!IsQuantizedType(w.type)) return absl::InvalidArgumentError("MatMul on activation blocks: not a quantized weight");
+  if (w.cols % kActBlockSize != 0) {
+    return absl::InvalidArgumentError("MatMul: cols must be a multiple of 32 for quantized weights");
   }
+  if (T * w.rows == 0) return absl::OkStatus();
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t nb = w.cols / kActBlockSize;
-  auto* act = static_cast<ActBlockQ8*>(scratch);
-  QuantizeActKernel<<<BlocksFor(T * nb, kThreads), kThreads, 0, s>>>(x, T * nb, act);
-  if (absl::Status e = CudaCheck(cudaGetLastError(), "QuantizeActKernel"); !e.ok()) return e;
-  if (warp) {
-    MatMulQuantWarpKernel<<<warp_blocks, kWarpRows * 32, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, nb, act, T, y);
+  const auto* act = static_cast<const ActBlockQ8*>(act_blocks);
+  if (kernel == CudaMatMulKernel::kWarpPerRow) {
+    MatMulQuantWarpKernel<<<BlocksFor(w.rows, kWarpRows), kWarpRows * 32, 0, s>>>(w.type, w.data, w.row_bytes, w.rows,
+                                                                                nb, act, T, y);
   } else {
-    MatMulQuantKernel<<<BlocksFor(outputs, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, nb,
-                                                                        act, T, y);
+    MatMulQuantKernel<<<BlocksFor(T * w.rows, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, nb,
+                                                                           act, T, y);
   }
   return CudaCheck(cudaGetLastError(), "MatMulQuantKernel");
+}
+
+absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y, void* scratch, void* stream,
+                          CudaMatMulKernel kernel) {
+  if (!IsFloatType(w.type) && !IsQuantizedType(w.type)) {
+    return absl::UnimplementedError("MatMul: weight type not supported on CUDA yet");
+  }
+  if (IsQuantizedType(w.type)) {
+    absl::Status st = LaunchQuantizeAct(x, T, w.cols, scratch, stream);
+    if (!st.ok()) return st;
+    return LaunchMatMulOnBlocks(w, scratch, T, y, stream, kernel);
+  }
+  if (T * w.rows == 0) return absl::OkStatus();
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (kernel == CudaMatMulKernel::kWarpPerRow) {
+    MatMulFloatWarpKernel<<<BlocksFor(w.rows, kWarpRows), kWarpRows * 32, 0, s>>>(w.type, w.data, w.row_bytes, w.rows,
+                                                                                w.cols, x, T, y);
+  } else {
+    MatMulFloatKernel<<<BlocksFor(T * w.rows, kThreads), kThreads, 0, s>>>(w.type, w.data, w.row_bytes, w.rows, w.cols,
+                                                                           x, T, y);
+  }
+  return CudaCheck(cudaGetLastError(), "MatMulFloatKernel");
 }
 
 absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y, CudaMatMulKernel kernel) {

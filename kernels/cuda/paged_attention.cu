@@ -5,6 +5,7 @@
 // position and keys (attention_plan.h). A block stages one chunk of K in shared memory,
 // computes the chunk's scores (never a whole [T, keys] matrix), then the same buffer takes V.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -216,6 +217,23 @@ __global__ void __launch_bounds__(kThreads) AttentionMergeKernel(AttnDeviceArgs 
 
 }  // namespace
 
+namespace {
+
+// The largest dynamic shared memory each attention kernel has been allowed so far: the
+// attribute is set once per size class rather than before every launch (every layer).
+std::atomic<size_t> g_attention_smem{0}, g_merge_smem{0};
+
+template <class Kernel>
+absl::Status AllowSharedMemory(Kernel kernel, size_t bytes, std::atomic<size_t>* allowed) {
+  if (bytes <= allowed->load(std::memory_order_relaxed)) return absl::OkStatus();
+  absl::Status st = CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(bytes)), "shared memory attribute");
+  if (st.ok()) allowed->store(bytes, std::memory_order_relaxed);
+  return st;
+}
+
+}  // namespace
+
 absl::Status LaunchPagedAttention(const float* q, int32_t num_q_heads, const PagedKvLayer& kv, float scale,
                                   float* out, const DeviceAttentionPlan& plan, void* stream) {
   if (plan.num_items == 0) return absl::OkStatus();
@@ -225,20 +243,12 @@ absl::Status LaunchPagedAttention(const float* q, int32_t num_q_heads, const Pag
                             kv.block_size, hkv, scale, out, plan.partials};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const size_t smem = CudaAttnSharedBytes(group, d);
-  if (absl::Status e = CudaCheck(cudaFuncSetAttribute(PagedAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(smem)), "shared memory attribute");
-      !e.ok()) {
-    return e;
-  }
+  if (absl::Status e = AllowSharedMemory(PagedAttentionKernel, smem, &g_attention_smem); !e.ok()) return e;
   PagedAttentionKernel<<<static_cast<unsigned>(plan.num_items), kThreads, smem, s>>>(args, plan.items);
   if (absl::Status e = CudaCheck(cudaGetLastError(), "PagedAttentionKernel"); !e.ok()) return e;
   if (plan.num_merges == 0) return absl::OkStatus();
   const size_t merge_smem = sizeof(float) * static_cast<size_t>(2 * group * d + 6 * group);
-  if (absl::Status e = CudaCheck(cudaFuncSetAttribute(AttentionMergeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(merge_smem)), "shared memory attribute");
-      !e.ok()) {
-    return e;
-  }
+  if (absl::Status e = AllowSharedMemory(AttentionMergeKernel, merge_smem, &g_merge_smem); !e.ok()) return e;
   AttentionMergeKernel<<<static_cast<unsigned>(plan.num_merges), kThreads, merge_smem, s>>>(args, plan.merges);
   return CudaCheck(cudaGetLastError(), "AttentionMergeKernel");
 }
