@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <string>
@@ -34,6 +35,34 @@ absl::StatusOr<float> BestMs(int reps, Fn fn) {
   return best;
 }
 
+// cuBLAS, opened here rather than linked: only this measurement uses it (the header gives the
+// types; the library comes from the machine's CUDA install).
+struct Cublas {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  // cublasGemmEx's C signature (the header also declares C++ overloads).
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                    const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
+                                    const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  GemmEx gemm = nullptr;
+};
+
+absl::StatusOr<Cublas> OpenCublas() {
+  void* lib = nullptr;
+  for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+    if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+  }
+  if (lib == nullptr) return absl::UnavailableError("cuBLAS: no libcublas.so on the library path");
+  Cublas c;
+  c.create = reinterpret_cast<decltype(c.create)>(dlsym(lib, "cublasCreate_v2"));
+  c.destroy = reinterpret_cast<decltype(c.destroy)>(dlsym(lib, "cublasDestroy_v2"));
+  c.gemm = reinterpret_cast<decltype(c.gemm)>(dlsym(lib, "cublasGemmEx"));
+  if (c.create == nullptr || c.destroy == nullptr || c.gemm == nullptr) {
+    return absl::UnavailableError("cuBLAS: cublasCreate_v2 / cublasDestroy_v2 / cublasGemmEx not found");
+  }
+  return c;  // the library stays open: the process measures once
+}
+
 }  // namespace
 
 absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes) {
@@ -61,17 +90,19 @@ absl::StatusOr<double> MeasureBf16GemmRate(int n) {
   st.Update(CudaCheck(cudaMemset(a.get(), 0x3C, elems * 2), "memset"));
   st.Update(CudaCheck(cudaMemset(b.get(), 0x3C, elems * 2), "memset"));
   if (!st.ok()) return st;
+  absl::StatusOr<Cublas> blas = OpenCublas();
+  if (!blas.ok()) return blas.status();
   cublasHandle_t h;
-  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return absl::InternalError("cublasCreate failed");
+  if (blas->create(&h) != CUBLAS_STATUS_SUCCESS) return absl::InternalError("cublasCreate failed");
   const float alpha = 1.0f, beta = 0.0f;
   absl::StatusOr<float> ms = BestMs(5, [&]() -> absl::Status {
-    const cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
+    const cublasStatus_t s = blas->gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
                                           b.get(), CUDA_R_16BF, n, &beta, c.get(), CUDA_R_32F, n,
                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) return absl::InternalError("cublasGemmEx failed: " + std::to_string(s));
     return absl::OkStatus();
   });
-  cublasDestroy(h);  // nothing to report: the measurement is done
+  blas->destroy(h);  // nothing to report: the measurement is done
   if (!ms.ok()) return ms.status();
   return 2.0 * n * static_cast<double>(n) * n / (*ms * 1e-3) / 1e12;
 }
