@@ -18,6 +18,17 @@ size_t CommonPrefix(absl::Span<const int32_t> a, absl::Span<const int32_t> b) {
   return i;
 }
 
+absl::Status CheckMinConfidence(const ModelDrafterOptions& options) {
+  for (auto [name, value] : {std::pair<const char*, double>{"min_keep", options.min_keep},
+                             {"min_extend", options.min_extend}}) {
+    if (!(value >= 0.0 && value <= 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("ModelDrafterOptions: %s must be in [0, 1], got %g", name, value));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateFromFile(
@@ -77,6 +88,7 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Build(
         "ModelDrafterOptions: kv_blocks, block_size, max_batch_tokens, max_sequences and "
         "proposal_top_n must be >= 1");
   }
+  if (absl::Status st = CheckMinConfidence(options); !st.ok()) return st;
   std::unique_ptr<ModelDrafter> d(new ModelDrafter());
   d->name_ = std::move(name);
   d->options_ = options;
@@ -106,6 +118,7 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::CreateOnRunner(
     return absl::InvalidArgumentError(
         "ModelDrafterOptions: max_batch_tokens and proposal_top_n must be >= 1");
   }
+  if (absl::Status st = CheckMinConfidence(options); !st.ok()) return st;
   std::unique_ptr<ModelDrafter> d(new ModelDrafter());
   d->name_ = std::move(name);
   d->options_ = options;
@@ -161,6 +174,7 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     sampling::PenaltyState history;  // extended with d_1..d_{j-1} when penalties are on
     bool track = false;
     std::vector<float> feature;      // feature-conditioned: the last row's hidden state [D]
+    double survival = 1.0;           // product of the proposed drafts' confidences
   };
   const bool conditioned = model().feature_conditioned();
   const int64_t dim = model().config().embedding_dim;
@@ -185,7 +199,7 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
     if (absl::Status st = runner_->Publish(d.seq, d.tokens.subspan(0, next)); !st.ok()) {
       return st;
     }
-    Work w{i, next, k, {}, false, {}};
+    Work w{i, next, k, {}, false, {}, 1.0};
     if (sampling::HasPenalties(*d.params)) {
       // d_j's distribution counts d_1..d_{j-1}, exactly as the verifier's p_j does.
       w.track = true;
@@ -206,8 +220,22 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
         sampling::MakeProposal(absl::Span<const float>(row, vocab), hist, *d.params,
                                options_.proposal_top_n, *d.rng, position);
     if (!q.ok()) return q.status();
+    bool extend = true;
+    if (options_.min_keep > 0.0 || options_.min_extend > 0.0) {
+      absl::StatusOr<double> sure = sampling::DraftConfidence(
+          absl::Span<const float>(row, vocab), hist, *d.params, options_.proposal_top_n, *q);
+      if (!sure.ok()) return sure.status();
+      const double survival = w.survival * *sure;
+      if (survival < options_.min_keep) {  // the chain ends before this token
+        w.k = static_cast<int32_t>(out[w.idx].proposals.size());
+        return absl::OkStatus();
+      }
+      w.survival = survival;
+      extend = survival >= options_.min_extend;
+    }
     if (w.track) w.history.AddGenerated(q->token);
     out[w.idx].proposals.push_back(std::move(*q));
+    if (!extend) w.k = static_cast<int32_t>(out[w.idx].proposals.size());  // no further round
     return absl::OkStatus();
   };
   auto fail = [&](absl::Status st) {

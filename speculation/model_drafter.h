@@ -26,6 +26,14 @@
 
 namespace specd::spec {
 
+// The draft length the product runs with (specd generate, specd-bench, the draft service;
+// docs/PERFORMANCE.md): drop a position the chain is unlikely to reach (a verified row costs
+// ~0.1 of a decode step on a CPU), and start another draft round (~0.15 of a step for the
+// shipped draft) only while the chain is as likely as not to survive. ModelDrafterOptions
+// itself defaults to always drafting k.
+inline constexpr double kDefaultMinKeep = 0.1;
+inline constexpr double kDefaultMinExtend = 0.5;
+
 struct ModelDrafterOptions {
   int32_t kv_blocks = 512;  // draft KV capacity in blocks (size it like the target's)
   int32_t block_size = 16;
@@ -33,6 +41,13 @@ struct ModelDrafterOptions {
   int32_t max_batch_tokens = 256;  // tokens per draft forward (catch-up / prefill chunks)
   int32_t max_sequences = 64;      // most sequences one Propose call drafts for
   int32_t proposal_top_n = sampling::kDefaultProposalTopN;  // q = draft's p truncated to top-n
+  // Draft length from the draft's own confidence (sampling::DraftConfidence, which tracks how
+  // often a token is accepted): after d_j the chain's survival estimate is the product of
+  // d_1..d_j's confidences. d_j is proposed only while that product is >= min_keep (a verified
+  // row costs little), and another draft round runs only while it is >= min_extend (a round
+  // costs a draft forward). 0 and 0: always draft k. Lossless at any values.
+  double min_keep = 0.0;
+  double min_extend = 0.0;
 };
 
 // What the drafter checks a separate draft model against.

@@ -294,13 +294,15 @@ absl::Status RunDistilled(Bench& b, const SpecBenchOptions& o) {
   }
   c.model.kv_blocks = 512;
   c.model.max_sequences = 64;
+  c.model.min_keep = o.draft_min_keep;
+  c.model.min_extend = o.draft_min_extend;
   auto d = spec::MakeDrafter(c, b.file, o.model_path, b.backend);
   if (!d.ok()) return d.status();
   absl::StatusOr<std::unique_ptr<spec::NgramDrafter>> lookup =
       spec::NgramDrafter::Create(spec::NgramDrafterOptions{});
   if (!lookup.ok()) return lookup.status();
-  std::printf("distilled draft %s (%.1f MB of weights per step) vs target (%.1f MB):\n",
-              c.draft_path.c_str(), (*d)->weight_bytes() / 1e6, b.target->weight_bytes() / 1e6);
+  std::printf("distilled draft %s (%.1f MB of weights per step; chain confidence: keep >= %.2f, extend >= %.2f) vs target (%.1f MB):\n",
+              c.draft_path.c_str(), (*d)->weight_bytes() / 1e6, o.draft_min_keep, o.draft_min_extend, b.target->weight_bytes() / 1e6);
   for (float temp : {0.0f, 0.8f}) {
     for (int batch : {1, 8}) {
       const std::string t = temp == 0 ? "greedy" : "T 0.8";

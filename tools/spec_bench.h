@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "speculation/model_drafter.h"
+
 namespace specd {
 
 struct SpecBenchOptions {
@@ -32,6 +34,9 @@ struct SpecBenchOptions {
   // (one pass each, the order swapped every round) and reports the median of the rounds'
   // ratios with their range; 0: best of 2 passes, against the section's plain row.
   int spec_pairs = 0;
+  // The distilled draft's confidence cut (spec::ModelDrafterOptions min_keep / min_extend).
+  double draft_min_keep = spec::kDefaultMinKeep;
+  double draft_min_extend = spec::kDefaultMinExtend;
   std::string prompts_file;  // JSONL {"prompt": ...}: e.g. tools/distill/eval_prompts.jsonl
   // (the held-out set); empty = the built-in chat prompts
 };

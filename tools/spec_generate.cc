@@ -58,6 +58,14 @@ absl::StatusOr<bool> ParseSpecFlag(int argc, char** argv, int* i, SpecGenerateOp
     } else if (!absl::SimpleAtoi(*v, &o->k) || o->k < 0 || o->k > 32) {
       return absl::InvalidArgumentError(absl::StrCat("--k: expected 0..32 or auto, got ", *v));
     }
+  } else if (f == "--draft-min-keep" || f == "--draft-min-extend") {
+    absl::StatusOr<std::string> v = value();
+    if (!v.ok()) return v.status();
+    double& p = f == "--draft-min-keep" ? o->draft_min_keep : o->draft_min_extend;
+    if (!absl::SimpleAtod(*v, &p) || !(p >= 0.0 && p <= 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(std::string(f), ": expected a probability in [0, 1], got ", *v));
+    }
   } else if (f == "--target-weights") {
     absl::StatusOr<std::string> v = value();
     if (!v.ok()) return v.status();
@@ -128,6 +136,8 @@ absl::Status SpecGenerate(const SpecGenerateOptions& a) {
   }
   choice.model.kv_blocks = blocks;
   choice.model.kv_dtype = a.kv_dtype;
+  choice.model.min_keep = a.draft_min_keep;
+  choice.model.min_extend = a.draft_min_extend;
   auto drafter = spec::MakeDrafter(choice, **file, a.model, backend.get());
   if (!drafter.ok()) return drafter.status();
 

@@ -24,6 +24,9 @@ struct SpecGenerateOptions {
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
   sampling::SamplingParams params;
   spec::DrafterChoice drafter;
+  // A model draft's chain length from its confidence (spec::ModelDrafterOptions).
+  double draft_min_keep = spec::kDefaultMinKeep;
+  double draft_min_extend = spec::kDefaultMinExtend;
   int k = 4;
   bool adaptive_k = false;
   // With --k auto and a model draft: the n-gram lookup drafts first where it has a match (the
@@ -34,7 +37,7 @@ struct SpecGenerateOptions {
 };
 
 // Parses one speculation flag at argv[*i] ("--draft", "--self-draft", "--ngram", "--k",
-// "--no-lookup", "--target-weights"), advancing *i past its value. Returns false if argv[*i] is not one.
+// "--no-lookup", "--draft-min-keep", "--draft-min-extend", "--target-weights"), advancing *i past its value. Returns false if argv[*i] is not one.
 // INVALID_ARGUMENT for a bad value, naming the flag.
 absl::StatusOr<bool> ParseSpecFlag(int argc, char** argv, int* i, SpecGenerateOptions* o);
 

@@ -460,6 +460,13 @@ int Main(int argc, char** argv) {
         }
         spec.distilled_fixed_k.push_back(k);
       }
+    } else if ((a == "--draft-min-keep" || a == "--draft-min-extend") && i + 1 < argc) {
+      double& v = a == "--draft-min-keep" ? spec.draft_min_keep : spec.draft_min_extend;
+      if (!absl::SimpleAtod(argv[++i], &v) || !(v >= 0) || v > 1) {
+        std::fprintf(stderr, "specd-bench: %s: expected a probability in [0, 1], got %s\n",
+                     a.c_str(), argv[i]);
+        return 2;
+      }
     } else if (a == "--spec-pairs" && i + 1 < argc) {
       if (!absl::SimpleAtoi(argv[++i], &spec.spec_pairs) || spec.spec_pairs < 0 ||
           spec.spec_pairs > 100) {
@@ -488,7 +495,7 @@ int Main(int argc, char** argv) {
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
                    "                    [--no-distilled | --distilled-only] [--draft FILE|default]\n"
-                   "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4] [--spec-pairs N]\n"
+                   "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4] [--spec-pairs N]\n                    [--draft-min-keep P] [--draft-min-extend P]\n"
                    "  (the pairs' targets default to f16 and f32)\n");
       return 2;
     }

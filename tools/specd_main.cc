@@ -66,6 +66,9 @@ constexpr char kUsage[] =
     "  --k N|auto              drafts per step (default 4); auto = adaptive, up to 8; with a\n"
     "                          model draft, auto also drafts from the n-gram lookup first\n"
     "  --no-lookup             --k auto: the model draft alone\n"
+    "  --draft-min-keep P      a model draft's chain stops before the position that takes the\n"
+    "                          product of its confidences below P (default 0.1)\n"
+    "  --draft-min-extend P    ... and runs no further draft round once it is below P (default 0.5)\n"
     "  --target-weights f16|bf16|f32  re-encode the target's weights at load\n";
 
 struct GenerateArgs {

@@ -328,4 +328,30 @@ absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
       [](const Cand& k) { return k.id; }, rng, position);
 }
 
+absl::StatusOr<double> DraftConfidence(absl::Span<const float> logits, const PenaltyState& history,
+                                       const SamplingParams& draft_params, int32_t top_n,
+                                       const SparseProposal& q) {
+  if (!IsGreedy(draft_params)) {
+    double total = 0.0, largest = 0.0;
+    for (float p : q.probs) {
+      total += p;
+      largest = std::max(largest, static_cast<double>(p));
+    }
+    return total > 0.0 ? largest / total : 0.0;
+  }
+  if (top_n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("proposal top_n must be >= 1, got ", top_n));
+  }
+  std::vector<std::pair<int32_t, double>> penalized;
+  history.PenalizedEntries(draft_params, logits, &penalized);
+  std::vector<Cand> c;
+  if (absl::Status s = SelectByLogit(logits, penalized, static_cast<size_t>(top_n), &c); !s.ok()) {
+    return s;
+  }
+  // c is sorted by logit, largest first (the argmax, q's token): weights relative to it.
+  double total = 0.0;
+  for (const Cand& k : c) total += std::exp(k.x - c.front().x);
+  return 1.0 / total;
+}
+
 }  // namespace specd::sampling

@@ -51,6 +51,18 @@ absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
                                             const SamplingParams& draft_params, int32_t top_n,
                                             const CounterRng& rng, int64_t position);
 
+// How sure the draft is at a position, in [0, 1]: the largest probability of its distribution
+// there — q's largest for sampled params; for greedy params (q is a point mass) the argmax's
+// probability under the draft's temperature-1 distribution of its penalized logits truncated
+// to their top_n (a flat row reads about 1 / top_n). It tracks how often the position's draft
+// is accepted. It never looks at which token was drawn: a drafter that drops a drawn token
+// because of its own q(d) would verify d against q while drafting from q restricted to the
+// kept tokens, and the output would no longer follow p (the lossless test's confidence case
+// fails that way: z 67). logits: [vocab], the row q was built from.
+absl::StatusOr<double> DraftConfidence(absl::Span<const float> logits, const PenaltyState& history,
+                                       const SamplingParams& draft_params, int32_t top_n,
+                                       const SparseProposal& q);
+
 // The plain twin: BuildTargetDistribution over the whole row, then the top_n. The tests hold
 // MakeProposal against it.
 absl::StatusOr<SparseProposal> MakeProposalReference(absl::Span<const float> logits,

@@ -79,10 +79,17 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
             "time forwards at start-up and report the cost curve the router's adaptive k "
             "starts from (off: the router drafts only for requests with a fixed k)");
   grpc_settings.AddFlags(flags);
+  // A worker with settings of its own (the draft service's draft length) declares them.
+  typename Worker::Options worker_options;
+  Worker::Options::AddFlags(flags, env, &worker_options);
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     if (s.code() == absl::StatusCode::kCancelled) return 0;
     std::fprintf(stderr, "specd-%s: %s\n%s", component.c_str(), std::string(s.message()).c_str(),
                  flags.Usage().c_str());
+    return 2;
+  }
+  if (absl::Status s = worker_options.Check(); !s.ok()) {
+    std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), std::string(s.message()).c_str());
     return 2;
   }
   if (absl::StatusOr<kernels::KvDtype> dt = engine::ParseKvDtype(kv_dtype); dt.ok()) {
@@ -120,7 +127,7 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), host.status().ToString().c_str());
     return 1;
   }
-  auto worker = std::make_unique<Worker>(std::move(*host));
+  auto worker = std::make_unique<Worker>(std::move(*host), worker_options);
   if (calibrate) {
     const auto t0 = std::chrono::steady_clock::now();
     if (absl::Status s = worker->Calibrate(); !s.ok()) {

@@ -15,9 +15,31 @@ namespace specd::services {
 
 namespace iv1 = specd::internal::v1;
 
-DraftWorker::DraftWorker(std::unique_ptr<ModelHost> host) : host_(std::move(host)) {
+void DraftWorkerOptions::AddFlags(FlagSet& flags, const std::string& env, DraftWorkerOptions* o) {
+  flags.Add("min-keep", env + "_MIN_KEEP", &o->min_keep,
+            "a chain of drafts stops before the position that takes the product of the draft's "
+            "confidences below this (0 = off)");
+  flags.Add("min-extend", env + "_MIN_EXTEND", &o->min_extend,
+            "no further draft round once that product is below this (0 = off)");
+}
+
+absl::Status DraftWorkerOptions::Check() const {
+  for (auto [flag, value] : {std::pair<const char*, double>{"--min-keep", min_keep},
+                             {"--min-extend", min_extend}}) {
+    if (!(value >= 0.0 && value <= 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": expected a probability in [0, 1], got ", value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+DraftWorker::DraftWorker(std::unique_ptr<ModelHost> host, Options options)
+    : host_(std::move(host)), options_(options) {
   spec::ModelDrafterOptions o;
   o.max_batch_tokens = host_->options().max_batch_tokens;
+  o.min_keep = options.min_keep;
+  o.min_extend = options.min_extend;
   absl::StatusOr<std::unique_ptr<spec::ModelDrafter>> d =
       spec::ModelDrafter::CreateOnRunner(host_.get(), o, "draft-service");
   SPECD_CHECK(d.ok(), "ModelDrafter over the host: %s", d.status().ToString().c_str());

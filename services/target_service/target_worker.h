@@ -5,11 +5,13 @@
 #define SPECD_SERVICES_TARGET_SERVICE_TARGET_WORKER_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "speculation/adaptive_k.h"
 #include "speculation/verify_step.h"
+#include "services/common/flags.h"
 #include "services/common/model_host.h"
 #include "specd/internal/v1/target.pb.h"
 
@@ -17,7 +19,11 @@ namespace specd::services {
 
 class TargetWorker {
  public:
-  explicit TargetWorker(std::unique_ptr<ModelHost> host) : host_(std::move(host)) {
+  struct Options {  // none yet: the model host's flags say everything
+    static void AddFlags(FlagSet&, const std::string& env, Options*) {}
+    absl::Status Check() const { return absl::OkStatus(); }
+  };
+  explicit TargetWorker(std::unique_ptr<ModelHost> host, Options = {}) : host_(std::move(host)) {
     verify_options_.eos_token_ids.assign(host_->eos_ids().begin(), host_->eos_ids().end());
   }
 

@@ -123,8 +123,10 @@ class RouterEngineTest : public ::testing::Test {
     target_ = t.get();
     std::unique_ptr<LocalDraftBackend> d;
     if (with_draft) {
-      d = std::make_unique<LocalDraftBackend>(std::make_unique<services::DraftWorker>(Host(
-          draft_model ? *draft_model : *draft_path_, 256, draft_layers, prefix_caching_)));
+      // The draft proposes every k the router asks for: these tests check the router's k.
+      d = std::make_unique<LocalDraftBackend>(std::make_unique<services::DraftWorker>(
+          Host(draft_model ? *draft_model : *draft_path_, 256, draft_layers, prefix_caching_),
+          services::DraftWorkerOptions{0.0, 0.0}));
       draft_ = d.get();
     }
     if (options.scheduler.max_batch_tokens > 128) options.scheduler.max_batch_tokens = 128;

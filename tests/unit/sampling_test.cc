@@ -662,6 +662,46 @@ TEST(ProposalTest, TruncatesRenormalizesAndSamplesFromQ) {
   EXPECT_FALSE(MakeProposal(logits, PenaltyState(), dp, 0, rng, 0).ok());
 }
 
+// How sure the draft is at a position: greedy reads the argmax's temperature-1 softmax over
+// the top_n logits (penalties applied), sampled reads q's largest probability.
+TEST(ProposalTest, DraftConfidenceIsTheDraftsLargestProbability) {
+  const std::vector<float> logits = {0.0f, 1.0f, 2.0f, 3.0f, 0.5f, 2.5f};
+  const CounterRng rng(5);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const SparseProposal g = *MakeProposal(logits, PenaltyState(), greedy, 32, rng, 0);
+  // top_n 3: ids 3, 5, 2.
+  EXPECT_NEAR(*DraftConfidence(logits, PenaltyState(), greedy, 3, g),
+              std::exp(3.0) / (std::exp(3.0) + std::exp(2.5) + std::exp(2.0)), 1e-12);
+  double whole = 0.0;
+  for (float x : logits) whole += std::exp(x - 3.0);
+  EXPECT_NEAR(*DraftConfidence(logits, PenaltyState(), greedy, 32, g), 1.0 / whole, 1e-12);
+  // A flat row reads 1 / top_n.
+  const std::vector<float> flat(1000, 0.25f);
+  const SparseProposal f = *MakeProposal(flat, PenaltyState(), greedy, 32, rng, 0);
+  EXPECT_NEAR(*DraftConfidence(flat, PenaltyState(), greedy, 32, f), 1.0 / 32, 1e-12);
+  // Penalties move the argmax and the confidence with it: token 3 seen, its logit 3 / 10.
+  greedy.repetition_penalty = 10.0f;
+  PenaltyState seen;
+  seen.AddGenerated(3);
+  const SparseProposal pg = *MakeProposal(logits, seen, greedy, 32, rng, 0);
+  EXPECT_EQ(pg.token, 5);
+  double rest = 0.0;
+  for (int i : {0, 1, 2, 4, 5}) rest += std::exp(logits[i] - 2.5);
+  EXPECT_NEAR(*DraftConfidence(logits, seen, greedy, 32, pg), 1.0 / (rest + std::exp(0.3 - 2.5)),
+              1e-6);
+  // Sampled: q's largest probability, whichever token was drawn.
+  SamplingParams sampled;
+  std::set<int32_t> drawn;
+  for (int pos = 0; pos < 50; ++pos) {
+    const SparseProposal q = *MakeProposal(logits, PenaltyState(), sampled, 3, rng, pos);
+    drawn.insert(q.token);
+    EXPECT_DOUBLE_EQ(*DraftConfidence(logits, PenaltyState(), sampled, 3, q), ProposalProb(q, 3));
+  }
+  EXPECT_GT(drawn.size(), 1u);
+  EXPECT_FALSE(DraftConfidence(logits, PenaltyState(), greedy, 0, g).ok());
+}
+
 // MakeProposal (one selection pass, exp on the candidates) against its plain twin over random
 // rows and every transform: the same ids in the same order, probs within float rounding, the
 // same drawn token, the same errors. Rows include ties, -inf masks (a truncated head), runs

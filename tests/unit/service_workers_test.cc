@@ -78,9 +78,12 @@ iv1::TargetSequenceStep* AddTarget(iv1::TargetStepRequest& r, int64_t id, int32_
   return s;
 }
 
+// These tests check the protocol with exact k: the draft proposes all k it is asked for.
+const DraftWorker::Options kAlwaysK{0.0, 0.0};
+
 // Decodes `n` tokens for one sequence; k = 0 means no draft.
 std::vector<int32_t> Decode(TargetWorker& target, DraftWorker* draft, int k, int chunk, int n,
-                            int* target_steps = nullptr) {
+                            int* target_steps = nullptr, int* proposed = nullptr) {
   const std::vector<int32_t> prompt = Prompt();
   std::vector<int32_t> committed = prompt;
   int32_t target_pos = 0;
@@ -104,7 +107,12 @@ std::vector<int32_t> Decode(TargetWorker& target, DraftWorker* draft, int k, int
       ToProto(Greedy(), d->mutable_sampling());
       auto dres = draft->Step(dr);
       EXPECT_TRUE(dres.ok()) << dres.status();
-      EXPECT_EQ(dres->sequences(0).proposals_size(), k);
+      if (draft->options().min_keep == 0.0 && draft->options().min_extend == 0.0) {
+        EXPECT_EQ(dres->sequences(0).proposals_size(), k);
+      } else {  // the draft's confidence may end the chain early
+        EXPECT_LE(dres->sequences(0).proposals_size(), k);
+      }
+      if (proposed != nullptr) *proposed += dres->sequences(0).proposals_size();
       *s->mutable_proposals() = dres->sequences(0).proposals();
     }
     auto res = target.Step(req);
@@ -151,15 +159,37 @@ TEST_F(WorkersTest, SpeculativeGreedyMatchesPlain) {
   const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
   for (int k : {1, 3, 6}) {
     TargetWorker target(Host(*target_path_));
-    DraftWorker draft(Host(*draft_path_));
+    DraftWorker draft(Host(*draft_path_), kAlwaysK);
     EXPECT_EQ(Decode(target, &draft, k, 64, 30), want) << "k=" << k;
   }
   // A draft identical to the target accepts everything: k+1 tokens per step.
   TargetWorker target(Host(*target_path_));
-  DraftWorker self(Host(*target_path_));
+  DraftWorker self(Host(*target_path_), kAlwaysK);
   int steps = 0;
   EXPECT_EQ(Decode(target, &self, 4, 64, 30, &steps), want);
   EXPECT_LE(steps, 1 + (29 + 4) / 5);
+}
+
+// The draft service's draft length from its confidence (DraftWorkerOptions; the product
+// defaults are > 0): the options reach the drafter, and greedy output stays the plain
+// reference. These tiny models are confident to within 1e-4 at every position (a cut at 0.9999
+// drafts everything), so the check is the strictest cut: min_keep 1 drafts nothing. Where a
+// cut falls inside a chain is SpecEngineTest.DraftConfidenceSetsTheChainLength.
+TEST_F(WorkersTest, DraftLengthFromConfidenceKeepsGreedyOutput) {
+  EXPECT_GT(DraftWorker::Options{}.min_keep, 0.0);
+  EXPECT_GT(DraftWorker::Options{}.min_extend, 0.0);
+  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
+  for (double keep : {0.9999, 1.0}) {
+    TargetWorker target(Host(*target_path_));
+    DraftWorker draft(Host(*draft_path_), DraftWorker::Options{keep, 0.0});
+    int steps = 0, proposed = 0;
+    EXPECT_EQ(Decode(target, &draft, 6, 64, 30, &steps, &proposed), want) << keep;
+    if (keep < 1.0) {
+      EXPECT_EQ(proposed, 6 * (steps - 1));  // the first step has no drafts
+    } else {
+      EXPECT_EQ(proposed, 0);
+    }
+  }
 }
 
 // The int8 KV cache and bf16 attention keep speculation lossless: verification rows and
@@ -173,7 +203,7 @@ TEST_F(WorkersTest, ReducedPrecisionKvSpeculativeGreedyMatchesPlain) {
     const std::vector<int32_t> want = Decode(plain, nullptr, 0, 5, 30);
     for (int k : {1, 3, 6}) {
       TargetWorker target(Host(*target_path_, 64, 1, dt));
-      DraftWorker draft(Host(*draft_path_, 64, 1, dt));
+      DraftWorker draft(Host(*draft_path_, 64, 1, dt), kAlwaysK);
       EXPECT_EQ(Decode(target, &draft, k, 64, 30), want) << "k=" << k << " kv " << static_cast<int>(dt);
     }
     EXPECT_EQ(std::vector<int32_t>(want.begin(), want.begin() + 4),
@@ -192,7 +222,7 @@ TEST_F(WorkersTest, TensorParallelTargetMatchesOneRank) {
     EXPECT_EQ(Decode(target, nullptr, 0, 7, 30), want);
   }
   TargetWorker target(Host(*target_path_, 64, /*world_size=*/2));
-  DraftWorker draft(Host(*draft_path_));
+  DraftWorker draft(Host(*draft_path_), kAlwaysK);
   EXPECT_EQ(Decode(target, &draft, 3, 64, 30), want);
   iv1::ReleaseRequest rel;
   rel.add_seq_ids(7);
@@ -232,7 +262,7 @@ TEST_F(WorkersTest, DistilledDraftServiceBorrowsTheTargetsEmbeddings) {
     auto h = ModelHost::Load(o);
     ASSERT_TRUE(h.ok()) << h.status();
     TargetWorker target(Host(*target_path_));
-    DraftWorker draft(std::move(*h));
+    DraftWorker draft(std::move(*h), kAlwaysK);
     EXPECT_EQ(Decode(target, &draft, 3, 64, 30), want) << "world " << world;
   }
 }

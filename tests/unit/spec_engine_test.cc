@@ -3,9 +3,12 @@
 // KV rollback bookkeeping on both models, cancellation, and the errors.
 #include "speculation/spec_engine.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "common/sampling/draft_proposal.h"
 
 #include "speculation/model_drafter.h"
 #include "speculation/ngram_drafter.h"
@@ -75,9 +78,12 @@ class SpecEngineTest : public ::testing::Test {
     vocab_ = target_->model->vocab_size();
   }
 
-  std::unique_ptr<Drafter> MakeDrafter(const std::string& kind) {
+  std::unique_ptr<Drafter> MakeDrafter(const std::string& kind, double min_keep = 0.0,
+                                       double min_extend = 0.0) {
     ModelDrafterOptions o;
     o.kv_blocks = 256;
+    o.min_keep = min_keep;
+    o.min_extend = min_extend;
     if (kind == "model") {
       auto d = ModelDrafter::CreateFromFile(draft_path_, identity_, backend_.get(), o);
       EXPECT_TRUE(d.ok()) << d.status();
@@ -339,6 +345,116 @@ TEST_F(SpecEngineTest, AdaptiveKAndKvPressureKeepGreedyOutput) {
     EXPECT_GT(e->stats().preemptions, 0);
     EXPECT_EQ(e->kv_cache().num_used_blocks(), 0);
     EXPECT_EQ(d->kv_cache()->num_used_blocks(), 0);
+  }
+}
+
+// ModelDrafterOptions min_keep / min_extend: a chain is the uncut chain while the product of
+// its confidences stays >= min_keep, and it grows past a token only while that product is
+// >= min_extend. Each token's confidence is recomputed here from an independent forward of the
+// draft model over prompt + the uncut chain (the engine's logits do not depend on how a
+// sequence was chunked). Greedy output stays plain greedy's.
+TEST_F(SpecEngineTest, DraftConfidenceSetsTheChainLength) {
+  constexpr int kK = 6;
+  const auto prompts = Prompts(12, vocab_);
+  const auto params = Greedy(prompts.size());
+  const sampling::PenaltyState none;
+  const sampling::CounterRng rng(0);
+  auto draft = LoadModel(draft_path_, backend_.get(), 256, 256);
+  ASSERT_TRUE(draft);
+  auto uncut = MakeDrafter("model");
+  std::vector<DraftInput> in;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    in.push_back({static_cast<SeqId>(i), prompts[i], &params[i], &none, &rng, kK,
+                  static_cast<int32_t>(prompts[i].size())});
+  }
+  std::vector<DraftOutput> full(in.size());
+  ASSERT_TRUE(uncut->Propose(in, absl::MakeSpan(full)).ok());
+
+  // survival[i][j]: the product of the confidences of d_1..d_{j+1} of chain i.
+  std::vector<std::vector<double>> survival(in.size());
+  std::vector<double> all;
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(full[i].proposals.size(), static_cast<size_t>(kK));
+    std::vector<int32_t> seq = prompts[i];
+    for (const auto& q : full[i].proposals) seq.push_back(q.token);
+    auto kv = engine::PagedKvCache::Create(
+        draft->model->MakeKvCacheConfig(8, 16, kernels::KvDtype::kF16));
+    ASSERT_TRUE(kv.ok() && (*kv)->AddSequence(0).ok());
+    engine::ForwardBatch b;
+    b.Add(0, 0, seq.data(), static_cast<int32_t>(seq.size()), /*all_logits=*/true);
+    std::vector<float> logits(seq.size() * vocab_);
+    ASSERT_TRUE(draft->model->Forward(b, **kv, logits.data()).ok());
+    double product = 1.0;
+    for (int j = 0; j < kK; ++j) {
+      const size_t row = prompts[i].size() - 1 + j;  // the row that gave d_{j+1}
+      absl::StatusOr<double> c = sampling::DraftConfidence(
+          absl::Span<const float>(logits.data() + row * vocab_, vocab_), none, params[i],
+          sampling::kDefaultProposalTopN, full[i].proposals[j]);
+      ASSERT_TRUE(c.ok()) << c.status();
+      product *= *c;
+      survival[i].push_back(product);
+      all.push_back(product);
+    }
+  }
+  // Thresholds between two distinct products (no chain sits on one): two thirds up all the
+  // products, and the median of the first tokens' confidences.
+  auto between = [](std::vector<double> v, double at) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    EXPECT_GT(v.size(), 3u);
+    const size_t i = std::max<size_t>(1, static_cast<size_t>(at * v.size()));
+    return 0.5 * (v[i - 1] + v[i]);
+  };
+  std::vector<double> firsts;
+  for (const auto& s : survival) firsts.push_back(s[0]);
+  const double high = between(all, 2.0 / 3), low = between(firsts, 0.5);
+
+  const auto plain = PlainGenerate(*target_->model, prompts, params, 20, {});
+  for (auto [keep, extend] : {std::pair{high, 0.0}, std::pair{low, high}}) {
+    SCOPED_TRACE(::testing::Message() << "min_keep " << keep << " min_extend " << extend);
+    auto cut = MakeDrafter("model", keep, extend);
+    std::vector<DraftOutput> got(in.size());
+    ASSERT_TRUE(cut->Propose(in, absl::MakeSpan(got)).ok());
+    int none_drafted = 0, cut_inside = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      size_t expect = 0;
+      while (expect < static_cast<size_t>(kK) && survival[i][expect] >= keep) {
+        ++expect;
+        if (survival[i][expect - 1] < extend) break;
+      }
+      ASSERT_EQ(got[i].proposals.size(), expect) << "sequence " << i;
+      for (size_t j = 0; j < expect; ++j) {
+        EXPECT_EQ(got[i].proposals[j].token, full[i].proposals[j].token) << i << " " << j;
+      }
+      none_drafted += expect == 0;
+      cut_inside += expect > 0 && expect < static_cast<size_t>(kK);
+    }
+    // The thresholds cut chains at their start and inside them.
+    EXPECT_GT(none_drafted, 0);
+    EXPECT_GT(cut_inside, 0);
+
+    // Through the engine, with fixed and adaptive k: plain greedy's output.
+    for (bool adaptive : {false, true}) {
+      auto d = MakeDrafter("model", keep, extend);
+      SpecEngineOptions o;
+      o.k = kK;
+      o.adaptive_k = adaptive;
+      o.max_running = 12;
+      auto e = MakeEngine(d.get(), o);
+      ASSERT_TRUE(e);
+      EXPECT_EQ(EngineGenerate(*e, prompts, params, 20), plain) << adaptive;
+      EXPECT_EQ(d->kv_cache()->num_used_blocks(), 0);
+    }
+  }
+  for (auto [keep, extend] : {std::pair{1.5, 0.0}, std::pair{0.0, -0.1}}) {
+    ModelDrafterOptions bad;
+    bad.min_keep = keep;
+    bad.min_extend = extend;
+    auto refused = ModelDrafter::CreateFromFile(draft_path_, identity_, backend_.get(), bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find(keep > 1 ? "min_keep" : "min_extend"),
+              std::string::npos)
+        << refused.status();
   }
 }
 
