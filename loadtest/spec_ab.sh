@@ -9,7 +9,10 @@
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], CONCURRENCY
 # ["1 16"], REQUESTS per run [32], NEW_TOKENS [128], ROUNDS of off/auto pairs [3],
 # TEMPERATURE [0], SEEDED [1; 0: sampled requests send no seed, so their k is not pinned],
-# DRAFT_MODEL [default], PROMPTS [builtin; edit: editing traffic, see specd-loadtest --prompts].
+# DRAFT_MODEL [default], PROMPTS [builtin; edit: editing traffic, see specd-loadtest --prompts],
+# SPEC_ON [auto; e.g. draft: the draft model alone] and SPEC_K [empty = the router's adaptive
+# k; N: fixed] for the "on" side (its files and columns keep the name auto), and the draft
+# service's own settings through its environment (e.g. SPECD_DRAFT_MIN_KEEP=0).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,7 +42,12 @@ for c in ${CONCURRENCY:-1 16}; do
     [ $((r % 2)) -eq 0 ] && order="auto off"
     for spec in $order; do
       echo "spec_ab: concurrency $c, --spec $spec, round $r" >&2
-      "$LOADTEST" "${COMMON[@]}" --spec "$spec" --concurrency "$c" --requests "$n" \
+      on=(--spec off)
+      if [ "$spec" = auto ]; then
+        on=(--spec "${SPEC_ON:-auto}")
+        [ -n "${SPEC_K:-}" ] && on+=(--k "$SPEC_K")
+      fi
+      "$LOADTEST" "${COMMON[@]}" "${on[@]}" --concurrency "$c" --requests "$n" \
         --out "$OUT/c${c}_${spec}_${r}.json"
     done
   done
