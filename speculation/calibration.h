@@ -21,8 +21,8 @@ namespace specd::spec {
 absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t max_tokens,
                                           int32_t max_rows, engine::SeqId probe = -1);
 
-// Drafter::Propose for 1, 4 and 16 sequences (at most max_sequences) at k = 2, after a
-// prefill; seconds per draft round. Uses (and releases) ids -1 .. -max_sequences.
+// Drafter::Propose for 1, 4 and 16 sequences (at most max_sequences) at k = 1 (one round),
+// after a prefill; seconds per draft round. Uses (and releases) ids -1 .. -max_sequences.
 absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences);
 
 // A feature-conditioned drafter drafts nothing without the target's hidden states: a probe
