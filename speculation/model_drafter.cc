@@ -216,16 +216,15 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
   auto propose = [&](Work& w, const float* row, int64_t position) -> absl::Status {
     const DraftInput& d = in[w.idx];
     const sampling::PenaltyState& hist = w.track ? w.history : *d.history;
+    const bool cut = options_.min_keep > 0.0 || options_.min_extend > 0.0;
+    double sure = 1.0;  // sampling::DraftConfidence, from MakeProposal's own pass
     absl::StatusOr<sampling::SparseProposal> q =
         sampling::MakeProposal(absl::Span<const float>(row, vocab), hist, *d.params,
-                               options_.proposal_top_n, *d.rng, position);
+                               options_.proposal_top_n, *d.rng, position, cut ? &sure : nullptr);
     if (!q.ok()) return q.status();
     bool extend = true;
-    if (options_.min_keep > 0.0 || options_.min_extend > 0.0) {
-      absl::StatusOr<double> sure = sampling::DraftConfidence(
-          absl::Span<const float>(row, vocab), hist, *d.params, options_.proposal_top_n, *q);
-      if (!sure.ok()) return sure.status();
-      const double survival = w.survival * *sure;
+    if (cut) {
+      const double survival = w.survival * sure;
       if (survival < options_.min_keep) {  // the chain ends before this token
         w.k = static_cast<int32_t>(out[w.idx].proposals.size());
         return absl::OkStatus();

@@ -260,12 +260,29 @@ double TotalWeight(absl::Span<const float> logits,
   return total;
 }
 
+// DraftConfidence's value: sampled, q's largest probability; greedy, the argmax's weight
+// among c (the top logits, sorted by logit, largest first) at temperature 1.
+double LargestProbability(const SparseProposal& q) {
+  double total = 0.0, largest = 0.0;
+  for (float p : q.probs) {
+    total += p;
+    largest = std::max(largest, static_cast<double>(p));
+  }
+  return total > 0.0 ? largest / total : 0.0;
+}
+double ArgmaxProbability(const std::vector<Cand>& c) {
+  double total = 0.0;
+  for (const Cand& k : c) total += std::exp(k.x - c.front().x);
+  return 1.0 / total;
+}
+
 }  // namespace
 
 absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
                                             const PenaltyState& history,
                                             const SamplingParams& draft_params, int32_t top_n,
-                                            const CounterRng& rng, int64_t position) {
+                                            const CounterRng& rng, int64_t position,
+                                            double* confidence) {
   if (top_n < 1) {
     return absl::InvalidArgumentError(absl::StrCat("proposal top_n must be >= 1, got ", top_n));
   }
@@ -279,11 +296,16 @@ absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
   // top-p's denominator is the mass of top-k's survivors: beyond the candidates, that needs
   // the reference's full sort.
   if (use_top_p && use_top_k && static_cast<size_t>(draft_params.top_k) > top_n + kSlack) {
-    return MakeProposalReference(logits, history, draft_params, top_n, rng, position);
+    absl::StatusOr<SparseProposal> q =
+        MakeProposalReference(logits, history, draft_params, top_n, rng, position);
+    if (q.ok() && confidence != nullptr) *confidence = LargestProbability(*q);
+    return q;
   }
   std::vector<std::pair<int32_t, double>> penalized;
   history.PenalizedEntries(draft_params, logits, &penalized);
-  const size_t select = IsGreedy(draft_params) ? 1 : static_cast<size_t>(top_n) + kSlack;
+  // Greedy needs the argmax only, or the top_n for its confidence (the same argmax first).
+  const size_t select = IsGreedy(draft_params) ? (confidence != nullptr ? top_n : 1)
+                                               : static_cast<size_t>(top_n) + kSlack;
   std::vector<Cand> c;
   c.reserve(select);
   if (absl::Status s = SelectByLogit(logits, penalized, select, &c); !s.ok()) return s;
@@ -293,6 +315,7 @@ absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
     q.ids = {c.front().id};
     q.probs = {1.0f};
     q.token = c.front().id;
+    if (confidence != nullptr) *confidence = ArgmaxProbability(c);
     return q;
   }
   const double temperature = draft_params.temperature;
@@ -323,22 +346,17 @@ absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
     const double threshold = draft_params.min_p;  // max w is exp(0) = 1
     std::erase_if(c, [threshold](const Cand& k) { return k.w < threshold; });
   }
-  return RankedProposal(
+  SparseProposal q = RankedProposal(
       c, std::min<size_t>(top_n, c.size()), [](const Cand& k) { return k.w; },
       [](const Cand& k) { return k.id; }, rng, position);
+  if (confidence != nullptr) *confidence = LargestProbability(q);
+  return q;
 }
 
 absl::StatusOr<double> DraftConfidence(absl::Span<const float> logits, const PenaltyState& history,
                                        const SamplingParams& draft_params, int32_t top_n,
                                        const SparseProposal& q) {
-  if (!IsGreedy(draft_params)) {
-    double total = 0.0, largest = 0.0;
-    for (float p : q.probs) {
-      total += p;
-      largest = std::max(largest, static_cast<double>(p));
-    }
-    return total > 0.0 ? largest / total : 0.0;
-  }
+  if (!IsGreedy(draft_params)) return LargestProbability(q);
   if (top_n < 1) {
     return absl::InvalidArgumentError(absl::StrCat("proposal top_n must be >= 1, got ", top_n));
   }
@@ -348,10 +366,7 @@ absl::StatusOr<double> DraftConfidence(absl::Span<const float> logits, const Pen
   if (absl::Status s = SelectByLogit(logits, penalized, static_cast<size_t>(top_n), &c); !s.ok()) {
     return s;
   }
-  // c is sorted by logit, largest first (the argmax, q's token): weights relative to it.
-  double total = 0.0;
-  for (const Cand& k : c) total += std::exp(k.x - c.front().x);
-  return 1.0 / total;
+  return ArgmaxProbability(c);
 }
 
 }  // namespace specd::sampling

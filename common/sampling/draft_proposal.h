@@ -46,10 +46,13 @@ int32_t SampleProposal(const SparseProposal& proposal, double u);
 // Fast: one pass over the row selects the top_n (+ a few) penalized logits, and exp() runs on
 // those only — except top-p without top-k, whose denominator is the whole row's mass. Same
 // q as MakeProposalReference (ids and order exact, probs within float rounding).
+// confidence: if not null, receives DraftConfidence's value for this row and q, from the same
+// pass over the row (a drafter that cuts its chain needs it for every draft token).
 absl::StatusOr<SparseProposal> MakeProposal(absl::Span<const float> logits,
                                             const PenaltyState& history,
                                             const SamplingParams& draft_params, int32_t top_n,
-                                            const CounterRng& rng, int64_t position);
+                                            const CounterRng& rng, int64_t position,
+                                            double* confidence = nullptr);
 
 // How sure the draft is at a position, in [0, 1]: the largest probability of its distribution
 // there — q's largest for sampled params; for greedy params (q is a point mass) the argmax's
