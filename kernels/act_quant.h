@@ -17,7 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/host_device.h"
+#include "common/util/host_device.h"
 
 namespace specd::kernels {
 

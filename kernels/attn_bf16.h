@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/host_device.h"
+#include "common/util/host_device.h"
 
 namespace specd::kernels {
 

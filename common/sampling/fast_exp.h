@@ -10,8 +10,10 @@
 #ifndef SPECD_COMMON_SAMPLING_FAST_EXP_H_
 #define SPECD_COMMON_SAMPLING_FAST_EXP_H_
 
-#include <bit>
 #include <cstdint>
+#include <cstring>
+
+#include "common/util/host_device.h"
 
 namespace specd::sampling {
 
@@ -24,8 +26,9 @@ namespace specd::sampling {
 // nothing beside the largest entry of a row (exp(0) = 1).
 inline constexpr float kExpFloor = -87.0f;
 
-// exp(x) for x <= 0 (also -inf); 0 below kExpFloor.
-inline float ExpNonPositive(float x) {
+// exp(x) for x <= 0 (also -inf); 0 below kExpFloor. The CUDA sampling kernels call this same
+// definition (built without fused multiply-adds there too: kernels/cuda/CMakeLists.txt).
+SPECD_HOST_DEVICE inline float ExpNonPositive(float x) {
   const float clamped = x < kExpFloor ? kExpFloor : x;
   // x = n ln2 + r with n an integer and |r| <= ln2 / 2. n by the round-to-nearest of adding
   // 1.5 * 2^23 (exact for |n| < 2^22); ln2 in two parts so n * ln2_hi is exact.
@@ -46,7 +49,9 @@ inline float ExpNonPositive(float x) {
   p = p * r + 1.0f;
   // 2^n from the exponent bits: n in [-126, 0], so a normal float.
   const int32_t biased = static_cast<int32_t>(n) + 127;
-  const float scale = std::bit_cast<float>(static_cast<uint32_t>(biased) << 23);
+  const uint32_t scale_bits = static_cast<uint32_t>(biased) << 23;
+  float scale;
+  memcpy(&scale, &scale_bits, sizeof(scale));  // a bit cast device code can make too
   return x < kExpFloor ? 0.0f : p * scale;
 }
 

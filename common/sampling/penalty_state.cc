@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/sampling/penalty_formula.h"
+
 namespace specd::sampling {
 
 PenaltyState PenaltyState::FromTokens(absl::Span<const int32_t> prompt,
@@ -41,13 +43,7 @@ bool PenaltyState::InPrompt(int32_t token) const {
 }
 
 double PenaltyState::Penalize(const SamplingParams& params, const Seen& seen, double l) {
-  const double rep = params.repetition_penalty;
-  if (rep != 1.0) l = l > 0.0 ? l / rep : l * rep;
-  if (seen.generated_count > 0) {
-    l -= static_cast<double>(params.presence_penalty) +
-         static_cast<double>(params.frequency_penalty) * seen.generated_count;
-  }
-  return l;
+  return PenalizeLogit(FactorsOf(params), seen.generated_count, l);
 }
 
 void PenaltyState::Apply(const SamplingParams& params, absl::Span<double> logits) const {

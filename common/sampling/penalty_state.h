@@ -8,9 +8,14 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "common/sampling/penalty_formula.h"
 #include "common/sampling/sampling_params.h"
 
 namespace specd::sampling {
+
+inline PenaltyFactors FactorsOf(const SamplingParams& params) {
+  return {params.repetition_penalty, params.presence_penalty, params.frequency_penalty};
+}
 
 class PenaltyState {
  public:
@@ -22,6 +27,11 @@ class PenaltyState {
   void AddGenerated(int32_t token) { ++Find(token).generated_count; }
 
   bool empty() const { return seen_.empty(); }
+  // Every seen id, ascending, with its generated count (the device verifier's plan).
+  template <class F>
+  void ForEachSeen(F&& f) const {
+    for (const auto& [token, seen] : seen_) f(token, seen.generated_count);
+  }
   int32_t GeneratedCount(int32_t token) const;
   bool InPrompt(int32_t token) const;
 

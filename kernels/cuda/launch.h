@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/sampling/blockwise_verify.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/kernel_types.h"
 
@@ -74,6 +75,21 @@ struct DeviceAttentionPlan {
 absl::Status LaunchPagedAttention(const float* q, int32_t num_q_heads, const PagedKvLayer& kv,
                                   float scale, float* out, const DeviceAttentionPlan& plan,
                                   void* stream);
+
+// Speculative verification of a step on the device (common/sampling/blockwise_verify.h): the
+// plan's arrays (BlockwisePlan, uploaded), the step's logits and the outputs, all device memory.
+// Only tokens, logprobs and outcomes need to leave the device.
+struct DeviceVerifyBuffers {
+  sampling::blockwise::PlanView plan;          // its arrays in device memory
+  const float* logits = nullptr;               // [*, plan.vocab]: every row the plan names
+  float* weights = nullptr;                    // [plan.num_rows, plan.vocab] scratch
+  sampling::blockwise::RowSummary* summaries = nullptr;  // [plan.num_rows]
+  sampling::blockwise::SeqOutcome* outcomes = nullptr;   // [plan.num_seqs]
+  int32_t* tokens = nullptr;                   // [plan.num_rows]
+  float* logprobs = nullptr;                   // [plan.num_rows]
+};
+// Two launches: one block per verify row, then one per sequence.
+absl::Status LaunchBlockwiseVerify(const DeviceVerifyBuffers& buffers, void* stream);
 
 }  // namespace specd::kernels::cuda
 

@@ -8,7 +8,11 @@
 
 #include <cstdint>
 
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/sampling/blockwise_verify_host.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/kernel_types.h"
 
@@ -61,6 +65,12 @@ absl::Status PagedAttentionHost(const float* q, int64_t T, int32_t num_q_heads,
                                 const int32_t* positions, const int32_t* const* block_tables,
                                 const PagedKvLayer& kv, float scale, float* out,
                                 int64_t fill_blocks = 0);
+
+// A verification step on the device: the plan and logits (host: [logits_rows, vocab]) uploaded,
+// LaunchBlockwiseVerify, the outcomes collected as VerifyDraft's results. The twin it is held
+// against: sampling::VerifyDraft (tests/kernels/cuda_sampling_test.cc, label gpu).
+absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwiseHost(
+    const sampling::BlockwisePlan& plan, const float* logits, int64_t logits_rows);
 
 }  // namespace specd::kernels::cuda
 

@@ -24,6 +24,11 @@ if(SPECD_HAVE_CUDA)
     SRCS ${PROJECT_SOURCE_DIR}/tests/kernels/cuda_ops_test.cc
     DEPS specd_kernels_cuda specd_kernels_ref LABELS gpu)
   set_tests_properties(cuda_ops_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
+  # Speculative verification on the device vs VerifyDraft.
+  specd_test(cuda_sampling_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/kernels/cuda_sampling_test.cc
+    DEPS specd_kernels_cuda specd_sampling LABELS gpu)
+  set_tests_properties(cuda_sampling_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
 endif()
 # NCCL rank processes at world size 1 (only with the CUDA toolkit; skipped without a GPU).
 if(SPECD_HAVE_CUDA AND NOT SPECD_CORE_ONLY)

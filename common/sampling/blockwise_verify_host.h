@@ -1,0 +1,74 @@
+// The host side of the blockwise verifier (blockwise_verify.h): the plan a step's sequences
+// make (built and validated on the host, then uploaded to the device or read in place), the
+// outcomes turned back into VerifyResults, and the host twin that runs both phases on
+// std::threads, one "thread block" at a time.
+#ifndef SPECD_COMMON_SAMPLING_BLOCKWISE_VERIFY_HOST_H_
+#define SPECD_COMMON_SAMPLING_BLOCKWISE_VERIFY_HOST_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/sampling/blockwise_verify.h"
+#include "common/sampling/speculative_verifier.h"
+
+namespace specd::sampling {
+
+// One sequence of a verification step, as VerifyInput describes it, with where its k + 1 rows
+// sit in the step's logits matrix.
+struct SequenceToVerify {
+  const SamplingParams* params = nullptr;
+  const PenaltyState* history = nullptr;       // committed tokens before d_1; nullptr = none
+  absl::Span<const SparseProposal> proposals;  // [k]
+  int64_t position = 0;                        // absolute position of d_1
+  absl::Span<const int32_t> eos_token_ids;
+  int64_t first_logits_row = 0;                // rows first_logits_row .. + k
+};
+
+class BlockwisePlan {
+ public:
+  // INVALID_ARGUMENT as VerifyDraft for invalid params or a malformed q (naming the sequence);
+  // UNIMPLEMENTED for num_logprobs > 0 (top logprobs stay on the CPU verifier).
+  static absl::StatusOr<BlockwisePlan> Build(int32_t vocab,
+                                             absl::Span<const SequenceToVerify> sequences);
+
+  // The arrays in host memory.
+  blockwise::PlanView View() const;
+  int32_t vocab() const { return vocab_; }
+  int32_t num_rows() const { return static_cast<int32_t>(rows_.size()); }
+  int32_t num_seqs() const { return static_cast<int32_t>(seqs_.size()); }
+
+  const std::vector<blockwise::Transforms>& transforms() const { return transforms_; }
+  const std::vector<blockwise::RowPlan>& rows() const { return rows_; }
+  const std::vector<blockwise::SeqPlan>& seqs() const { return seqs_; }
+  const std::vector<blockwise::PenaltyEntry>& penalties() const { return penalties_; }
+  const std::vector<blockwise::ProposalEntry>& proposals() const { return proposals_; }
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+
+ private:
+  int32_t vocab_ = 0;
+  std::vector<blockwise::Transforms> transforms_;
+  std::vector<blockwise::RowPlan> rows_;
+  std::vector<blockwise::SeqPlan> seqs_;
+  std::vector<blockwise::PenaltyEntry> penalties_;
+  std::vector<blockwise::ProposalEntry> proposals_;
+  std::vector<int32_t> stop_ids_;
+};
+
+// What phase 2 wrote, per sequence, as VerifyDraft's results (top_logprobs empty). A row error
+// the chain reached is INVALID_ARGUMENT naming the sequence, the row and the logit.
+// tokens, logprobs: [plan.num_rows()].
+absl::StatusOr<std::vector<VerifyResult>> CollectResults(
+    const BlockwisePlan& plan, absl::Span<const blockwise::SeqOutcome> outcomes,
+    absl::Span<const int32_t> tokens, absl::Span<const float> logprobs);
+
+// The host twin: both phases on `threads_per_block` std::threads per block, blocks one after
+// another. logits: [*, vocab], holding every row the plan names.
+absl::StatusOr<std::vector<VerifyResult>> VerifyBlockwiseOnHost(const BlockwisePlan& plan,
+                                                                absl::Span<const float> logits,
+                                                                int threads_per_block);
+
+}  // namespace specd::sampling
+
+#endif  // SPECD_COMMON_SAMPLING_BLOCKWISE_VERIFY_HOST_H_
