@@ -39,4 +39,11 @@ absl::Status CopyVectorTo(DeviceMemory& memory, const float** v, int64_t n, Weig
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<sampling::VerifyResult>> Backend::VerifyBlockwise(
+    const sampling::BlockwisePlan& plan, const float* logits, int64_t rows) {
+  // One thread per block: the blocks (rows, then sequences) are small beside a forward.
+  return sampling::VerifyBlockwiseOnHost(
+      plan, absl::MakeConstSpan(logits, static_cast<size_t>(rows) * plan.vocab()), 1);
+}
+
 }  // namespace specd::engine

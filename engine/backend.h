@@ -17,6 +17,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "common/sampling/blockwise_verify_host.h"
 #include "engine/device_memory.h"
 #include "kernels/kernel_types.h"
 
@@ -65,6 +66,14 @@ class Backend {
   virtual absl::Status PlaceVector(const float** /*v*/, int64_t /*n*/, WeightStorage* /*keep*/) {
     return absl::OkStatus();
   }
+
+  // Speculative verification of a step where its logits are (common/sampling/
+  // blockwise_verify.h), so only tokens leave the backend's memory. logits: [rows, vocab] in
+  // memory(). One result per plan sequence, as sampling::VerifyDraft's (without top
+  // logprobs). The default runs the blockwise host twin on the logits in place (host-readable
+  // memory); a device backend runs the same algorithm as kernels.
+  virtual absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwise(
+      const sampling::BlockwisePlan& plan, const float* logits, int64_t rows);
 
   // Waits for the ops issued so far; returns the first error any of them met (a device
   // backend's kernels report errors late). The CPU backends' ops cannot fail.

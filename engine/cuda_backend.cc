@@ -252,6 +252,55 @@ class CudaBackend final : public Backend {
     errors_.Note(st);
   }
 
+  // The plan's arrays up, both phases on the stream, only outcomes, tokens and logprobs down.
+  absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwise(
+      const sampling::BlockwisePlan& plan, const float* logits, int64_t rows) override {
+    namespace bw = sampling::blockwise;
+    const size_t R = static_cast<size_t>(plan.num_rows()), S = static_cast<size_t>(plan.num_seqs());
+    absl::Status st = Put(verify_.transforms, plan.transforms().data(), plan.transforms().size());
+    if (st.ok()) st = Put(verify_.rows, plan.rows().data(), R);
+    if (st.ok()) st = Put(verify_.seqs, plan.seqs().data(), S);
+    if (st.ok()) st = Put(verify_.penalties, plan.penalties().data(), plan.penalties().size());
+    if (st.ok()) st = Put(verify_.proposals, plan.proposals().data(), plan.proposals().size());
+    if (st.ok()) st = Put(verify_.stop_ids, plan.stop_ids().data(), plan.stop_ids().size());
+    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float));
+    if (st.ok()) st = verify_.summaries.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::RowSummary));
+    if (st.ok()) st = verify_.outcomes.Reserve(memory_, std::max<size_t>(S, 1) * sizeof(bw::SeqOutcome));
+    if (st.ok()) st = verify_.tokens.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(int32_t));
+    if (st.ok()) st = verify_.logprobs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(float));
+    if (!st.ok()) return st;
+    for (const bw::RowPlan& row : plan.rows()) {
+      if (row.logits_row >= rows) {
+        return absl::InvalidArgumentError("the verify plan reads a logits row past the step's");
+      }
+    }
+    kc::DeviceVerifyBuffers buf;
+    buf.plan = plan.View();
+    buf.plan.transforms = verify_.transforms.as<bw::Transforms>();
+    buf.plan.rows = verify_.rows.as<bw::RowPlan>();
+    buf.plan.seqs = verify_.seqs.as<bw::SeqPlan>();
+    buf.plan.penalties = verify_.penalties.as<bw::PenaltyEntry>();
+    buf.plan.proposals = verify_.proposals.as<bw::ProposalEntry>();
+    buf.plan.stop_ids = verify_.stop_ids.as<int32_t>();
+    buf.logits = logits;
+    buf.weights = verify_.weights.as<float>();
+    buf.summaries = verify_.summaries.as<bw::RowSummary>();
+    buf.outcomes = verify_.outcomes.as<bw::SeqOutcome>();
+    buf.tokens = verify_.tokens.as<int32_t>();
+    buf.logprobs = verify_.logprobs.as<float>();
+    if (st = kc::LaunchBlockwiseVerify(buf, stream_); !st.ok()) return st;
+    std::vector<bw::SeqOutcome> outcomes(S);
+    std::vector<int32_t> tokens(R);
+    std::vector<float> logprobs(R);
+    // Downloads wait for the stream, so the plan's host arrays outlived their uploads.
+    st = memory_.Download(outcomes.data(), buf.outcomes, S * sizeof(bw::SeqOutcome));
+    if (st.ok()) st = memory_.Download(tokens.data(), buf.tokens, R * sizeof(int32_t));
+    if (st.ok()) st = memory_.Download(logprobs.data(), buf.logprobs, R * sizeof(float));
+    if (absl::Status late = Sync(); st.ok()) st = late;
+    if (!st.ok()) return st;
+    return sampling::CollectResults(plan, outcomes, tokens, logprobs);
+  }
+
  private:
   // The angles' frequencies, from the reference's own planner; uploaded when they change.
   absl::Status PlanRope(const kernels::RopeParams& p) {
@@ -287,6 +336,11 @@ class CudaBackend final : public Backend {
   GrowingBuffer positions_, tables_, offsets_, items_, merges_, partials_;
   int64_t num_partials_ = 0;
   kc::DeviceAttentionPlan plan_;
+  // VerifyBlockwise's plan arrays and outputs.
+  struct VerifyBuffers {
+    GrowingBuffer transforms, rows, seqs, penalties, proposals, stop_ids;
+    GrowingBuffer weights, summaries, outcomes, tokens, logprobs;
+  } verify_;
 };
 
 absl::Status CudaBackend::PlanAttention(const int32_t* positions, const int32_t* const* block_tables, int64_t T,

@@ -495,6 +495,11 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
   if (hidden == nullptr && !batch.hidden_rows.empty()) {
     return absl::InvalidArgumentError("batch.hidden_rows is set but no hidden output was given");
   }
+  if (logits == nullptr && !batch.logit_rows.empty() && !keeps_logits_on_backend()) {
+    return absl::InvalidArgumentError(
+        "logits: no buffer was given, and this model's logits cannot stay on its backend "
+        "(host memory, or a truncated output head)");
+  }
   if (&kv.memory() != &backend_->memory()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "kv: the cache's pools are not in backend %s's memory (make its config with "
@@ -615,6 +620,10 @@ absl::Status LlamaModel::RunLayer(int32_t l, int64_t T, PagedKvCache& kv) {
   return absl::OkStatus();
 }
 
+bool LlamaModel::keeps_logits_on_backend() const {
+  return weights_.head_token_ids == nullptr && !backend_->memory().host_addressable();
+}
+
 absl::Status LlamaModel::ComputeOutputs(const ForwardBatch& batch, float* logits,
                                         float* hidden) {
   const int64_t D = config_.embedding_dim, V = config_.vocab_size;
@@ -641,7 +650,7 @@ absl::Status LlamaModel::ComputeOutputs(const ForwardBatch& batch, float* logits
   if (weights_.head_token_ids == nullptr) {  // logits: [R, vocab]
     float* out = direct ? logits : ws_.logits.as<float>();
     MatMul(weights_.output, h, R, out);
-    if (direct) return absl::OkStatus();
+    if (direct || logits == nullptr) return absl::OkStatus();  // null: they stay (step_logits)
     return mem.Download(logits, out, static_cast<size_t>(R * V) * sizeof(float));
   }
   // Truncated head: head_out: [R, N], scattered on the host into logits: [R, vocab] (-inf

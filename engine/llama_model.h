@@ -100,8 +100,15 @@ class LlamaModel {
   // be null without hidden rows). Each sequence must already exist in `kv`; it is cut to its
   // slice's start_pos and grown to start_pos + num_tokens. Errors: INVALID_ARGUMENT naming the
   // bad field, RESOURCE_EXHAUSTED when KV blocks run out (then no KV is written).
+  // logits null: they stay in the backend's memory, at step_logits() (a backend whose memory
+  // the host cannot address, with the full output head: verification on the device).
   absl::Status Forward(const ForwardBatch& batch, PagedKvCache& kv, float* logits,
                        float* hidden = nullptr);
+  // The last Forward's logits [batch.logit_rows.size(), vocab] in the backend's memory, when
+  // it was given no logits buffer; valid until the next Forward.
+  const float* step_logits() const { return ws_.logits.as<float>(); }
+  // Whether Forward can keep its logits in the backend's memory (logits null).
+  bool keeps_logits_on_backend() const;
   // What Forward checks before it runs anything (tensor-parallel ranks agree on it before any
   // of them enters a collective).
   absl::Status Validate(const ForwardBatch& batch, const PagedKvCache& kv) const;

@@ -59,29 +59,23 @@ absl::StatusOr<sampling::VerifyResult> Verify(const TargetCall& c, const float* 
                           : sampling::VerifyDraft(*c.params, rng, in);
 }
 
-}  // namespace
 
-absl::Status RunVerifyStep(engine::ModelRunner& runner, absl::Span<const TargetCall> calls,
-                           const VerifyStepOptions& options, VerifyStepBuffers& buffers,
-                           std::vector<TargetOutcome>& out) {
-  out.assign(calls.size(), TargetOutcome{});
-  if (calls.empty()) return absl::OkStatus();
+// The logits leave the runner and each sequence is verified on the host (VerifyDraft).
+// Each emitting sequence's verification is its own (its rows, history and counters), so they
+// run on the backend's threads: a batch's sampled rows each build p over the whole vocabulary.
+// The results do not depend on which thread ran them.
+absl::Status ForwardThenVerifyOnHost(engine::ModelRunner& runner,
+                                     absl::Span<const TargetCall> calls,
+                                     absl::Span<const int32_t> first_row,
+                                     const VerifyStepOptions& options, VerifyStepBuffers& buffers,
+                                     std::vector<absl::StatusOr<sampling::VerifyResult>>& verified) {
   const int32_t vocab = runner.model().vocab_size();
-  const int64_t dim = runner.model().config().embedding_dim;
-  std::vector<int32_t> first_row, first_hidden;
-  BuildBatch(calls, buffers.batch, first_row, first_hidden);
   buffers.logits.resize(buffers.batch.logit_rows.size() * static_cast<size_t>(vocab));
-  buffers.hidden.resize(buffers.batch.hidden_rows.size() * static_cast<size_t>(dim));
   if (absl::Status st =
           runner.Forward(buffers.batch, buffers.logits.data(), buffers.hidden.data());
       !st.ok()) {
     return st;
   }
-  // Each emitting sequence's verification is its own (its rows, history and counters), so
-  // they run on the backend's threads: a batch's sampled rows each build p over the whole
-  // vocabulary. The results do not depend on which thread ran them.
-  std::vector<absl::StatusOr<sampling::VerifyResult>> verified(
-      calls.size(), absl::StatusOr<sampling::VerifyResult>(sampling::VerifyResult{}));
   runner.model().backend()->ParallelFor(
       static_cast<int64_t>(calls.size()), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
@@ -91,6 +85,72 @@ absl::Status RunVerifyStep(engine::ModelRunner& runner, absl::Span<const TargetC
                                vocab, options);
         }
       });
+  return absl::OkStatus();
+}
+
+// Where the runner can: the logits stay on its backend and are verified there
+// (common/sampling/blockwise_verify.h); only tokens come back. Not for tests' own verifiers
+// or requests that want top logprobs (the host verifier computes those).
+bool VerifiesOnDevice(const engine::ModelRunner& runner, absl::Span<const TargetCall> calls,
+                      const VerifyStepOptions& options) {
+  if (options.verifier || !runner.verifies_on_device()) return false;
+  for (const TargetCall& c : calls) {
+    if (c.emit && c.params->num_logprobs > 0) return false;
+  }
+  return true;
+}
+
+absl::Status ForwardAndVerifyOnDevice(engine::ModelRunner& runner,
+                                      absl::Span<const TargetCall> calls,
+                                      absl::Span<const int32_t> first_row,
+                                      const VerifyStepOptions& options,
+                                      VerifyStepBuffers& buffers,
+                                      std::vector<absl::StatusOr<sampling::VerifyResult>>& verified) {
+  std::vector<sampling::SequenceToVerify> seqs;
+  std::vector<size_t> call_of;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const TargetCall& c = calls[i];
+    if (!c.emit) continue;
+    sampling::SequenceToVerify s;
+    s.params = c.params;
+    s.history = c.history;
+    s.proposals = c.proposals;
+    s.position = int64_t{c.start} + static_cast<int64_t>(c.tokens.size());
+    s.eos_token_ids = options.eos_token_ids;
+    s.first_logits_row = first_row[i];
+    s.name = static_cast<int64_t>(c.seq);
+    seqs.push_back(s);
+    call_of.push_back(i);
+  }
+  // A malformed request is named before the forward runs (no KV written for it).
+  absl::StatusOr<sampling::BlockwisePlan> plan =
+      sampling::BlockwisePlan::Build(runner.model().vocab_size(), seqs);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::vector<sampling::VerifyResult>> results =
+      runner.ForwardAndVerify(buffers.batch, *plan, buffers.hidden.data());
+  if (!results.ok()) return results.status();
+  for (size_t j = 0; j < call_of.size(); ++j) verified[call_of[j]] = std::move((*results)[j]);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunVerifyStep(engine::ModelRunner& runner, absl::Span<const TargetCall> calls,
+                           const VerifyStepOptions& options, VerifyStepBuffers& buffers,
+                           std::vector<TargetOutcome>& out) {
+  out.assign(calls.size(), TargetOutcome{});
+  if (calls.empty()) return absl::OkStatus();
+  const int64_t dim = runner.model().config().embedding_dim;
+  std::vector<int32_t> first_row, first_hidden;
+  BuildBatch(calls, buffers.batch, first_row, first_hidden);
+  buffers.hidden.resize(buffers.batch.hidden_rows.size() * static_cast<size_t>(dim));
+  std::vector<absl::StatusOr<sampling::VerifyResult>> verified(
+      calls.size(), absl::StatusOr<sampling::VerifyResult>(sampling::VerifyResult{}));
+  absl::Status st =
+      VerifiesOnDevice(runner, calls, options)
+          ? ForwardAndVerifyOnDevice(runner, calls, first_row, options, buffers, verified)
+          : ForwardThenVerifyOnHost(runner, calls, first_row, options, buffers, verified);
+  if (!st.ok()) return st;
   // Then, in order, the rollbacks (the KV cache is not shared between threads).
   for (size_t i = 0; i < calls.size(); ++i) {
     const TargetCall& c = calls[i];

@@ -63,6 +63,7 @@ class Fenced final : public FencedBackend {
   DeviceMemory& memory() override { return memory_; }
   std::vector<std::string> violations() const override { return violations_; }
   size_t used() const override { return memory_.used(); }
+  int64_t blockwise_verifications() const override { return blockwise_verifications_; }
 
   absl::Status PlaceWeight(WeightMatrix* w, engine::WeightUse use,
                            engine::WeightStorage* keep) override {
@@ -110,6 +111,13 @@ class Fenced final : public FencedBackend {
     Check("SwiGlu", out, T * F, "out");
     FenceOpening open(*this);
     inner_->SwiGlu(gate, up, T, F, out);
+  }
+  absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwise(
+      const sampling::BlockwisePlan& plan, const float* logits, int64_t rows) override {
+    Check("VerifyBlockwise", logits, rows * plan.vocab(), "logits");
+    ++blockwise_verifications_;
+    FenceOpening open(*this);
+    return Backend::VerifyBlockwise(plan, logits, rows);  // the host twin, inside the fence
   }
   void AddInPlace(float* x, const float* y, int64_t n) override {
     Check("AddInPlace", x, n, "x");
@@ -199,6 +207,7 @@ class Fenced final : public FencedBackend {
   }
 
   FencedMemory memory_;
+  int64_t blockwise_verifications_ = 0;
   std::unique_ptr<engine::Backend> inner_;
   int depth_ = 0;
   int64_t T_ = 0;  // the planned step's tokens

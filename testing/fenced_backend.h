@@ -39,6 +39,8 @@ class FencedBackend : public engine::Backend {
   virtual std::vector<std::string> violations() const = 0;
   // Bytes of the arena in use.
   virtual size_t used() const = 0;
+  // Steps verified where their logits are (VerifyBlockwise).
+  virtual int64_t blockwise_verifications() const = 0;
 
  protected:
   friend class FenceOpening;

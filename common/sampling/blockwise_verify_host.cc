@@ -58,9 +58,11 @@ absl::StatusOr<BlockwisePlan> BlockwisePlan::Build(int32_t vocab,
   plan.vocab_ = vocab;
   for (size_t si = 0; si < sequences.size(); ++si) {
     const SequenceToVerify& s = sequences[si];
+    const int64_t name = s.name >= 0 ? s.name : static_cast<int64_t>(si);
     if (absl::Status st = ValidateSequence(s, vocab); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("sequence ", si, ": ", st.message()));
+      return absl::Status(st.code(), absl::StrCat("sequence ", name, ": ", st.message()));
     }
+    plan.names_.push_back(name);
     const SamplingParams& params = *s.params;
     const int32_t transforms = static_cast<int32_t>(plan.transforms_.size());
     plan.transforms_.push_back(TransformsOf(params));
@@ -134,13 +136,13 @@ absl::StatusOr<std::vector<VerifyResult>> CollectResults(
     const blockwise::SeqPlan& seq = plan.seqs()[si];
     const blockwise::SeqOutcome& o = outcomes[si];
     if (o.error == blockwise::kRowNotFinite) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence ", si, ", row ", o.error_row,
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", plan.name(si), ", row ", o.error_row,
                                                      ": logits[", o.error_index,
                                                      "] is NaN or +inf"));
     }
     if (o.error == blockwise::kRowAllMasked) {
       return absl::InvalidArgumentError(
-          absl::StrCat("sequence ", si, ", row ", o.error_row, ": every logit is -inf"));
+          absl::StrCat("sequence ", plan.name(si), ", row ", o.error_row, ": every logit is -inf"));
     }
     VerifyResult r;
     r.num_drafted = seq.num_drafts;

@@ -24,6 +24,7 @@ struct SequenceToVerify {
   int64_t position = 0;                        // absolute position of d_1
   absl::Span<const int32_t> eos_token_ids;
   int64_t first_logits_row = 0;                // rows first_logits_row .. + k
+  int64_t name = -1;                           // in errors, "sequence <name>"; -1: its index
 };
 
 class BlockwisePlan {
@@ -45,6 +46,7 @@ class BlockwisePlan {
   const std::vector<blockwise::PenaltyEntry>& penalties() const { return penalties_; }
   const std::vector<blockwise::ProposalEntry>& proposals() const { return proposals_; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  int64_t name(size_t seq) const { return names_[seq]; }
 
  private:
   int32_t vocab_ = 0;
@@ -54,6 +56,7 @@ class BlockwisePlan {
   std::vector<blockwise::PenaltyEntry> penalties_;
   std::vector<blockwise::ProposalEntry> proposals_;
   std::vector<int32_t> stop_ids_;
+  std::vector<int64_t> names_;  // [seqs]: what errors call each sequence
 };
 
 // What phase 2 wrote, per sequence, as VerifyDraft's results (top_logprobs empty). A row error

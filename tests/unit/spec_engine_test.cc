@@ -194,6 +194,52 @@ TEST_F(SpecEngineTest, GreedyOnDeviceMemoryEqualsPlain) {
   EXPECT_EQ(fenced->violations(), std::vector<std::string>{});
 }
 
+// Sampled requests (seeded, every transform) verified where the logits are: a target on
+// FencedBackend (memory the host cannot address) verifies on its backend
+// (Backend::VerifyBlockwise, the kernels' algorithm) and gives, token for token, what the same
+// target on the reference backend gives through the host verifier (VerifyDraft).
+TEST_F(SpecEngineTest, SampledVerifiedOnDeviceMemoryEqualsHostVerifier) {
+  const auto prompts = Prompts(5, vocab_);
+  std::vector<sampling::SamplingParams> params(prompts.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].temperature = 0.7f + 0.2f * static_cast<float>(i);
+    params[i].seed = 40 + i;
+    params[i].ignore_eos = true;
+  }
+  params[1].top_k = 5;
+  params[2].top_p = 0.8f;
+  params[3].min_p = 0.05f;
+  params[4].repetition_penalty = 1.3f;
+  params[4].presence_penalty = 0.4f;
+  constexpr int kNew = 14;
+  auto generate = [&](engine::Backend* backend) {
+    auto target = LoadModel(target_path_, backend, 256, 256);
+    EXPECT_TRUE(target);
+    ModelDrafterOptions o;
+    o.kv_blocks = 256;
+    auto d = ModelDrafter::CreateFromFile(draft_path_, identity_, backend, o);
+    EXPECT_TRUE(d.ok()) << d.status();
+    SpecEngineOptions eo;
+    eo.k = 3;
+    eo.max_running = 5;
+    auto e = SpecEngine::Create(target->model.get(), d->get(), eo);
+    EXPECT_TRUE(e.ok()) << e.status();
+    auto out = EngineGenerate(**e, prompts, params, kNew);
+    EXPECT_GT((*e)->stats().drafted, 0);
+    EXPECT_GT((*e)->stats().accepted, 0);
+    return out;
+  };
+  std::unique_ptr<engine::Backend> ref = engine::MakeReferenceBackend();
+  const auto host_verified = generate(ref.get());
+  std::unique_ptr<testing::FencedBackend> fenced = testing::MakeFencedBackend();
+  const auto device_verified = generate(fenced.get());
+  EXPECT_GT(fenced->blockwise_verifications(), 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(device_verified[i], host_verified[i]) << "prompt " << i;
+  }
+  EXPECT_EQ(fenced->violations(), std::vector<std::string>{});
+}
+
 // The feature-conditioned drafter against its plain-loop twin: every proposal equals a fresh
 // forward of the draft over the whole sequence, row t fed the target's hidden state at t - 1
 // (zeros at 0) and each drafted row fed the hidden state of the draft row before it. After a
