@@ -268,4 +268,64 @@ absl::StatusOr<std::vector<VerifyResult>> VerifyBlockwiseOnHost(const BlockwiseP
   return CollectResults(plan, outcomes, tokens, logprobs);
 }
 
+absl::StatusOr<std::vector<BlockwiseProposal>> CollectProposals(
+    const BlockwisePlan& plan, absl::Span<const blockwise::ProposalOut> outs,
+    absl::Span<const int32_t> ids, absl::Span<const float> probs, int32_t top_n) {
+  std::vector<BlockwiseProposal> proposals;
+  for (size_t si = 0; si < plan.seqs().size(); ++si) {
+    const int32_t r = plan.seqs()[si].first_row;
+    const blockwise::ProposalOut& o = outs[r];
+    if (o.error == blockwise::kRowNotFinite) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", plan.name(si), ": logits[",
+                                                     o.error_index, "] is NaN or +inf"));
+    }
+    if (o.error == blockwise::kRowAllMasked) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", plan.name(si), ": every logit is -inf"));
+    }
+    BlockwiseProposal p;
+    const size_t at = static_cast<size_t>(r) * top_n;
+    p.q.token = o.token;
+    p.q.ids.assign(ids.begin() + at, ids.begin() + at + o.size);
+    p.q.probs.assign(probs.begin() + at, probs.begin() + at + o.size);
+    p.confidence = o.confidence;
+    proposals.push_back(std::move(p));
+  }
+  return proposals;
+}
+
+absl::StatusOr<std::vector<BlockwiseProposal>> ProposeBlockwiseOnHost(
+    const BlockwisePlan& plan, absl::Span<const float> logits, int32_t top_n,
+    int threads_per_block) {
+  if (top_n < 1 || top_n > blockwise::kMaxBlockwiseTopN) {
+    return absl::InvalidArgumentError(absl::StrCat("top_n must be in [1, ",
+                                                   blockwise::kMaxBlockwiseTopN, "], got ", top_n));
+  }
+  if (threads_per_block < 1) {
+    return absl::InvalidArgumentError("threads_per_block must be at least 1");
+  }
+  const blockwise::PlanView view = plan.View();
+  const int64_t vocab = plan.vocab();
+  for (const blockwise::RowPlan& row : plan.rows()) {
+    if ((row.logits_row + 1) * vocab > static_cast<int64_t>(logits.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logits has ", logits.size(), " values; the plan reads row ", row.logits_row));
+    }
+  }
+  const size_t R = static_cast<size_t>(plan.num_rows());
+  std::vector<float> weights(R * vocab), scratch(R * top_n), probs(R * top_n);
+  std::vector<int32_t> ids(R * top_n);
+  std::vector<blockwise::ProposalOut> outs(R);
+  for (int32_t r = 0; r < plan.num_rows(); ++r) {
+    outs[r] = RunBlock<blockwise::ProposalOut>(threads_per_block, [&](HostBlock& b) {
+      float* w = weights.data() + r * vocab;
+      const blockwise::RowSummary s = blockwise::SummarizeRow(b, view, r, logits.data(), w);
+      const size_t at = static_cast<size_t>(r) * top_n;
+      return blockwise::ProposeFromRow(b, view, r, logits.data(), w, s, top_n, ids.data() + at,
+                                       probs.data() + at, scratch.data() + at);
+    });
+  }
+  return CollectProposals(plan, outs, ids, probs, top_n);
+}
+
 }  // namespace specd::sampling

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/sampling/blockwise_propose.h"
 #include "common/sampling/blockwise_verify.h"
 #include "common/sampling/speculative_verifier.h"
 
@@ -71,6 +72,25 @@ absl::StatusOr<std::vector<VerifyResult>> CollectResults(
 absl::StatusOr<std::vector<VerifyResult>> VerifyBlockwiseOnHost(const BlockwisePlan& plan,
                                                                 absl::Span<const float> logits,
                                                                 int threads_per_block);
+
+// Draft proposals (blockwise_propose.h): one plan sequence per drafted row, with the draft's
+// params, the drafted token's position and no proposals (SequenceToVerify::proposals empty).
+struct BlockwiseProposal {
+  SparseProposal q;          // ids in rank order (most likely first), token drawn from q
+  double confidence = 0.0;   // DraftConfidence's value
+};
+
+// What the proposal phase wrote, per plan sequence, as proposals. A malformed row is
+// INVALID_ARGUMENT naming the sequence. ids, probs: [num_rows * top_n].
+absl::StatusOr<std::vector<BlockwiseProposal>> CollectProposals(
+    const BlockwisePlan& plan, absl::Span<const blockwise::ProposalOut> outs,
+    absl::Span<const int32_t> ids, absl::Span<const float> probs, int32_t top_n);
+
+// The host twin of the device proposal: SummarizeRow then ProposeFromRow per row. top_n in
+// [1, kMaxBlockwiseTopN].
+absl::StatusOr<std::vector<BlockwiseProposal>> ProposeBlockwiseOnHost(
+    const BlockwisePlan& plan, absl::Span<const float> logits, int32_t top_n,
+    int threads_per_block);
 
 }  // namespace specd::sampling
 

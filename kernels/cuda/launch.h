@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/sampling/blockwise_propose.h"
 #include "common/sampling/blockwise_verify.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/kernel_types.h"
@@ -90,6 +91,20 @@ struct DeviceVerifyBuffers {
 };
 // Two launches: one block per verify row, then one per sequence.
 absl::Status LaunchBlockwiseVerify(const DeviceVerifyBuffers& buffers, void* stream);
+
+// A draft's proposals where its logits are (common/sampling/blockwise_propose.h): one block
+// per drafted row; q's ids and probs [rows, top_n] in rank order and each row's ProposalOut.
+struct DeviceProposeBuffers {
+  sampling::blockwise::PlanView plan;  // its arrays in device memory; one sequence per row
+  const float* logits = nullptr;       // [*, plan.vocab]
+  float* weights = nullptr;            // [plan.num_rows, plan.vocab] scratch
+  int32_t top_n = 0;                   // [1, kMaxBlockwiseTopN]
+  int32_t* ids = nullptr;              // [plan.num_rows, top_n]
+  float* probs = nullptr;              // [plan.num_rows, top_n]
+  float* scratch = nullptr;            // [plan.num_rows, top_n]
+  sampling::blockwise::ProposalOut* outs = nullptr;  // [plan.num_rows]
+};
+absl::Status LaunchBlockwisePropose(const DeviceProposeBuffers& buffers, void* stream);
 
 }  // namespace specd::kernels::cuda
 

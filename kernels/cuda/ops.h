@@ -72,6 +72,12 @@ absl::Status PagedAttentionHost(const float* q, int64_t T, int32_t num_q_heads,
 absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwiseHost(
     const sampling::BlockwisePlan& plan, const float* logits, int64_t logits_rows);
 
+// Draft proposals on the device for a plan of drafted rows (host logits [logits_rows, vocab]),
+// held against sampling::MakeProposalReference (tests/kernels/cuda_sampling_test.cc).
+absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwiseHost(
+    const sampling::BlockwisePlan& plan, const float* logits, int64_t logits_rows,
+    int32_t top_n);
+
 }  // namespace specd::kernels::cuda
 
 #endif  // SPECD_KERNELS_CUDA_OPS_H_

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "common/sampling/blockwise_propose.h"
 #include "common/sampling/blockwise_verify.h"
 #include "common/sampling/blockwise_verify_host.h"
 #include "kernels/cuda/device_util.cuh"
@@ -134,7 +135,106 @@ __global__ void FinishSequencesKernel(bw::PlanView plan, const float* logits,
   if (threadIdx.x == 0) outcomes[q] = o;
 }
 
+// One block per drafted row: the draft's transforms summarized, then its q ranked and d drawn.
+__global__ void ProposeRowsKernel(bw::PlanView plan, const float* logits, float* weights,
+                                  int32_t top_n, int32_t* ids, float* probs, float* scratch,
+                                  bw::ProposalOut* outs) {
+  __shared__ double d[2 * kMaxWarps];
+  __shared__ long long l[kMaxWarps + 1];
+  CudaBlock b(d, l);
+  const int32_t r = static_cast<int32_t>(blockIdx.x);
+  float* w = weights + static_cast<int64_t>(r) * plan.vocab;
+  const bw::RowSummary s = bw::SummarizeRow(b, plan, r, logits, w);
+  const int64_t at = static_cast<int64_t>(r) * top_n;
+  const bw::ProposalOut o =
+      bw::ProposeFromRow(b, plan, r, logits, w, s, top_n, ids + at, probs + at, scratch + at);
+  if (threadIdx.x == 0) outs[r] = o;
+}
+
+// The plan's arrays in device memory, copied from the host plan (one upload each).
+struct UploadedPlan {
+  DeviceArray<bw::Transforms> transforms;
+  DeviceArray<bw::RowPlan> rows;
+  DeviceArray<bw::SeqPlan> seqs;
+  DeviceArray<bw::PenaltyEntry> penalties;
+  DeviceArray<bw::ProposalEntry> proposals;
+  DeviceArray<int32_t> stop_ids;
+
+  absl::Status Upload(const sampling::BlockwisePlan& plan, bw::PlanView* view) {
+    absl::Status st = transforms.Upload(plan.transforms().data(), plan.transforms().size());
+    // Update keeps the first error.
+    if (st.ok()) st.Update(rows.Upload(plan.rows().data(), plan.rows().size()));
+    if (st.ok()) st.Update(seqs.Upload(plan.seqs().data(), plan.seqs().size()));
+    if (st.ok()) st.Update(penalties.Upload(plan.penalties().data(), plan.penalties().size()));
+    if (st.ok()) st.Update(proposals.Upload(plan.proposals().data(), plan.proposals().size()));
+    if (st.ok()) st.Update(stop_ids.Upload(plan.stop_ids().data(), plan.stop_ids().size()));
+    *view = plan.View();
+    view->transforms = transforms.get();
+    view->rows = rows.get();
+    view->seqs = seqs.get();
+    view->penalties = penalties.get();
+    view->proposals = proposals.get();
+    view->stop_ids = stop_ids.get();
+    return st;
+  }
+};
+
 }  // namespace
+
+absl::Status LaunchBlockwisePropose(const DeviceProposeBuffers& buf, void* stream) {
+  if (buf.plan.num_rows == 0) return absl::OkStatus();
+  if (buf.top_n < 1 || buf.top_n > bw::kMaxBlockwiseTopN) {
+    return absl::InvalidArgumentError("top_n is outside [1, kMaxBlockwiseTopN]");
+  }
+  ProposeRowsKernel<<<buf.plan.num_rows, kSamplingThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      buf.plan, buf.logits, buf.weights, buf.top_n, buf.ids, buf.probs, buf.scratch, buf.outs);
+  return CudaCheck(cudaGetLastError(), "ProposeRows");
+}
+
+absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwiseHost(
+    const sampling::BlockwisePlan& plan, const float* logits, int64_t logits_rows,
+    int32_t top_n) {
+  const int64_t vocab = plan.vocab();
+  for (const bw::RowPlan& row : plan.rows()) {
+    if (row.logits_row >= logits_rows) {
+      return absl::InvalidArgumentError("the plan reads a logits row past logits_rows");
+    }
+  }
+  if (top_n < 1 || top_n > bw::kMaxBlockwiseTopN) {
+    return absl::InvalidArgumentError("top_n is outside [1, kMaxBlockwiseTopN]");
+  }
+  const size_t R = static_cast<size_t>(plan.num_rows());
+  UploadedPlan up;
+  DeviceProposeBuffers buf;
+  DeviceArray<float> d_logits, weights, probs, scratch;
+  DeviceArray<int32_t> ids;
+  DeviceArray<bw::ProposalOut> outs;
+  absl::Status st = up.Upload(plan, &buf.plan);
+  if (st.ok()) st.Update(d_logits.Upload(logits, static_cast<size_t>(logits_rows * vocab)));
+  if (st.ok()) st.Update(weights.Alloc(R * vocab));
+  if (st.ok()) st.Update(probs.Alloc(R * top_n));
+  if (st.ok()) st.Update(scratch.Alloc(R * top_n));
+  if (st.ok()) st.Update(ids.Alloc(R * top_n));
+  if (st.ok()) st.Update(outs.Alloc(R));
+  if (!st.ok()) return st;
+  buf.logits = d_logits.get();
+  buf.weights = weights.get();
+  buf.top_n = top_n;
+  buf.ids = ids.get();
+  buf.probs = probs.get();
+  buf.scratch = scratch.get();
+  buf.outs = outs.get();
+  st.Update(LaunchBlockwisePropose(buf, nullptr));
+  if (st.ok()) st.Update(CudaCheck(cudaDeviceSynchronize(), "blockwise propose"));
+  std::vector<bw::ProposalOut> host_outs(R);
+  std::vector<int32_t> host_ids(R * top_n);
+  std::vector<float> host_probs(R * top_n);
+  if (st.ok()) st.Update(outs.Download(host_outs.data(), R));
+  if (st.ok()) st.Update(ids.Download(host_ids.data(), host_ids.size()));
+  if (st.ok()) st.Update(probs.Download(host_probs.data(), host_probs.size()));
+  if (!st.ok()) return st;
+  return sampling::CollectProposals(plan, host_outs, host_ids, host_probs, top_n);
+}
 
 absl::Status LaunchBlockwiseVerify(const DeviceVerifyBuffers& buf, void* stream) {
   const bw::PlanView& plan = buf.plan;
@@ -157,23 +257,13 @@ absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwiseHost(
       return absl::InvalidArgumentError("the plan reads a logits row past logits_rows");
     }
   }
-  DeviceArray<bw::Transforms> transforms;
-  DeviceArray<bw::RowPlan> rows;
-  DeviceArray<bw::SeqPlan> seqs;
-  DeviceArray<bw::PenaltyEntry> penalties;
-  DeviceArray<bw::ProposalEntry> proposals;
-  DeviceArray<int32_t> stop_ids;
+  UploadedPlan up;
+  DeviceVerifyBuffers buf;
   DeviceArray<float> d_logits, weights, logprobs;
   DeviceArray<bw::RowSummary> summaries;
   DeviceArray<bw::SeqOutcome> outcomes;
   DeviceArray<int32_t> tokens;
-  absl::Status st = transforms.Upload(plan.transforms().data(), plan.transforms().size());
-  // Update keeps the first error.
-  if (st.ok()) st.Update(rows.Upload(plan.rows().data(), plan.rows().size()));
-  if (st.ok()) st.Update(seqs.Upload(plan.seqs().data(), plan.seqs().size()));
-  if (st.ok()) st.Update(penalties.Upload(plan.penalties().data(), plan.penalties().size()));
-  if (st.ok()) st.Update(proposals.Upload(plan.proposals().data(), plan.proposals().size()));
-  if (st.ok()) st.Update(stop_ids.Upload(plan.stop_ids().data(), plan.stop_ids().size()));
+  absl::Status st = up.Upload(plan, &buf.plan);
   if (st.ok()) st.Update(d_logits.Upload(logits, static_cast<size_t>(logits_rows * vocab)));
   if (st.ok()) st.Update(weights.Alloc(static_cast<size_t>(plan.num_rows()) * vocab));
   if (st.ok()) st.Update(summaries.Alloc(plan.num_rows()));
@@ -182,14 +272,6 @@ absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwiseHost(
   if (st.ok()) st.Update(logprobs.Alloc(plan.num_rows()));
   if (!st.ok()) return st;
 
-  DeviceVerifyBuffers buf;
-  buf.plan = plan.View();
-  buf.plan.transforms = transforms.get();
-  buf.plan.rows = rows.get();
-  buf.plan.seqs = seqs.get();
-  buf.plan.penalties = penalties.get();
-  buf.plan.proposals = proposals.get();
-  buf.plan.stop_ids = stop_ids.get();
   buf.logits = d_logits.get();
   buf.weights = weights.get();
   buf.summaries = summaries.get();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/sampling/blockwise_verify_host.h"
+#include "common/sampling/draft_proposal.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/rms_norm.h"
@@ -79,6 +80,44 @@ TEST(CudaSamplingTest, MalformedRowIsNamed) {
       kernels::cuda::VerifyBlockwiseHost(batch.plan, batch.logits.data(), batch.rows);
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.status().message().find("logits[17]"), std::string::npos) << got.status();
+}
+
+// Draft proposals on the device against the reference proposal: the same q and token.
+TEST(CudaSamplingTest, ProposalsMatchMakeProposalReference) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  const std::vector<SamplingParams> grid = ParamsGrid();
+  for (int32_t vocab : {5, 49152}) {
+    for (int32_t top_n : {1, 32}) {
+      std::vector<float> logits;
+      std::vector<SamplingParams> params(grid);
+      std::vector<PenaltyState> histories(grid.size());
+      std::vector<SequenceToVerify> seqs(grid.size());
+      for (size_t g = 0; g < grid.size(); ++g) {
+        params[g].seed = 3 * g + 1;
+        for (int32_t i = 0; i < vocab; ++i) logits.push_back(normal(rng));
+        histories[g].AddGenerated(static_cast<int32_t>(rng() % vocab));
+        seqs[g].params = &params[g];
+        seqs[g].history = &histories[g];
+        seqs[g].position = 11 + static_cast<int64_t>(g);
+        seqs[g].first_logits_row = static_cast<int64_t>(g);
+      }
+      absl::StatusOr<BlockwisePlan> plan = BlockwisePlan::Build(vocab, seqs);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      absl::StatusOr<std::vector<BlockwiseProposal>> got = kernels::cuda::ProposeBlockwiseHost(
+          *plan, logits.data(), static_cast<int64_t>(grid.size()), top_n);
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (size_t g = 0; g < grid.size(); ++g) {
+        absl::StatusOr<SparseProposal> want = MakeProposalReference(
+            absl::MakeConstSpan(logits.data() + g * vocab, vocab), histories[g], params[g], top_n,
+            CounterRng(params[g].seed), 11 + static_cast<int64_t>(g));
+        ASSERT_TRUE(want.ok());
+        EXPECT_EQ((*got)[g].q.ids, want->ids) << "vocab " << vocab << " params " << g;
+        EXPECT_EQ((*got)[g].q.token, want->token) << "vocab " << vocab << " params " << g;
+      }
+    }
+  }
 }
 
 }  // namespace

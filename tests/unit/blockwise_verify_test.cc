@@ -191,5 +191,88 @@ TEST(BlockwiseVerifyTest, PlanNamesBadInput) {
   EXPECT_FALSE(VerifyBlockwiseOnHost(*plan, c.logits, 1).ok());
 }
 
+// Draft proposals where the draft's logits are (blockwise_propose.h) against the reference
+// proposal: the same q (ids in the same order, probabilities within float rounding), the same
+// drawn token, and DraftConfidence's value.
+TEST(BlockwiseProposeTest, MatchesMakeProposalReference) {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  const std::vector<SamplingParams> grid = ParamsGrid();
+  int compared = 0;
+  for (int32_t vocab : {5, 300, 49152}) {
+    for (int32_t top_n : {1, 6, 32}) {
+      for (int threads : {1, 3}) {
+        if (vocab == 49152 && threads == 3 && top_n != 32) continue;  // time
+        std::vector<float> logits;
+        std::vector<SamplingParams> params;
+        std::vector<PenaltyState> histories(grid.size());
+        std::vector<SequenceToVerify> seqs;
+        for (size_t g = 0; g < grid.size(); ++g) {
+          params.push_back(grid[g]);
+          params.back().seed = 7 * g + top_n;
+          for (int32_t i = 0; i < vocab; ++i) {
+            float v = normal(rng);
+            if (g % 2 == 0) v = std::round(v * 2.0f) / 2.0f;  // ties
+            logits.push_back(v);
+          }
+          histories[g].AddPrompt(static_cast<int32_t>(rng() % vocab));
+          histories[g].AddGenerated(static_cast<int32_t>(rng() % vocab));
+        }
+        for (size_t g = 0; g < grid.size(); ++g) {
+          SequenceToVerify s;
+          s.params = &params[g];
+          s.history = &histories[g];
+          s.position = 30 + static_cast<int64_t>(g);
+          s.first_logits_row = static_cast<int64_t>(g);
+          seqs.push_back(s);
+        }
+        absl::StatusOr<BlockwisePlan> plan = BlockwisePlan::Build(vocab, seqs);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        absl::StatusOr<std::vector<BlockwiseProposal>> got =
+            ProposeBlockwiseOnHost(*plan, logits, top_n, threads);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ(got->size(), grid.size());
+        for (size_t g = 0; g < grid.size(); ++g) {
+          const std::string what = "vocab " + std::to_string(vocab) + " top_n " +
+                                   std::to_string(top_n) + " params " + std::to_string(g);
+          absl::Span<const float> row(logits.data() + g * vocab, vocab);
+          absl::StatusOr<SparseProposal> want = MakeProposalReference(
+              row, histories[g], params[g], top_n, CounterRng(params[g].seed), 30 + g);
+          ASSERT_TRUE(want.ok()) << want.status();
+          const BlockwiseProposal& p = (*got)[g];
+          EXPECT_EQ(p.q.ids, want->ids) << what;
+          EXPECT_EQ(p.q.token, want->token) << what;
+          ASSERT_EQ(p.q.probs.size(), want->probs.size()) << what;
+          for (size_t j = 0; j < p.q.probs.size(); ++j) {
+            EXPECT_NEAR(p.q.probs[j], want->probs[j], 1e-6 * want->probs[j] + 1e-12) << what;
+          }
+          absl::StatusOr<double> conf =
+              DraftConfidence(row, histories[g], params[g], top_n, *want);
+          ASSERT_TRUE(conf.ok());
+          EXPECT_NEAR(p.confidence, *conf, 1e-5) << what;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 100);
+}
+
+TEST(BlockwiseProposeTest, NamesBadInput) {
+  SamplingParams p;
+  std::vector<float> logits(8, 0.0f);
+  logits[3] = std::numeric_limits<float>::quiet_NaN();
+  SequenceToVerify s;
+  s.params = &p;
+  s.name = 12;
+  absl::StatusOr<BlockwisePlan> plan = BlockwisePlan::Build(8, {&s, 1});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(ProposeBlockwiseOnHost(*plan, logits, 0, 1).ok());
+  absl::StatusOr<std::vector<BlockwiseProposal>> got = ProposeBlockwiseOnHost(*plan, logits, 4, 1);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("sequence 12: logits[3]"), std::string::npos)
+      << got.status();
+}
+
 }  // namespace
 }  // namespace specd::sampling
