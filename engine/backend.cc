@@ -46,4 +46,10 @@ absl::StatusOr<std::vector<sampling::VerifyResult>> Backend::VerifyBlockwise(
       plan, absl::MakeConstSpan(logits, static_cast<size_t>(rows) * plan.vocab()), 1);
 }
 
+absl::StatusOr<std::vector<sampling::BlockwiseProposal>> Backend::ProposeBlockwise(
+    const sampling::BlockwisePlan& plan, const float* logits, int64_t rows, int32_t top_n) {
+  return sampling::ProposeBlockwiseOnHost(
+      plan, absl::MakeConstSpan(logits, static_cast<size_t>(rows) * plan.vocab()), top_n, 1);
+}
+
 }  // namespace specd::engine

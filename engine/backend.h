@@ -74,6 +74,10 @@ class Backend {
   // memory); a device backend runs the same algorithm as kernels.
   virtual absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwise(
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows);
+  // A draft's proposals where its logits are (common/sampling/blockwise_propose.h): one plan
+  // sequence per logits row; only q (top_n entries at most) comes back. Default: the host twin.
+  virtual absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwise(
+      const sampling::BlockwisePlan& plan, const float* logits, int64_t rows, int32_t top_n);
 
   // Waits for the ops issued so far; returns the first error any of them met (a device
   // backend's kernels report errors late). The CPU backends' ops cannot fail.

@@ -257,12 +257,8 @@ class CudaBackend final : public Backend {
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows) override {
     namespace bw = sampling::blockwise;
     const size_t R = static_cast<size_t>(plan.num_rows()), S = static_cast<size_t>(plan.num_seqs());
-    absl::Status st = Put(verify_.transforms, plan.transforms().data(), plan.transforms().size());
-    if (st.ok()) st = Put(verify_.rows, plan.rows().data(), R);
-    if (st.ok()) st = Put(verify_.seqs, plan.seqs().data(), S);
-    if (st.ok()) st = Put(verify_.penalties, plan.penalties().data(), plan.penalties().size());
-    if (st.ok()) st = Put(verify_.proposals, plan.proposals().data(), plan.proposals().size());
-    if (st.ok()) st = Put(verify_.stop_ids, plan.stop_ids().data(), plan.stop_ids().size());
+    kc::DeviceVerifyBuffers buf;
+    absl::Status st = PutPlan(plan, &buf.plan);
     if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float));
     if (st.ok()) st = verify_.summaries.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::RowSummary));
     if (st.ok()) st = verify_.outcomes.Reserve(memory_, std::max<size_t>(S, 1) * sizeof(bw::SeqOutcome));
@@ -274,14 +270,6 @@ class CudaBackend final : public Backend {
         return absl::InvalidArgumentError("the verify plan reads a logits row past the step's");
       }
     }
-    kc::DeviceVerifyBuffers buf;
-    buf.plan = plan.View();
-    buf.plan.transforms = verify_.transforms.as<bw::Transforms>();
-    buf.plan.rows = verify_.rows.as<bw::RowPlan>();
-    buf.plan.seqs = verify_.seqs.as<bw::SeqPlan>();
-    buf.plan.penalties = verify_.penalties.as<bw::PenaltyEntry>();
-    buf.plan.proposals = verify_.proposals.as<bw::ProposalEntry>();
-    buf.plan.stop_ids = verify_.stop_ids.as<int32_t>();
     buf.logits = logits;
     buf.weights = verify_.weights.as<float>();
     buf.summaries = verify_.summaries.as<bw::RowSummary>();
@@ -301,7 +289,69 @@ class CudaBackend final : public Backend {
     return sampling::CollectResults(plan, outcomes, tokens, logprobs);
   }
 
+  // The plan's arrays up, one block per row on the stream, only q down.
+  absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwise(
+      const sampling::BlockwisePlan& plan, const float* logits, int64_t rows,
+      int32_t top_n) override {
+    namespace bw = sampling::blockwise;
+    if (top_n < 1 || top_n > bw::kMaxBlockwiseTopN) {
+      return absl::InvalidArgumentError(absl::StrCat("top_n must be in [1, ",
+                                                     bw::kMaxBlockwiseTopN, "], got ", top_n));
+    }
+    const size_t R = static_cast<size_t>(plan.num_rows());
+    for (const bw::RowPlan& row : plan.rows()) {
+      if (row.logits_row >= rows) {
+        return absl::InvalidArgumentError("the proposal plan reads a logits row past the step's");
+      }
+    }
+    kc::DeviceProposeBuffers buf;
+    absl::Status st = PutPlan(plan, &buf.plan);
+    const size_t n = std::max<size_t>(R, 1) * static_cast<size_t>(top_n);
+    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float));
+    if (st.ok()) st = propose_.ids.Reserve(memory_, n * sizeof(int32_t));
+    if (st.ok()) st = propose_.probs.Reserve(memory_, n * sizeof(float));
+    if (st.ok()) st = propose_.scratch.Reserve(memory_, n * sizeof(float));
+    if (st.ok()) st = propose_.outs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::ProposalOut));
+    if (!st.ok()) return st;
+    buf.logits = logits;
+    buf.weights = verify_.weights.as<float>();
+    buf.top_n = top_n;
+    buf.ids = propose_.ids.as<int32_t>();
+    buf.probs = propose_.probs.as<float>();
+    buf.scratch = propose_.scratch.as<float>();
+    buf.outs = propose_.outs.as<bw::ProposalOut>();
+    if (st = kc::LaunchBlockwisePropose(buf, stream_); !st.ok()) return st;
+    std::vector<bw::ProposalOut> outs(R);
+    std::vector<int32_t> ids(R * top_n);
+    std::vector<float> probs(R * top_n);
+    // Downloads wait for the stream, so the plan's host arrays outlived their uploads.
+    st = memory_.Download(outs.data(), buf.outs, R * sizeof(bw::ProposalOut));
+    if (st.ok()) st = memory_.Download(ids.data(), buf.ids, ids.size() * sizeof(int32_t));
+    if (st.ok()) st = memory_.Download(probs.data(), buf.probs, probs.size() * sizeof(float));
+    if (absl::Status late = Sync(); st.ok()) st = late;
+    if (!st.ok()) return st;
+    return sampling::CollectProposals(plan, outs, ids, probs, top_n);
+  }
+
  private:
+  // A blockwise plan's arrays into their device buffers; *view points at them.
+  absl::Status PutPlan(const sampling::BlockwisePlan& plan, sampling::blockwise::PlanView* view) {
+    namespace bw = sampling::blockwise;
+    absl::Status st = Put(verify_.transforms, plan.transforms().data(), plan.transforms().size());
+    if (st.ok()) st = Put(verify_.rows, plan.rows().data(), plan.rows().size());
+    if (st.ok()) st = Put(verify_.seqs, plan.seqs().data(), plan.seqs().size());
+    if (st.ok()) st = Put(verify_.penalties, plan.penalties().data(), plan.penalties().size());
+    if (st.ok()) st = Put(verify_.proposals, plan.proposals().data(), plan.proposals().size());
+    if (st.ok()) st = Put(verify_.stop_ids, plan.stop_ids().data(), plan.stop_ids().size());
+    *view = plan.View();
+    view->transforms = verify_.transforms.as<bw::Transforms>();
+    view->rows = verify_.rows.as<bw::RowPlan>();
+    view->seqs = verify_.seqs.as<bw::SeqPlan>();
+    view->penalties = verify_.penalties.as<bw::PenaltyEntry>();
+    view->proposals = verify_.proposals.as<bw::ProposalEntry>();
+    view->stop_ids = verify_.stop_ids.as<int32_t>();
+    return st;
+  }
   // The angles' frequencies, from the reference's own planner; uploaded when they change.
   absl::Status PlanRope(const kernels::RopeParams& p) {
     std::vector<double> freq(static_cast<size_t>(p.rope_dim / 2));
@@ -341,6 +391,9 @@ class CudaBackend final : public Backend {
     GrowingBuffer transforms, rows, seqs, penalties, proposals, stop_ids;
     GrowingBuffer weights, summaries, outcomes, tokens, logprobs;
   } verify_;
+  struct ProposeBuffers {  // ProposeBlockwise's outputs (the plan and weights: verify_'s)
+    GrowingBuffer ids, probs, scratch, outs;
+  } propose_;
 };
 
 absl::Status CudaBackend::PlanAttention(const int32_t* positions, const int32_t* const* block_tables, int64_t T,

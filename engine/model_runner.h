@@ -23,13 +23,19 @@ class ModelRunner {
   // batch.hidden_rows is empty): [batch.hidden_rows.size(), embedding_dim]. RESOURCE_EXHAUSTED
   // (KV full) before any KV is written.
   virtual absl::Status Forward(const ForwardBatch& batch, float* logits, float* hidden) = 0;
-  // Verification where the logits are: one forward that keeps its logits in the backend's
-  // memory, then Backend::VerifyBlockwise over them (only tokens come back). The plan's rows
-  // are batch.logit_rows'. Only where verifies_on_device(); UNIMPLEMENTED otherwise.
-  virtual bool verifies_on_device() const { return false; }
+  // Sampling where the logits are: one forward that keeps its logits in the backend's memory,
+  // then the backend verifies a target's rows (Backend::VerifyBlockwise: only tokens come back)
+  // or proposes a draft's (Backend::ProposeBlockwise: only q comes back). The plan's rows are
+  // batch.logit_rows'. Only where samples_on_device(); UNIMPLEMENTED otherwise.
+  virtual bool samples_on_device() const { return false; }
   virtual absl::StatusOr<std::vector<sampling::VerifyResult>> ForwardAndVerify(
       const ForwardBatch& batch, const sampling::BlockwisePlan& plan, float* hidden) {
-    return absl::UnimplementedError("this model runner verifies on the host");
+    return absl::UnimplementedError("this model runner samples on the host");
+  }
+  virtual absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ForwardAndPropose(
+      const ForwardBatch& batch, const sampling::BlockwisePlan& plan, int32_t top_n,
+      float* hidden) {
+    return absl::UnimplementedError("this model runner samples on the host");
   }
   virtual absl::Status AddSequence(SeqId seq) = 0;  // ALREADY_EXISTS if present
   virtual void FreeSequence(SeqId seq) = 0;         // no-op if absent
@@ -52,12 +58,19 @@ class LocalModelRunner final : public ModelRunner {
   absl::Status Forward(const ForwardBatch& batch, float* logits, float* hidden) override {
     return model_->Forward(batch, *kv_, logits, hidden);
   }
-  bool verifies_on_device() const override { return model_->keeps_logits_on_backend(); }
+  bool samples_on_device() const override { return model_->keeps_logits_on_backend(); }
   absl::StatusOr<std::vector<sampling::VerifyResult>> ForwardAndVerify(
       const ForwardBatch& batch, const sampling::BlockwisePlan& plan, float* hidden) override {
     if (absl::Status st = model_->Forward(batch, *kv_, nullptr, hidden); !st.ok()) return st;
     return model_->backend()->VerifyBlockwise(plan, model_->step_logits(),
                                               static_cast<int64_t>(batch.logit_rows.size()));
+  }
+  absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ForwardAndPropose(
+      const ForwardBatch& batch, const sampling::BlockwisePlan& plan, int32_t top_n,
+      float* hidden) override {
+    if (absl::Status st = model_->Forward(batch, *kv_, nullptr, hidden); !st.ok()) return st;
+    return model_->backend()->ProposeBlockwise(
+        plan, model_->step_logits(), static_cast<int64_t>(batch.logit_rows.size()), top_n);
   }
   absl::Status AddSequence(SeqId seq) override { return kv_->AddSequence(seq); }
   void FreeSequence(SeqId seq) override { kv_->FreeSequence(seq); }

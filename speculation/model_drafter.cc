@@ -139,11 +139,19 @@ const std::vector<int32_t>* ModelDrafter::Fed(SeqId seq) const {
   return it == fed_.end() ? nullptr : &it->second;
 }
 
-absl::Status ModelDrafter::RunForward() {
-  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(model().vocab_size()));
+absl::Status ModelDrafter::RunForward(const sampling::BlockwisePlan* plan) {
   hidden_.resize(batch_.hidden_rows.size() *
                  static_cast<size_t>(model().config().embedding_dim));
-  absl::Status st = runner_->Forward(batch_, logits_.data(), hidden_.data());
+  absl::Status st;
+  if (plan != nullptr) {
+    absl::StatusOr<std::vector<sampling::BlockwiseProposal>> q =
+        runner_->ForwardAndPropose(batch_, *plan, options_.proposal_top_n, hidden_.data());
+    if (q.ok()) device_q_ = *std::move(q);
+    st = q.status();
+  } else {
+    logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(model().vocab_size()));
+    st = runner_->Forward(batch_, logits_.data(), hidden_.data());
+  }
   if (!st.ok()) {
     // Forward cut each slice's sequence back to start_pos before it failed.
     for (const engine::SequenceSlice& s : batch_.slices) {
@@ -213,14 +221,42 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
                         options_.max_sequences));
   }
 
-  auto propose = [&](Work& w, const float* row, int64_t position) -> absl::Status {
+  // Where the logits stay on the runner's device, each forward's rows are proposed there: the
+  // plan names, per logit row, its request's transforms, penalty history and position.
+  const bool on_device = runner_->samples_on_device() &&
+                         options_.proposal_top_n <= sampling::blockwise::kMaxBlockwiseTopN;
+  auto plan_for = [&](absl::Span<Work* const> rows,
+                      absl::Span<const int64_t> positions) -> absl::StatusOr<sampling::BlockwisePlan> {
+    std::vector<sampling::SamplingParams> params(rows.size());
+    std::vector<sampling::SequenceToVerify> seqs(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const DraftInput& d = in[rows[r]->idx];
+      params[r] = *d.params;
+      params[r].num_logprobs = 0;  // a draft reports none
+      params[r].seed = d.rng->key()[0] | (static_cast<uint64_t>(d.rng->key()[1]) << 32);
+      seqs[r].params = &params[r];
+      seqs[r].history = rows[r]->track ? &rows[r]->history : d.history;
+      seqs[r].position = positions[r];
+      seqs[r].first_logits_row = static_cast<int64_t>(r);
+      seqs[r].name = static_cast<int64_t>(d.seq);
+    }
+    return sampling::BlockwisePlan::Build(vocab, seqs);
+  };
+  // Row r of the last forward for work item w, drafting the token at `position`.
+  auto propose = [&](Work& w, size_t r, int64_t position) -> absl::Status {
     const DraftInput& d = in[w.idx];
     const sampling::PenaltyState& hist = w.track ? w.history : *d.history;
     const bool cut = options_.min_keep > 0.0 || options_.min_extend > 0.0;
     double sure = 1.0;  // sampling::DraftConfidence, from MakeProposal's own pass
-    absl::StatusOr<sampling::SparseProposal> q =
-        sampling::MakeProposal(absl::Span<const float>(row, vocab), hist, *d.params,
-                               options_.proposal_top_n, *d.rng, position, cut ? &sure : nullptr);
+    absl::StatusOr<sampling::SparseProposal> q;
+    if (on_device) {
+      q = std::move(device_q_[r].q);
+      sure = device_q_[r].confidence;
+    } else {
+      q = sampling::MakeProposal(
+          absl::Span<const float>(logits_.data() + r * static_cast<size_t>(vocab), vocab), hist,
+          *d.params, options_.proposal_top_n, *d.rng, position, cut ? &sure : nullptr);
+    }
     if (!q.ok()) return q.status();
     bool extend = true;
     if (cut) {
@@ -276,7 +312,11 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
       w->next += take;
     }
     SPECD_CHECK(!batch_.slices.empty(), "draft catch-up made no progress");
-    if (absl::Status st = RunForward(); !st.ok()) return fail(st);
+    std::vector<int64_t> positions;
+    for (Work* w : finishing) positions.push_back(static_cast<int64_t>(in[w->idx].tokens.size()));
+    absl::StatusOr<sampling::BlockwisePlan> plan;
+    if (on_device && !(plan = plan_for(finishing, positions)).ok()) return fail(plan.status());
+    if (absl::Status st = RunForward(on_device ? &*plan : nullptr); !st.ok()) return fail(st);
     for (size_t r = 0; r < finishing.size(); ++r) {
       Work& w = *finishing[r];
       if (conditioned) {
@@ -290,8 +330,7 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
         f.rows.erase(f.rows.begin(), f.rows.begin() + std::min(drop, have) * dim);
         f.base += std::min(drop, have);
       }
-      absl::Status st = propose(w, logits_.data() + r * static_cast<size_t>(vocab),
-                                static_cast<int64_t>(in[w.idx].tokens.size()));
+      absl::Status st = propose(w, r, positions[r]);
       if (!st.ok()) return fail(st);
     }
     pending = std::move(rest);
@@ -316,14 +355,19 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
       active.push_back(&w);
     }
     if (active.empty()) break;
-    if (absl::Status st = RunForward(); !st.ok()) return fail(st);
+    std::vector<int64_t> positions;
+    for (Work* w : active) {
+      positions.push_back(static_cast<int64_t>(in[w->idx].tokens.size()) + j);
+    }
+    absl::StatusOr<sampling::BlockwisePlan> plan;
+    if (on_device && !(plan = plan_for(active, positions)).ok()) return fail(plan.status());
+    if (absl::Status st = RunForward(on_device ? &*plan : nullptr); !st.ok()) return fail(st);
     for (size_t r = 0; r < active.size(); ++r) {
       Work& w = *active[r];
       if (conditioned) {
         w.feature.assign(hidden_.begin() + r * dim, hidden_.begin() + (r + 1) * dim);
       }
-      absl::Status st = propose(w, logits_.data() + r * static_cast<size_t>(vocab),
-                                static_cast<int64_t>(in[w.idx].tokens.size()) + j);
+      absl::Status st = propose(w, r, positions[r]);
       if (!st.ok()) return fail(st);
     }
   }

@@ -108,8 +108,10 @@ class ModelDrafter final : public Drafter {
       std::unique_ptr<gguf::GgufFile> owned, const gguf::GgufFile& file, int32_t layers,
       engine::Backend* backend, const ModelDrafterOptions& options, std::string name,
       const gguf::GgufFile* borrow_from = nullptr);
-  // Runs `batch_` into logits_; on failure rolls `fed` back to what the KV now holds.
-  absl::Status RunForward();
+  // Runs `batch_` into logits_, or, with a plan (one sequence per logit row: the runner samples
+  // on its device), into device_q_ (the rows' proposals, made where the logits are); on
+  // failure rolls `fed` back to what the KV now holds.
+  absl::Status RunForward(const sampling::BlockwisePlan* plan = nullptr);
   // Adds `seq`, taking what the runner's prefix cache holds of `tokens` (fed_ = those).
   absl::Status AddWithCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens);
 
@@ -138,6 +140,7 @@ class ModelDrafter final : public Drafter {
   void AppendTargetFeatures(SeqId seq, int64_t from, int64_t to);
   engine::ForwardBatch batch_;
   std::vector<float> logits_;  // [logit rows of the current batch, vocab]
+  std::vector<sampling::BlockwiseProposal> device_q_;  // [logit rows], when sampled on device
   std::vector<float> hidden_;  // [hidden rows of the current batch, D]
 };
 

@@ -93,7 +93,7 @@ absl::Status ForwardThenVerifyOnHost(engine::ModelRunner& runner,
 // or requests that want top logprobs (the host verifier computes those).
 bool VerifiesOnDevice(const engine::ModelRunner& runner, absl::Span<const TargetCall> calls,
                       const VerifyStepOptions& options) {
-  if (options.verifier || !runner.verifies_on_device()) return false;
+  if (options.verifier || !runner.samples_on_device()) return false;
   for (const TargetCall& c : calls) {
     if (c.emit && c.params->num_logprobs > 0) return false;
   }

@@ -64,6 +64,7 @@ class Fenced final : public FencedBackend {
   std::vector<std::string> violations() const override { return violations_; }
   size_t used() const override { return memory_.used(); }
   int64_t blockwise_verifications() const override { return blockwise_verifications_; }
+  int64_t blockwise_proposals() const override { return blockwise_proposals_; }
 
   absl::Status PlaceWeight(WeightMatrix* w, engine::WeightUse use,
                            engine::WeightStorage* keep) override {
@@ -118,6 +119,14 @@ class Fenced final : public FencedBackend {
     ++blockwise_verifications_;
     FenceOpening open(*this);
     return Backend::VerifyBlockwise(plan, logits, rows);  // the host twin, inside the fence
+  }
+  absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwise(
+      const sampling::BlockwisePlan& plan, const float* logits, int64_t rows,
+      int32_t top_n) override {
+    Check("ProposeBlockwise", logits, rows * plan.vocab(), "logits");
+    ++blockwise_proposals_;
+    FenceOpening open(*this);
+    return Backend::ProposeBlockwise(plan, logits, rows, top_n);
   }
   void AddInPlace(float* x, const float* y, int64_t n) override {
     Check("AddInPlace", x, n, "x");
@@ -208,6 +217,7 @@ class Fenced final : public FencedBackend {
 
   FencedMemory memory_;
   int64_t blockwise_verifications_ = 0;
+  int64_t blockwise_proposals_ = 0;
   std::unique_ptr<engine::Backend> inner_;
   int depth_ = 0;
   int64_t T_ = 0;  // the planned step's tokens

@@ -41,6 +41,8 @@ class FencedBackend : public engine::Backend {
   virtual size_t used() const = 0;
   // Steps verified where their logits are (VerifyBlockwise).
   virtual int64_t blockwise_verifications() const = 0;
+  // Draft forwards proposed where their logits are (ProposeBlockwise).
+  virtual int64_t blockwise_proposals() const = 0;
 
  protected:
   friend class FenceOpening;

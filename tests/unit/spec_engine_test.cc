@@ -194,10 +194,11 @@ TEST_F(SpecEngineTest, GreedyOnDeviceMemoryEqualsPlain) {
   EXPECT_EQ(fenced->violations(), std::vector<std::string>{});
 }
 
-// Sampled requests (seeded, every transform) verified where the logits are: a target on
-// FencedBackend (memory the host cannot address) verifies on its backend
-// (Backend::VerifyBlockwise, the kernels' algorithm) and gives, token for token, what the same
-// target on the reference backend gives through the host verifier (VerifyDraft).
+// Sampled requests (seeded, every transform) sampled where the logits are: a draft and a
+// target on FencedBackend (memory the host cannot address) propose and verify on their backend
+// (Backend::ProposeBlockwise / VerifyBlockwise, the kernels' algorithm) and give, token for
+// token, what the same pair on the reference backend gives through the host sampler
+// (MakeProposal, VerifyDraft).
 TEST_F(SpecEngineTest, SampledVerifiedOnDeviceMemoryEqualsHostVerifier) {
   const auto prompts = Prompts(5, vocab_);
   std::vector<sampling::SamplingParams> params(prompts.size());
@@ -234,6 +235,7 @@ TEST_F(SpecEngineTest, SampledVerifiedOnDeviceMemoryEqualsHostVerifier) {
   std::unique_ptr<testing::FencedBackend> fenced = testing::MakeFencedBackend();
   const auto device_verified = generate(fenced.get());
   EXPECT_GT(fenced->blockwise_verifications(), 0);
+  EXPECT_GT(fenced->blockwise_proposals(), 0);
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(device_verified[i], host_verified[i]) << "prompt " << i;
   }
