@@ -257,6 +257,11 @@ class CudaBackend final : public Backend {
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows) override {
     namespace bw = sampling::blockwise;
     const size_t R = static_cast<size_t>(plan.num_rows()), S = static_cast<size_t>(plan.num_seqs());
+    for (const bw::RowPlan& row : plan.rows()) {
+      if (row.logits_row >= rows) {
+        return absl::InvalidArgumentError("the verify plan reads a logits row past the step's");
+      }
+    }
     kc::DeviceVerifyBuffers buf;
     absl::Status st = PutPlan(plan, &buf.plan);
     if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float));
@@ -265,11 +270,6 @@ class CudaBackend final : public Backend {
     if (st.ok()) st = verify_.tokens.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(int32_t));
     if (st.ok()) st = verify_.logprobs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(float));
     if (!st.ok()) return st;
-    for (const bw::RowPlan& row : plan.rows()) {
-      if (row.logits_row >= rows) {
-        return absl::InvalidArgumentError("the verify plan reads a logits row past the step's");
-      }
-    }
     buf.logits = logits;
     buf.weights = verify_.weights.as<float>();
     buf.summaries = verify_.summaries.as<bw::RowSummary>();

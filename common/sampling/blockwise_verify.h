@@ -25,7 +25,8 @@
 //   int32_t MinInt(int32_t); int32_t MaxInt(int32_t); void Sync();
 //   void InclusiveScan(double v, double* before, double* through): the running sum of the
 //     threads' values in thread order; `before` of thread t + 1 is bitwise `through` of
-//     thread t, and thread 0's `before` is 0 (so the threads' intervals tile [0, total)).
+//     thread t, and thread 0's `before` is 0 (folded as a tree on the device, a thread with
+//     v = 0 may still see before != through by an ulp).
 #ifndef SPECD_COMMON_SAMPLING_BLOCKWISE_VERIFY_H_
 #define SPECD_COMMON_SAMPLING_BLOCKWISE_VERIFY_H_
 
@@ -247,8 +248,12 @@ SPECD_HOST_DEVICE int32_t InverseCdf(Block& b, int32_t n, Value value, double u)
   b.InclusiveScan(local, &before, &through);
   const double total = b.Sum(local);
   const double target = u * total;
+  // Every thread with mass whose running sum passes the target offers its first crossing (or,
+  // if its own fold left it a hair short, its last positive token); the lowest offer is the
+  // first crossing. A tree-folded scan need not give an empty thread an empty interval, so a
+  // thread without mass never offers.
   int32_t found = kNoIndex;
-  if (before <= target && target < through) {  // this thread's interval holds the target
+  if (last_positive >= 0 && target < through) {
     double run = before;
     for (int32_t i = r.begin; i < r.end && found == kNoIndex; ++i) {
       const double v = value(i);
@@ -256,7 +261,7 @@ SPECD_HOST_DEVICE int32_t InverseCdf(Block& b, int32_t n, Value value, double u)
       run += v;
       if (target < run) found = i;
     }
-    if (found == kNoIndex) found = last_positive;  // the fold's rounding left it a hair short
+    if (found == kNoIndex) found = last_positive;
   }
   found = b.MinInt(found);
   if (found != kNoIndex) return found;

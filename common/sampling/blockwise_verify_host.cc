@@ -233,22 +233,29 @@ R RunBlock(int n, const std::function<R(HostBlock&)>& body) {
   return result;
 }
 
+// The host twins' inputs: at least one thread, and every row the plan names in `logits`.
+absl::Status CheckHostInputs(const BlockwisePlan& plan, absl::Span<const float> logits,
+                             int threads_per_block) {
+  if (threads_per_block < 1) {
+    return absl::InvalidArgumentError("threads_per_block must be at least 1");
+  }
+  for (const blockwise::RowPlan& row : plan.rows()) {
+    if ((row.logits_row + 1) * plan.vocab() > static_cast<int64_t>(logits.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logits has ", logits.size(), " values; the plan reads row ", row.logits_row));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<VerifyResult>> VerifyBlockwiseOnHost(const BlockwisePlan& plan,
                                                                 absl::Span<const float> logits,
                                                                 int threads_per_block) {
-  if (threads_per_block < 1) {
-    return absl::InvalidArgumentError("threads_per_block must be at least 1");
-  }
+  if (absl::Status st = CheckHostInputs(plan, logits, threads_per_block); !st.ok()) return st;
   const blockwise::PlanView view = plan.View();
   const int64_t vocab = plan.vocab();
-  for (const blockwise::RowPlan& row : plan.rows()) {
-    if ((row.logits_row + 1) * vocab > static_cast<int64_t>(logits.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "logits has ", logits.size(), " values; the plan reads row ", row.logits_row));
-    }
-  }
   std::vector<float> weights(static_cast<size_t>(plan.num_rows()) * vocab);
   std::vector<blockwise::RowSummary> summaries(plan.num_rows());
   for (int32_t r = 0; r < plan.num_rows(); ++r) {
@@ -301,17 +308,9 @@ absl::StatusOr<std::vector<BlockwiseProposal>> ProposeBlockwiseOnHost(
     return absl::InvalidArgumentError(absl::StrCat("top_n must be in [1, ",
                                                    blockwise::kMaxBlockwiseTopN, "], got ", top_n));
   }
-  if (threads_per_block < 1) {
-    return absl::InvalidArgumentError("threads_per_block must be at least 1");
-  }
+  if (absl::Status st = CheckHostInputs(plan, logits, threads_per_block); !st.ok()) return st;
   const blockwise::PlanView view = plan.View();
   const int64_t vocab = plan.vocab();
-  for (const blockwise::RowPlan& row : plan.rows()) {
-    if ((row.logits_row + 1) * vocab > static_cast<int64_t>(logits.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "logits has ", logits.size(), " values; the plan reads row ", row.logits_row));
-    }
-  }
   const size_t R = static_cast<size_t>(plan.num_rows());
   std::vector<float> weights(R * vocab), scratch(R * top_n), probs(R * top_n);
   std::vector<int32_t> ids(R * top_n);

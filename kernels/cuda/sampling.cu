@@ -21,6 +21,7 @@ namespace bw = ::specd::sampling::blockwise;
 
 constexpr int kSamplingThreads = 512;  // a multiple of 32, at most 32 warps
 constexpr int kMaxWarps = 32;
+static_assert(kSamplingThreads % 32 == 0 && kSamplingThreads <= 32 * kMaxWarps);
 
 // The Block of blockwise_verify.h on a CUDA thread block. Every collective is called by all
 // threads; the slots are reused after a second barrier.
@@ -111,7 +112,7 @@ class CudaBlock {
   long long* l_;
 };
 
-__global__ void SummarizeRowsKernel(bw::PlanView plan, const float* logits, float* weights,
+__global__ void __launch_bounds__(kSamplingThreads) SummarizeRowsKernel(bw::PlanView plan, const float* logits, float* weights,
                                     bw::RowSummary* summaries) {
   __shared__ double d[2 * kMaxWarps];
   __shared__ long long l[kMaxWarps + 1];
@@ -122,7 +123,7 @@ __global__ void SummarizeRowsKernel(bw::PlanView plan, const float* logits, floa
   if (threadIdx.x == 0) summaries[r] = s;
 }
 
-__global__ void FinishSequencesKernel(bw::PlanView plan, const float* logits,
+__global__ void __launch_bounds__(kSamplingThreads) FinishSequencesKernel(bw::PlanView plan, const float* logits,
                                       const float* weights, const bw::RowSummary* summaries,
                                       bw::SeqOutcome* outcomes, int32_t* tokens,
                                       float* logprobs) {
@@ -136,7 +137,7 @@ __global__ void FinishSequencesKernel(bw::PlanView plan, const float* logits,
 }
 
 // One block per drafted row: the draft's transforms summarized, then its q ranked and d drawn.
-__global__ void ProposeRowsKernel(bw::PlanView plan, const float* logits, float* weights,
+__global__ void __launch_bounds__(kSamplingThreads) ProposeRowsKernel(bw::PlanView plan, const float* logits, float* weights,
                                   int32_t top_n, int32_t* ids, float* probs, float* scratch,
                                   bw::ProposalOut* outs) {
   __shared__ double d[2 * kMaxWarps];

@@ -451,6 +451,32 @@ absl::Status ModelHost::Forward(const engine::ForwardBatch& batch, float* logits
   return GatherStatus(*comm_, model_->Forward(batch, *kv_, logits, hidden));
 }
 
+bool ModelHost::samples_on_device() const {
+  return Single() && options_.inject_forward_fault_on_rank != 0 &&
+         model_->keeps_logits_on_backend();
+}
+
+absl::StatusOr<std::vector<sampling::VerifyResult>> ModelHost::ForwardAndVerify(
+    const engine::ForwardBatch& batch, const sampling::BlockwisePlan& plan, float* hidden) {
+  if (!samples_on_device()) return engine::ModelRunner::ForwardAndVerify(batch, plan, hidden);
+  GroupOp op(this);
+  if (absl::Status st = model_->Forward(batch, *kv_, nullptr, hidden); !st.ok()) return st;
+  return model_->backend()->VerifyBlockwise(plan, model_->step_logits(),
+                                            static_cast<int64_t>(batch.logit_rows.size()));
+}
+
+absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ModelHost::ForwardAndPropose(
+    const engine::ForwardBatch& batch, const sampling::BlockwisePlan& plan, int32_t top_n,
+    float* hidden) {
+  if (!samples_on_device()) {
+    return engine::ModelRunner::ForwardAndPropose(batch, plan, top_n, hidden);
+  }
+  GroupOp op(this);
+  if (absl::Status st = model_->Forward(batch, *kv_, nullptr, hidden); !st.ok()) return st;
+  return model_->backend()->ProposeBlockwise(
+      plan, model_->step_logits(), static_cast<int64_t>(batch.logit_rows.size()), top_n);
+}
+
 std::vector<int32_t>* ModelHost::History(engine::SeqId seq) {
   auto it = history_.find(seq);
   return it == history_.end() ? nullptr : &it->second;

@@ -82,6 +82,15 @@ class ModelHost final : public engine::ModelRunner {
   // One forward on every rank (logits from rank 0): the only way to run the model. A failure
   // on any rank comes back here, named "rank r: ...".
   absl::Status Forward(const engine::ForwardBatch& batch, float* logits, float* hidden) override;
+  // Sampling where the logits are (engine::ModelRunner): at world size 1 on a device backend;
+  // tensor-parallel ranks still send rank 0's logits to the host.
+  bool samples_on_device() const override;
+  absl::StatusOr<std::vector<sampling::VerifyResult>> ForwardAndVerify(
+      const engine::ForwardBatch& batch, const sampling::BlockwisePlan& plan,
+      float* hidden) override;
+  absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ForwardAndPropose(
+      const engine::ForwardBatch& batch, const sampling::BlockwisePlan& plan, int32_t top_n,
+      float* hidden) override;
   const engine::LlamaModel& model() const override { return *model_; }
   const engine::PagedKvCache& kv() const override { return *kv_; }
   int32_t world_size() const { return options_.world_size; }
