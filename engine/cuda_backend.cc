@@ -269,6 +269,8 @@ class CudaBackend final : public Backend {
     if (st.ok()) st = verify_.outcomes.Reserve(memory_, std::max<size_t>(S, 1) * sizeof(bw::SeqOutcome));
     if (st.ok()) st = verify_.tokens.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(int32_t));
     if (st.ok()) st = verify_.logprobs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(float));
+    const size_t top_n = std::max<size_t>(R, 1) * bw::kMaxLogprobsValue;
+    if (st.ok()) st = verify_.top.Reserve(memory_, top_n * sizeof(bw::TopLogprobEntry));
     if (!st.ok()) return st;
     buf.logits = logits;
     buf.weights = verify_.weights.as<float>();
@@ -276,6 +278,7 @@ class CudaBackend final : public Backend {
     buf.outcomes = verify_.outcomes.as<bw::SeqOutcome>();
     buf.tokens = verify_.tokens.as<int32_t>();
     buf.logprobs = verify_.logprobs.as<float>();
+    buf.top = verify_.top.as<bw::TopLogprobEntry>();
     if (st = kc::LaunchBlockwiseVerify(buf, stream_); !st.ok()) return st;
     std::vector<bw::SeqOutcome> outcomes(S);
     std::vector<int32_t> tokens(R);
@@ -284,9 +287,16 @@ class CudaBackend final : public Backend {
     st = memory_.Download(outcomes.data(), buf.outcomes, S * sizeof(bw::SeqOutcome));
     if (st.ok()) st = memory_.Download(tokens.data(), buf.tokens, R * sizeof(int32_t));
     if (st.ok()) st = memory_.Download(logprobs.data(), buf.logprobs, R * sizeof(float));
+    // Top logprobs only where a request asked for them.
+    bool want_top = false;
+    for (const bw::Transforms& t : plan.transforms()) want_top = want_top || t.num_logprobs > 0;
+    std::vector<bw::TopLogprobEntry> top(want_top ? R * bw::kMaxLogprobsValue : 0);
+    if (st.ok() && want_top) {
+      st = memory_.Download(top.data(), buf.top, top.size() * sizeof(bw::TopLogprobEntry));
+    }
     if (absl::Status late = Sync(); st.ok()) st = late;
     if (!st.ok()) return st;
-    return sampling::CollectResults(plan, outcomes, tokens, logprobs);
+    return sampling::CollectResults(plan, outcomes, tokens, logprobs, top);
   }
 
   // The plan's arrays up, one block per row on the stream, only q down.
@@ -389,7 +399,7 @@ class CudaBackend final : public Backend {
   // VerifyBlockwise's plan arrays and outputs.
   struct VerifyBuffers {
     GrowingBuffer transforms, rows, seqs, penalties, proposals, stop_ids;
-    GrowingBuffer weights, summaries, outcomes, tokens, logprobs;
+    GrowingBuffer weights, summaries, outcomes, tokens, logprobs, top;
   } verify_;
   struct ProposeBuffers {  // ProposeBlockwise's outputs (the plan and weights: verify_'s)
     GrowingBuffer ids, probs, scratch, outs;

@@ -89,15 +89,10 @@ absl::Status ForwardThenVerifyOnHost(engine::ModelRunner& runner,
 }
 
 // Where the runner can: the logits stay on its backend and are verified there
-// (common/sampling/blockwise_verify.h); only tokens come back. Not for tests' own verifiers
-// or requests that want top logprobs (the host verifier computes those).
-bool VerifiesOnDevice(const engine::ModelRunner& runner, absl::Span<const TargetCall> calls,
-                      const VerifyStepOptions& options) {
-  if (options.verifier || !runner.samples_on_device()) return false;
-  for (const TargetCall& c : calls) {
-    if (c.emit && c.params->num_logprobs > 0) return false;
-  }
-  return true;
+// (common/sampling/blockwise_verify.h); only tokens and the requested logprobs come back. Not
+// for tests' own verifiers.
+bool VerifiesOnDevice(const engine::ModelRunner& runner, const VerifyStepOptions& options) {
+  return !options.verifier && runner.samples_on_device();
 }
 
 absl::Status ForwardAndVerifyOnDevice(engine::ModelRunner& runner,
@@ -147,7 +142,7 @@ absl::Status RunVerifyStep(engine::ModelRunner& runner, absl::Span<const TargetC
   std::vector<absl::StatusOr<sampling::VerifyResult>> verified(
       calls.size(), absl::StatusOr<sampling::VerifyResult>(sampling::VerifyResult{}));
   absl::Status st =
-      VerifiesOnDevice(runner, calls, options)
+      VerifiesOnDevice(runner, options)
           ? ForwardAndVerifyOnDevice(runner, calls, first_row, options, buffers, verified)
           : ForwardThenVerifyOnHost(runner, calls, first_row, options, buffers, verified);
   if (!st.ok()) return st;

@@ -2,8 +2,8 @@
 // groups, then sampling::VerifyDraft (docs/DESIGN.md §2) per emitting sequence, then the KV
 // rollback to what was accepted. Where the runner's logits can stay on its backend (a device
 // whose memory the host cannot address) they are verified there by the same rule
-// (common/sampling/blockwise_verify.h) and only tokens come back; requests that want top
-// logprobs, and tests' own verifiers, take the host path. The in-process engine runs it through LocalTarget; the target
+// (common/sampling/blockwise_verify.h) and only tokens and the requested logprobs come back;
+// tests' own verifiers take the host path. The in-process engine runs it through LocalTarget; the target
 // service runs it behind gRPC (services/target_service/target_worker.cc).
 #ifndef SPECD_SPECULATION_VERIFY_STEP_H_
 #define SPECD_SPECULATION_VERIFY_STEP_H_

@@ -54,6 +54,9 @@ inline std::vector<SamplingParams> ParamsGrid() {
   add(1.0f, 0, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f);    // min-p
   add(0.8f, 40, 0.9f, 0.05f, 1.1f, 0.3f, 0.1f);  // everything at once
   add(2.0f, 3, 0.95f, 0.0f, 0.8f, -0.5f, 0.0f);  // penalties that raise logits
+  grid[0].num_logprobs = 2;  // top logprobs: greedy, sampled, all 20
+  grid[5].num_logprobs = 5;
+  grid[8].num_logprobs = 20;
   return grid;
 }
 
@@ -138,6 +141,18 @@ inline void ExpectSame(const VerifyResult& want, const VerifyResult& got, const 
   ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
   for (size_t i = 0; i < got.logprobs.size(); ++i) {
     EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 2e-5) << what << " logprob " << i;
+  }
+  ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size()) << what;
+  for (size_t i = 0; i < got.top_logprobs.size(); ++i) {
+    ASSERT_EQ(got.top_logprobs[i].size(), want.top_logprobs[i].size()) << what << " top " << i;
+    for (size_t m = 0; m < got.top_logprobs[i].size(); ++m) {
+      EXPECT_EQ(got.top_logprobs[i][m].token, want.top_logprobs[i][m].token)
+          << what << " top " << i << "." << m;
+      const float g = got.top_logprobs[i][m].logprob, w = want.top_logprobs[i][m].logprob;
+      if (g != w) {  // equal covers -inf == -inf
+        EXPECT_NEAR(g, w, 2e-5) << what << " top " << i << "." << m;
+      }
+    }
   }
 }
 

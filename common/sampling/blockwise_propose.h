@@ -22,8 +22,9 @@
 
 namespace specd::sampling::blockwise {
 
-// The most entries a blockwise q may hold (thread 0 ranks them).
-inline constexpr int32_t kMaxBlockwiseTopN = 1024;
+// The most entries a blockwise q may hold: thread 0 ranks them by insertion (a few µs at 32,
+// the default top_n; a drafter asking for more proposes on the host).
+inline constexpr int32_t kMaxBlockwiseTopN = 256;
 
 struct ProposalOut {
   int32_t token = -1;

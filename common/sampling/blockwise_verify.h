@@ -56,7 +56,15 @@ struct Transforms {
   float min_p = 0.0f;
   PenaltyFactors penalties;
   int32_t has_penalties = 0;
+  int32_t num_logprobs = 0;  // top raw logprobs per emitted token, [0, kMaxLogprobsValue]
   uint64_t seed = 0;
+};
+
+// sampling_params.h's kMaxLogprobs: the top-logprob slots per row.
+inline constexpr int32_t kMaxLogprobsValue = 20;
+struct TopLogprobEntry {
+  int32_t id = 0;
+  float logprob = 0.0f;
 };
 
 struct PenaltyEntry {
@@ -189,34 +197,51 @@ SPECD_HOST_DEVICE inline Cuts CutsOf(const Transforms& tr, const RowSummary& s, 
   return c;
 }
 
-// The n-th token (1-based) in the order (w desc, id asc) among tokens `in(i)` holds for, as a
-// cut (w, id). n must be in [1, count of such tokens]. w: [vocab] in [0, 1].
-template <class Block, class In>
-SPECD_HOST_DEVICE void SelectNth(Block& b, const float* w, int32_t vocab, In in, int64_t n,
-                                 float* w_cut, int32_t* id_cut) {
-  // The largest weight bits v with count(in, bits(w) >= v) >= n, by bisection on the bits
-  // (non-negative floats order as their bit patterns).
-  auto count_at_least = [&](uint32_t v) {
+// The n-th token (1-based) in the order (key desc, id asc) among tokens `in(i)` holds for, as a
+// cut (key, id). key(i): an order-preserving uint32 below key_end. n must be in [1, count of
+// such tokens].
+template <class Block, class In, class Key>
+SPECD_HOST_DEVICE void SelectNthByKey(Block& b, int32_t vocab, In in, Key key, uint64_t key_end,
+                                      int64_t n, uint32_t* key_cut, int32_t* id_cut) {
+  // The largest key v with count(in, key >= v) >= n, by bisection.
+  auto count_at_least = [&](uint64_t v) {
     int64_t local = 0;
-    for (int32_t i = b.tid(); i < vocab; i += b.size()) local += in(i) && FloatBits(w[i]) >= v;
+    for (int32_t i = b.tid(); i < vocab; i += b.size()) local += in(i) && key(i) >= v;
     return b.SumInt(local);
   };
-  uint32_t lo = 0, hi = FloatBits(1.0f) + 1;  // count(>= lo) >= n > count(>= hi)
+  uint64_t lo = 0, hi = key_end;  // count(>= lo) >= n > count(>= hi)
   while (hi - lo > 1) {
-    const uint32_t mid = lo + (hi - lo) / 2;
+    const uint64_t mid = lo + (hi - lo) / 2;
     if (count_at_least(mid) >= n) lo = mid; else hi = mid;
   }
   const int64_t ties_kept = n - count_at_least(lo + 1);
-  // The ties_kept-th lowest id among tokens of weight bits lo.
+  // The ties_kept-th lowest id among tokens of key lo.
   int32_t id_lo = -1, id_hi = vocab - 1;  // count(id <= id_lo) < ties_kept <= count(id <= id_hi)
   while (id_hi - id_lo > 1) {
     const int32_t mid = id_lo + (id_hi - id_lo) / 2;
     int64_t local = 0;
-    for (int32_t i = b.tid(); i <= mid; i += b.size()) local += in(i) && FloatBits(w[i]) == lo;
+    for (int32_t i = b.tid(); i <= mid; i += b.size()) local += in(i) && key(i) == lo;
     if (b.SumInt(local) >= ties_kept) id_hi = mid; else id_lo = mid;
   }
-  *w_cut = BitsFloat(lo);
+  *key_cut = static_cast<uint32_t>(lo);
   *id_cut = id_hi;
+}
+
+// SelectNthByKey on weights w: [vocab] in [0, 1] (non-negative floats order as their bits).
+template <class Block, class In>
+SPECD_HOST_DEVICE void SelectNth(Block& b, const float* w, int32_t vocab, In in, int64_t n,
+                                 float* w_cut, int32_t* id_cut) {
+  uint32_t cut;
+  SelectNthByKey(b, vocab, in, [&](int32_t i) { return FloatBits(w[i]); },
+                 uint64_t{FloatBits(1.0f)} + 1, n, &cut, id_cut);
+  *w_cut = BitsFloat(cut);
+}
+
+// Any float (no NaN) as a uint32 in the same order: -inf lowest, +inf highest, -0 equal to +0
+// (as the CPU's comparisons see them).
+SPECD_HOST_DEVICE inline uint32_t OrderedKey(float v) {
+  const uint32_t bits = v == 0.0f ? 0u : FloatBits(v);
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
 }
 
 // This thread's contiguous share of [0, n) for scans in id order.
@@ -266,6 +291,44 @@ SPECD_HOST_DEVICE int32_t InverseCdf(Block& b, int32_t n, Value value, double u)
   found = b.MinInt(found);
   if (found != kNoIndex) return found;
   return b.MaxInt(last_positive);
+}
+
+// DescribeToken's top list: the n most likely tokens of the raw row by (logit desc, id asc),
+// written ranked to out[0, n) by thread 0 (gathered in id order first, then ranked).
+// x_raw: [vocab], no NaN; n in [1, kMaxLogprobsValue], at most vocab.
+template <class Block>
+SPECD_HOST_DEVICE void TopLogprobs(Block& b, const float* x_raw, int32_t vocab, int32_t n,
+                                   double log_z, TopLogprobEntry* out) {
+  auto all = [](int32_t) { return true; };
+  auto key = [&](int32_t i) { return OrderedKey(x_raw[i]); };
+  uint32_t key_cut;
+  int32_t id_cut;
+  SelectNthByKey(b, vocab, all, key, uint64_t{1} << 32, n, &key_cut, &id_cut);
+  auto before = [&](int32_t i) { return key(i) > key_cut || (key(i) == key_cut && i <= id_cut); };
+  const Range r = ShareOf(b, vocab);
+  double mine = 0.0;
+  for (int32_t i = r.begin; i < r.end; ++i) mine += before(i);
+  double at_d, through;  // counts as doubles: exact
+  b.InclusiveScan(mine, &at_d, &through);
+  int32_t at = static_cast<int32_t>(at_d);
+  for (int32_t i = r.begin; i < r.end; ++i) {
+    if (before(i)) out[at++] = {i, static_cast<float>(static_cast<double>(x_raw[i]) - log_z)};
+  }
+  b.Sync();
+  if (b.tid() == 0) {  // n <= 20 entries: insertion by (logit desc, id asc)
+    for (int32_t a = 1; a < n; ++a) {
+      const TopLogprobEntry e = out[a];
+      const float x = x_raw[e.id];
+      int32_t j = a;
+      while (j > 0 && (x_raw[out[j - 1].id] < x ||
+                       (x_raw[out[j - 1].id] == x && out[j - 1].id > e.id))) {
+        out[j] = out[j - 1];
+        --j;
+      }
+      out[j] = e;
+    }
+  }
+  b.Sync();
 }
 
 }  // namespace detail
@@ -387,12 +450,13 @@ SPECD_HOST_DEVICE RowSummary SummarizeRow(Block& b, const PlanView& plan, int32_
 }
 
 // Phase 2 for sequence `q`: the chain over its rows' summaries, then the draw that ends it.
-// Every thread computes the same outcome; tokens / logprobs ([rows]) are written by thread 0.
+// Every thread computes the same outcome; tokens / logprobs ([rows]) and, for requests that
+// want them, the top logprobs ([rows, kMaxLogprobsValue]) are written by thread 0.
 template <class Block>
 SPECD_HOST_DEVICE SeqOutcome FinishSequence(Block& b, const PlanView& plan, int32_t q,
                                             const float* logits, const float* weights,
                                             const RowSummary* summaries, int32_t* tokens,
-                                            float* logprobs) {
+                                            float* logprobs, TopLogprobEntry* top) {
   using namespace detail;
   const SeqPlan& seq = plan.seqs[q];
   const Transforms& tr = plan.transforms[seq.transforms];
@@ -402,8 +466,14 @@ SPECD_HOST_DEVICE SeqOutcome FinishSequence(Block& b, const PlanView& plan, int3
 
   auto emit = [&](int32_t i, int32_t token) {
     const int32_t r = seq.first_row + i;
+    const float* x_raw = logits + plan.rows[r].logits_row * static_cast<int64_t>(vocab);
+    if (tr.num_logprobs > 0) {
+      const int32_t n = tr.num_logprobs < vocab ? tr.num_logprobs : vocab;
+      TopLogprobs(b, x_raw, vocab, n, summaries[r].log_normalizer,
+                  top + static_cast<int64_t>(seq.first_row + out.num_tokens) * kMaxLogprobsValue);
+    }
     if (b.tid() == 0) {
-      const float raw = logits[plan.rows[r].logits_row * static_cast<int64_t>(vocab) + token];
+      const float raw = x_raw[token];
       tokens[seq.first_row + out.num_tokens] = token;
       logprobs[seq.first_row + out.num_tokens] =
           static_cast<float>(static_cast<double>(raw) - summaries[r].log_normalizer);

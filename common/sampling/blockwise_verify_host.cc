@@ -1,5 +1,6 @@
 #include "common/sampling/blockwise_verify_host.h"
 
+#include <algorithm>
 #include <barrier>
 #include <functional>
 #include <thread>
@@ -10,6 +11,7 @@ namespace specd::sampling {
 
 static_assert(blockwise::kGreedyTemperatureValue == kGreedyTemperature);
 static_assert(blockwise::kResidualEpsilonValue == kResidualEpsilon);
+static_assert(blockwise::kMaxLogprobsValue == kMaxLogprobs);
 static_assert(static_cast<uint32_t>(RngPurpose::kSample) == 0 &&
               static_cast<uint32_t>(RngPurpose::kAccept) == 2 &&
               static_cast<uint32_t>(RngPurpose::kResample) == 3);
@@ -19,10 +21,6 @@ namespace {
 absl::Status ValidateSequence(const SequenceToVerify& s, int32_t vocab) {
   if (s.params == nullptr) return absl::InvalidArgumentError("params is null");
   if (absl::Status st = Validate(*s.params, vocab); !st.ok()) return st;
-  if (s.params->num_logprobs > 0) {
-    return absl::UnimplementedError(
-        "num_logprobs > 0: top logprobs are computed by the CPU verifier");
-  }
   for (size_t i = 0; i < s.proposals.size(); ++i) {
     const SparseProposal& q = s.proposals[i];
     if (IsGreedy(*s.params)) {
@@ -46,6 +44,7 @@ blockwise::Transforms TransformsOf(const SamplingParams& p) {
   t.min_p = p.min_p;
   t.penalties = FactorsOf(p);
   t.has_penalties = HasPenalties(p) ? 1 : 0;
+  t.num_logprobs = p.num_logprobs;
   t.seed = p.seed;
   return t;
 }
@@ -129,7 +128,8 @@ blockwise::PlanView BlockwisePlan::View() const {
 
 absl::StatusOr<std::vector<VerifyResult>> CollectResults(
     const BlockwisePlan& plan, absl::Span<const blockwise::SeqOutcome> outcomes,
-    absl::Span<const int32_t> tokens, absl::Span<const float> logprobs) {
+    absl::Span<const int32_t> tokens, absl::Span<const float> logprobs,
+    absl::Span<const blockwise::TopLogprobEntry> top) {
   std::vector<VerifyResult> results;
   results.reserve(plan.seqs().size());
   for (size_t si = 0; si < plan.seqs().size(); ++si) {
@@ -153,6 +153,15 @@ absl::StatusOr<std::vector<VerifyResult>> CollectResults(
                     tokens.begin() + seq.first_row + o.num_tokens);
     r.logprobs.assign(logprobs.begin() + seq.first_row,
                       logprobs.begin() + seq.first_row + o.num_tokens);
+    const int32_t n = std::min(plan.transforms()[seq.transforms].num_logprobs, plan.vocab());
+    if (n > 0) {
+      for (int32_t t = 0; t < o.num_tokens; ++t) {
+        const blockwise::TopLogprobEntry* e =
+            top.data() + static_cast<size_t>(seq.first_row + t) * blockwise::kMaxLogprobsValue;
+        std::vector<TokenLogprob>& list = r.top_logprobs.emplace_back();
+        for (int32_t m = 0; m < n; ++m) list.push_back({e[m].id, e[m].logprob});
+      }
+    }
     r.stopped = o.stopped != 0;
     r.proposal_mismatch = o.proposal_mismatch != 0;
     results.push_back(std::move(r));
@@ -266,13 +275,16 @@ absl::StatusOr<std::vector<VerifyResult>> VerifyBlockwiseOnHost(const BlockwiseP
   std::vector<blockwise::SeqOutcome> outcomes(plan.num_seqs());
   std::vector<int32_t> tokens(plan.num_rows());
   std::vector<float> logprobs(plan.num_rows());
+  std::vector<blockwise::TopLogprobEntry> top(static_cast<size_t>(plan.num_rows()) *
+                                              blockwise::kMaxLogprobsValue);
   for (int32_t q = 0; q < plan.num_seqs(); ++q) {
     outcomes[q] = RunBlock<blockwise::SeqOutcome>(threads_per_block, [&](HostBlock& b) {
       return blockwise::FinishSequence(b, view, q, logits.data(), weights.data(),
-                                       summaries.data(), tokens.data(), logprobs.data());
+                                       summaries.data(), tokens.data(), logprobs.data(),
+                                       top.data());
     });
   }
-  return CollectResults(plan, outcomes, tokens, logprobs);
+  return CollectResults(plan, outcomes, tokens, logprobs, top);
 }
 
 absl::StatusOr<std::vector<BlockwiseProposal>> CollectProposals(

@@ -30,8 +30,7 @@ struct SequenceToVerify {
 
 class BlockwisePlan {
  public:
-  // INVALID_ARGUMENT as VerifyDraft for invalid params or a malformed q (naming the sequence);
-  // UNIMPLEMENTED for num_logprobs > 0 (top logprobs stay on the CPU verifier).
+  // INVALID_ARGUMENT as VerifyDraft for invalid params or a malformed q (naming the sequence).
   static absl::StatusOr<BlockwisePlan> Build(int32_t vocab,
                                              absl::Span<const SequenceToVerify> sequences);
 
@@ -60,12 +59,14 @@ class BlockwisePlan {
   std::vector<int64_t> names_;  // [seqs]: what errors call each sequence
 };
 
-// What phase 2 wrote, per sequence, as VerifyDraft's results (top_logprobs empty). A row error
-// the chain reached is INVALID_ARGUMENT naming the sequence, the row and the logit.
-// tokens, logprobs: [plan.num_rows()].
+// What phase 2 wrote, per sequence, as VerifyDraft's results. A row error the chain reached
+// is INVALID_ARGUMENT naming the sequence, the row and the logit. tokens, logprobs:
+// [plan.num_rows()]; top: [plan.num_rows(), kMaxLogprobsValue] (read for requests with
+// num_logprobs > 0).
 absl::StatusOr<std::vector<VerifyResult>> CollectResults(
     const BlockwisePlan& plan, absl::Span<const blockwise::SeqOutcome> outcomes,
-    absl::Span<const int32_t> tokens, absl::Span<const float> logprobs);
+    absl::Span<const int32_t> tokens, absl::Span<const float> logprobs,
+    absl::Span<const blockwise::TopLogprobEntry> top);
 
 // The host twin: both phases on `threads_per_block` std::threads per block, blocks one after
 // another. logits: [*, vocab], holding every row the plan names.

@@ -79,7 +79,7 @@ absl::Status LaunchPagedAttention(const float* q, int32_t num_q_heads, const Pag
 
 // Speculative verification of a step on the device (common/sampling/blockwise_verify.h): the
 // plan's arrays (BlockwisePlan, uploaded), the step's logits and the outputs, all device memory.
-// Only tokens, logprobs and outcomes need to leave the device.
+// Only tokens, logprobs (top ones where asked) and outcomes need to leave the device.
 struct DeviceVerifyBuffers {
   sampling::blockwise::PlanView plan;          // its arrays in device memory
   const float* logits = nullptr;               // [*, plan.vocab]: every row the plan names
@@ -88,6 +88,7 @@ struct DeviceVerifyBuffers {
   sampling::blockwise::SeqOutcome* outcomes = nullptr;   // [plan.num_seqs]
   int32_t* tokens = nullptr;                   // [plan.num_rows]
   float* logprobs = nullptr;                   // [plan.num_rows]
+  sampling::blockwise::TopLogprobEntry* top = nullptr;  // [plan.num_rows, kMaxLogprobsValue]
 };
 // Two launches: one block per verify row, then one per sequence.
 absl::Status LaunchBlockwiseVerify(const DeviceVerifyBuffers& buffers, void* stream);

@@ -126,13 +126,13 @@ __global__ void __launch_bounds__(kSamplingThreads) SummarizeRowsKernel(bw::Plan
 __global__ void __launch_bounds__(kSamplingThreads) FinishSequencesKernel(bw::PlanView plan, const float* logits,
                                       const float* weights, const bw::RowSummary* summaries,
                                       bw::SeqOutcome* outcomes, int32_t* tokens,
-                                      float* logprobs) {
+                                      float* logprobs, bw::TopLogprobEntry* top) {
   __shared__ double d[2 * kMaxWarps];
   __shared__ long long l[kMaxWarps + 1];
   CudaBlock b(d, l);
   const int32_t q = static_cast<int32_t>(blockIdx.x);
   const bw::SeqOutcome o =
-      bw::FinishSequence(b, plan, q, logits, weights, summaries, tokens, logprobs);
+      bw::FinishSequence(b, plan, q, logits, weights, summaries, tokens, logprobs, top);
   if (threadIdx.x == 0) outcomes[q] = o;
 }
 
@@ -246,7 +246,8 @@ absl::Status LaunchBlockwiseVerify(const DeviceVerifyBuffers& buf, void* stream)
   if (absl::Status st = CudaCheck(cudaGetLastError(), "SummarizeRows"); !st.ok()) return st;
   if (plan.num_seqs == 0) return absl::OkStatus();
   FinishSequencesKernel<<<plan.num_seqs, kSamplingThreads, 0, s>>>(
-      plan, buf.logits, buf.weights, buf.summaries, buf.outcomes, buf.tokens, buf.logprobs);
+      plan, buf.logits, buf.weights, buf.summaries, buf.outcomes, buf.tokens, buf.logprobs,
+      buf.top);
   return CudaCheck(cudaGetLastError(), "FinishSequences");
 }
 
@@ -264,8 +265,11 @@ absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwiseHost(
   DeviceArray<bw::RowSummary> summaries;
   DeviceArray<bw::SeqOutcome> outcomes;
   DeviceArray<int32_t> tokens;
+  DeviceArray<bw::TopLogprobEntry> top;
+  const size_t top_n = static_cast<size_t>(plan.num_rows()) * bw::kMaxLogprobsValue;
   absl::Status st = up.Upload(plan, &buf.plan);
   if (st.ok()) st.Update(d_logits.Upload(logits, static_cast<size_t>(logits_rows * vocab)));
+  if (st.ok()) st.Update(top.Alloc(top_n));
   if (st.ok()) st.Update(weights.Alloc(static_cast<size_t>(plan.num_rows()) * vocab));
   if (st.ok()) st.Update(summaries.Alloc(plan.num_rows()));
   if (st.ok()) st.Update(outcomes.Alloc(plan.num_seqs()));
@@ -279,6 +283,7 @@ absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwiseHost(
   buf.outcomes = outcomes.get();
   buf.tokens = tokens.get();
   buf.logprobs = logprobs.get();
+  buf.top = top.get();
   st.Update(LaunchBlockwiseVerify(buf, nullptr));
   if (st.ok()) st.Update(CudaCheck(cudaDeviceSynchronize(), "blockwise verify"));
   if (!st.ok()) return st;
@@ -289,8 +294,10 @@ absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwiseHost(
   st.Update(outcomes.Download(host_outcomes.data(), host_outcomes.size()));
   if (st.ok()) st.Update(tokens.Download(host_tokens.data(), host_tokens.size()));
   if (st.ok()) st.Update(logprobs.Download(host_logprobs.data(), host_logprobs.size()));
+  std::vector<bw::TopLogprobEntry> host_top(top_n);
+  if (st.ok()) st.Update(top.Download(host_top.data(), host_top.size()));
   if (!st.ok()) return st;
-  return sampling::CollectResults(plan, host_outcomes, host_tokens, host_logprobs);
+  return sampling::CollectResults(plan, host_outcomes, host_tokens, host_logprobs, host_top);
 }
 
 }  // namespace specd::kernels::cuda

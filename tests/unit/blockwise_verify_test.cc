@@ -163,12 +163,11 @@ TEST(BlockwiseVerifyTest, PlanNamesBadInput) {
   EXPECT_NE(plan.status().message().find("top_p"), std::string::npos) << plan.status();
 
   c.params = SamplingParams();
-  c.params.num_logprobs = 3;
+  c.params.num_logprobs = 21;
   s = ToSequence(c, 0);
   plan = BlockwisePlan::Build(vocab, {&s, 1});
   ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(plan.status().message().find("num_logprobs"), std::string::npos);
+  EXPECT_NE(plan.status().message().find("num_logprobs"), std::string::npos) << plan.status();
 
   c.params = SamplingParams();
   SparseProposal q;

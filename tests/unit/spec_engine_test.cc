@@ -209,6 +209,7 @@ TEST_F(SpecEngineTest, SampledVerifiedOnDeviceMemoryEqualsHostVerifier) {
   }
   params[1].top_k = 5;
   params[2].top_p = 0.8f;
+  params[2].num_logprobs = 3;  // top logprobs come back from the device path too
   params[3].min_p = 0.05f;
   params[4].repetition_penalty = 1.3f;
   params[4].presence_penalty = 0.4f;
