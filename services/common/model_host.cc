@@ -94,7 +94,7 @@ absl::StatusOr<Shard> LoadShard(const gguf::GgufFile& file, const gguf::GgufFile
                                 int32_t threads) {
   Shard s;
   absl::StatusOr<std::unique_ptr<engine::Backend>> backend =
-      engine::MakeBackend(options.device, threads);
+      options.make_backend ? options.make_backend() : engine::MakeBackend(options.device, threads);
   if (!backend.ok()) return backend.status();
   s.backend = std::move(*backend);
   engine::ModelOptions mo;

@@ -69,6 +69,9 @@ struct ModelHostOptions {
   bool prefix_caching = true;
   // Tests only: every forward fails on this rank (a rank whose state went wrong); -1 = none.
   int32_t inject_forward_fault_on_rank = -1;
+  // Tests only: the backend to run on instead of `device`'s (e.g. testing::FencedBackend, the
+  // CPU's stand-in for a device whose memory the host cannot address); world size 1.
+  std::function<std::unique_ptr<engine::Backend>()> make_backend;
 };
 
 class ModelHost final : public engine::ModelRunner {

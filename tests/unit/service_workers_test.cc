@@ -9,6 +9,7 @@
 #include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
+#include "testing/fenced_backend.h"
 #include "testing/plain_greedy.h"
 #include "testing/tiny_model.h"
 #include "gtest/gtest.h"
@@ -148,6 +149,44 @@ TEST_F(WorkersTest, PlainGreedyMatchesEngine) {
   TargetWorker target(Host(*target_path_));
   const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 20);
   EXPECT_EQ(Decode(target, nullptr, 0, 64, 20), want);
+}
+
+// Both services on a backend whose memory the host cannot address (testing::FencedBackend,
+// the CPU's stand-in for a GPU): the draft proposes and the target verifies where their logits
+// are (ModelHost::ForwardAndPropose / ForwardAndVerify), and speculative greedy decoding still
+// equals plain greedy decoding.
+TEST_F(WorkersTest, WorkersSampleOnDeviceMemoryAndKeepGreedyOutput) {
+  auto fenced_host = [](const std::string& path, testing::FencedBackend** backend) {
+    ModelHostOptions o;
+    o.model_path = path;
+    o.threads = 1;
+    o.kv_blocks = 64;
+    o.max_batch_tokens = 64;
+    o.make_backend = [backend]() -> std::unique_ptr<engine::Backend> {
+      std::unique_ptr<testing::FencedBackend> b = testing::MakeFencedBackend();
+      *backend = b.get();
+      return b;
+    };
+    absl::StatusOr<std::unique_ptr<ModelHost>> h = ModelHost::Load(o);
+    EXPECT_TRUE(h.ok()) << h.status();
+    return std::move(*h);
+  };
+  testing::FencedBackend* target_backend = nullptr;
+  testing::FencedBackend* draft_backend = nullptr;
+  std::unique_ptr<ModelHost> target_host = fenced_host(*target_path_, &target_backend);
+  std::unique_ptr<ModelHost> draft_host = fenced_host(*draft_path_, &draft_backend);
+  ASSERT_TRUE(target_host->samples_on_device());
+  ASSERT_TRUE(draft_host->samples_on_device());
+  TargetWorker target(std::move(target_host));
+  DraftWorker draft(std::move(draft_host), kAlwaysK);
+  int proposed = 0;
+  EXPECT_EQ(Decode(target, &draft, 3, 64, 24, nullptr, &proposed),
+            ReferenceGreedy(*target_path_, Prompt(), 24));
+  EXPECT_GT(proposed, 0);
+  EXPECT_GT(target_backend->blockwise_verifications(), 0);
+  EXPECT_GT(draft_backend->blockwise_proposals(), 0);
+  EXPECT_EQ(target_backend->violations(), std::vector<std::string>{});
+  EXPECT_EQ(draft_backend->violations(), std::vector<std::string>{});
 }
 
 TEST_F(WorkersTest, ChunkedPrefillMatches) {
