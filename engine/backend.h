@@ -10,12 +10,14 @@
 #ifndef SPECD_ENGINE_BACKEND_H_
 #define SPECD_ENGINE_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "common/sampling/blockwise_verify_host.h"
 #include "engine/device_memory.h"
@@ -36,6 +38,30 @@ enum class WeightUse {
 struct WeightStorage {
   std::vector<std::unique_ptr<uint8_t[]>> host;  // re-encoded and packed copies (host memory)
   std::vector<DeviceBuffer> device;              // copies in a backend's memory
+};
+
+// The shape of one step's ops (a forward after its uploads and attention plan): every launch
+// size and buffer an op is handed follows from it, so two steps with the same key issue the
+// same ops on the same buffers, and a recording of one (a CUDA graph) replays the other.
+// owner: the model issuing them (one backend may run a target and a draft).
+struct StepGraphKey {
+  const void* owner = nullptr;
+  int64_t tokens = 0;       // rows of every activation op (padded to a bucket)
+  int64_t logit_rows = 0;   // rows through the output head
+  int64_t hidden_rows = 0;  // final hidden states gathered
+  friend bool operator==(const StepGraphKey&, const StepGraphKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const StepGraphKey& k) {
+    return H::combine(std::move(h), k.owner, k.tokens, k.logit_rows, k.hidden_rows);
+  }
+};
+
+// What RunStep did, since the backend was made.
+struct StepGraphStats {
+  int64_t eager = 0;      // steps issued op by op (a key's first step, or a failed capture)
+  int64_t captures = 0;   // recordings made
+  int64_t replays = 0;    // steps run from a recording (each of them also counted here)
+  int64_t discarded = 0;  // recordings dropped: a buffer they name moved, or their model went
 };
 
 class Backend {
@@ -79,6 +105,24 @@ class Backend {
   virtual absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwise(
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows, int32_t top_n);
 
+  // Steps as recordings (CUDA graphs). True when RunStep may replay an earlier step's ops
+  // instead of issuing them: the caller then pads steps to bucketed shapes (StepGraphKey),
+  // keeps every varying input in memory() (uploaded before RunStep) and hands the ops only
+  // pointers and sizes that the key fixes.
+  virtual bool replays_steps() const { return false; }
+  // Issues ops() (every op of one step, none of them an upload or a download), or replays the
+  // recording of an earlier step with this key. ops() returns the first error it met; a
+  // backend that cannot record a step issues it as it is. Default: ops().
+  virtual absl::Status RunStep(const StepGraphKey& /*key*/, absl::FunctionRef<absl::Status()> ops) {
+    return ops();
+  }
+  // Drops the recordings of `owner`'s steps (a model going away).
+  virtual void ForgetSteps(const void* /*owner*/) {}
+  virtual StepGraphStats step_graph_stats() const { return {}; }
+  // The queue the ops run on (a cudaStream_t), for collectives that must join it; null on
+  // the CPU.
+  virtual void* device_stream() { return nullptr; }
+
   // Waits for the ops issued so far; returns the first error any of them met (a device
   // backend's kernels report errors late). The CPU backends' ops cannot fail.
   virtual absl::Status Sync() { return absl::OkStatus(); }
@@ -116,7 +160,8 @@ class Backend {
   // out[r, :] = x[rows[r], :] for r < R.  x: [*, D]; rows: [R]; out: [R, D]
   virtual void GatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D,
                           float* out) = 0;
-  // k, v: [T, Hkv, d] stored at slots[T] of the layer's pool
+  // k, v: [T, Hkv, d] stored at slots[T] of the layer's pool; a negative slot is a padding
+  // row (a bucketed step's), not stored.
   virtual void WriteKv(const float* k, const float* v, const int64_t* slots, int64_t T,
                        const kernels::PagedKvLayer& layer) = 0;
 

@@ -23,6 +23,9 @@ class Communicator {
   // True when AllReduceSum may be handed a pointer into a device backend's memory (NCCL, or
   // one rank, which touches nothing); host collectives read host memory only.
   virtual bool reduces_device_memory() const { return false; }
+  // True when AllReduceSum only enqueues work on the backend's stream, so a recorded step
+  // (a CUDA graph) may hold it: one rank, or NCCL on that stream with enqueue_only.
+  virtual bool works_in_step_graphs() const { return false; }
 };
 
 class LocalCommunicator final : public Communicator {
@@ -32,6 +35,7 @@ class LocalCommunicator final : public Communicator {
   absl::Status AllReduceSum(float*, int64_t) override { return absl::OkStatus(); }
   absl::Status Broadcast(void*, int64_t, int) override { return absl::OkStatus(); }
   bool reduces_device_memory() const override { return true; }
+  bool works_in_step_graphs() const override { return true; }
 };
 
 }  // namespace specd::engine

@@ -168,10 +168,10 @@ absl::Status LlamaModel::AllocateWorkspace() {
   if (weights_.head_token_ids != nullptr) {
     alloc(ws_.head_out, R * weights_.output.rows * f);
     head_out_host_.resize(static_cast<size_t>(R * weights_.output.rows));
-  } else if (!mem.host_addressable()) {
+  } else if (!mem.host_addressable() || backend_->replays_steps()) {
     alloc(ws_.logits, R * config_.vocab_size * f);
   }
-  if (!mem.host_addressable()) alloc(ws_.hidden, T * D * f);
+  if (!mem.host_addressable() || backend_->replays_steps()) alloc(ws_.hidden, T * D * f);
   alloc(ws_.tokens, T * sizeof(int32_t));
   alloc(ws_.positions, T * sizeof(int32_t));
   alloc(ws_.slots, T * sizeof(int64_t));
@@ -505,17 +505,62 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
         "kv: the cache's pools are not in backend %s's memory (make its config with "
         "LlamaModel::MakeKvCacheConfig)", backend_->name()));
   }
+  const StepShape shape = ShapeStep(batch);
   st = PrepareStep(batch, kv);
-  if (st.ok()) st = UploadStep(batch, kv);
+  if (st.ok()) st = UploadStep(batch, kv, shape);
   if (!st.ok()) return st;
-  const int64_t T = static_cast<int64_t>(batch.tokens.size());
-  EmbedInputs(batch);  // x: [T, D]
-  for (int32_t l = 0; l < num_layers() && st.ok(); ++l) st = RunLayer(l, T, kv);
-  if (st.ok()) st = ComputeOutputs(batch, logits, hidden);
+  // Ops may write the caller's buffers directly when the host can read what they write and no
+  // recording will replay them (a recording names the workspace, never a caller's buffer).
+  const bool direct = backend_->memory().host_addressable() && !shape.recorded;
+  const bool logits_direct = direct && weights_.head_token_ids == nullptr;
+  float* logits_out = logits_direct ? logits : ws_.logits.as<float>();
+  float* hidden_out = direct ? hidden : ws_.hidden.as<float>();
+  auto issue = [&] { return IssueStep(shape, kv, logits_out, hidden_out); };
+  st = shape.recorded ? backend_->RunStep(shape.key, issue) : issue();
+  if (st.ok()) st = CollectOutputs(batch, logits, hidden, !logits_direct, !direct);
   // No op of this step may still run when the caller reuses the buffers; a device
   // backend's late error surfaces here.
   absl::Status synced = backend_->Sync();
   return st.ok() ? synced : st;
+}
+
+LlamaModel::~LlamaModel() {
+  if (backend_ != nullptr) backend_->ForgetSteps(this);
+}
+
+namespace {
+// The smallest power of two >= n, at most `cap` (n <= cap).
+int64_t Bucket(int64_t n, int64_t cap) {
+  int64_t b = 1;
+  while (b < n) b *= 2;
+  return std::min(b, cap);
+}
+}  // namespace
+
+LlamaModel::StepShape LlamaModel::ShapeStep(const ForwardBatch& batch) const {
+  StepShape s;
+  s.tokens = static_cast<int64_t>(batch.tokens.size());
+  s.logit_rows = static_cast<int64_t>(batch.logit_rows.size());
+  s.hidden_rows = static_cast<int64_t>(batch.hidden_rows.size());
+  s.recorded = backend_->replays_steps() && comm_->works_in_step_graphs() &&
+               s.tokens <= options_.step_graph_max_tokens;
+  if (!s.recorded) return s;
+  // Few shapes, so few recordings; the padding rows cost little where steps are recorded (a
+  // GPU at small batch reads the weights once for all its rows).
+  s.tokens = Bucket(s.tokens, options_.max_batch_tokens);
+  if (s.logit_rows > 0) s.logit_rows = Bucket(s.logit_rows, options_.max_logit_rows);
+  if (s.hidden_rows > 0) s.hidden_rows = Bucket(s.hidden_rows, options_.max_batch_tokens);
+  s.key = StepGraphKey{this, s.tokens, s.logit_rows, s.hidden_rows};
+  return s;
+}
+
+absl::Status LlamaModel::IssueStep(const StepShape& shape, PagedKvCache& kv, float* logits_out,
+                                   float* hidden_out) {
+  EmbedInputs(shape.tokens);  // x: [T, D]
+  absl::Status st;
+  for (int32_t l = 0; l < num_layers() && st.ok(); ++l) st = RunLayer(l, shape.tokens, kv);
+  if (st.ok()) IssueOutputs(shape, logits_out, hidden_out);
+  return st;
 }
 
 absl::Status LlamaModel::PrepareStep(const ForwardBatch& batch, PagedKvCache& kv) {
@@ -546,17 +591,33 @@ absl::Status LlamaModel::PrepareStep(const ForwardBatch& batch, PagedKvCache& kv
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::UploadStep(const ForwardBatch& batch, const PagedKvCache& kv) {
+namespace {
+// rows, then `fill` up to n entries, into *staged.
+void Stage(const std::vector<int32_t>& rows, int64_t n, int32_t fill, std::vector<int32_t>* staged) {
+  staged->assign(rows.begin(), rows.end());
+  staged->resize(static_cast<size_t>(n), fill);
+}
+}  // namespace
+
+absl::Status LlamaModel::UploadStep(const ForwardBatch& batch, const PagedKvCache& kv,
+                                    const StepShape& shape) {
   DeviceMemory& mem = backend_->memory();
-  const size_t T = batch.tokens.size();
-  absl::Status st = mem.Upload(ws_.tokens.data(), batch.tokens.data(), T * sizeof(int32_t));
-  st.Update(mem.Upload(ws_.positions.data(), positions_.data(), T * sizeof(int32_t)));
-  st.Update(mem.Upload(ws_.slots.data(), slots_.data(), T * sizeof(int64_t)));
-  st.Update(mem.Upload(ws_.logit_rows.data(), batch.logit_rows.data(),
-                       batch.logit_rows.size() * sizeof(int32_t)));
-  st.Update(mem.Upload(ws_.hidden_rows.data(), batch.hidden_rows.data(),
-                       batch.hidden_rows.size() * sizeof(int32_t)));
+  const size_t T = batch.tokens.size(), padded = static_cast<size_t>(shape.tokens);
+  std::fill(positions_.begin() + T, positions_.begin() + padded, 0);
+  std::fill(slots_.begin() + T, slots_.begin() + padded, -1);  // padding: no KV stored
+  Stage(batch.tokens, shape.tokens, 0, &staged_tokens_);
+  Stage(batch.logit_rows, shape.logit_rows, 0, &staged_logit_rows_);
+  Stage(batch.hidden_rows, shape.hidden_rows, 0, &staged_hidden_rows_);
+  absl::Status st = mem.Upload(ws_.tokens.data(), staged_tokens_.data(), padded * sizeof(int32_t));
+  st.Update(mem.Upload(ws_.positions.data(), positions_.data(), padded * sizeof(int32_t)));
+  st.Update(mem.Upload(ws_.slots.data(), slots_.data(), padded * sizeof(int64_t)));
+  st.Update(mem.Upload(ws_.logit_rows.data(), staged_logit_rows_.data(),
+                       staged_logit_rows_.size() * sizeof(int32_t)));
+  st.Update(mem.Upload(ws_.hidden_rows.data(), staged_hidden_rows_.data(),
+                       staged_hidden_rows_.size() * sizeof(int32_t)));
   if (feature_conditioned()) {
+    // Padding rows keep whatever features the workspace held: rows never mix, so they reach
+    // no real row.
     st.Update(mem.Upload(ws_.features.data(), batch.input_features.data(),
                          batch.input_features.size() * sizeof(float)));
   }
@@ -624,39 +685,46 @@ bool LlamaModel::keeps_logits_on_backend() const {
   return weights_.head_token_ids == nullptr && !backend_->memory().host_addressable();
 }
 
-absl::Status LlamaModel::ComputeOutputs(const ForwardBatch& batch, float* logits,
-                                        float* hidden) {
-  const int64_t D = config_.embedding_dim, V = config_.vocab_size;
+void LlamaModel::IssueOutputs(const StepShape& shape, float* logits_out, float* hidden_out) {
+  const int64_t D = config_.embedding_dim;
   Backend& be = *backend_;
-  DeviceMemory& mem = be.memory();
-  const bool direct = mem.host_addressable();  // ops may write the caller's buffers
   const float* x = ws_.x.as<float>();
-  const int64_t H = static_cast<int64_t>(batch.hidden_rows.size());
-  if (H > 0) {  // hidden: [H, D]
-    float* out = direct ? hidden : ws_.hidden.as<float>();
-    be.GatherRows(x, ws_.hidden_rows.as<int32_t>(), H, D, out);
-    if (!direct) {
-      absl::Status st = mem.Download(hidden, out, static_cast<size_t>(H * D) * sizeof(float));
-      if (!st.ok()) return st;
-    }
+  if (shape.hidden_rows > 0) {  // hidden: [H, D]
+    be.GatherRows(x, ws_.hidden_rows.as<int32_t>(), shape.hidden_rows, D, hidden_out);
   }
   // Only the requested rows go through the final norm and the (large) output head.
-  const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-  if (R == 0) return absl::OkStatus();
+  const int64_t R = shape.logit_rows;
+  if (R == 0) return;
   float* head_in = ws_.head_in.as<float>();  // [R, D]
   float* h = ws_.h.as<float>();
   be.GatherRows(x, ws_.logit_rows.as<int32_t>(), R, D, head_in);
   be.RmsNorm(head_in, weights_.output_norm, R, D, config_.rms_eps, h);
-  if (weights_.head_token_ids == nullptr) {  // logits: [R, vocab]
-    float* out = direct ? logits : ws_.logits.as<float>();
-    MatMul(weights_.output, h, R, out);
-    if (direct || logits == nullptr) return absl::OkStatus();  // null: they stay (step_logits)
-    return mem.Download(logits, out, static_cast<size_t>(R * V) * sizeof(float));
+  if (weights_.head_token_ids == nullptr) {
+    MatMul(weights_.output, h, R, logits_out);  // logits: [R, vocab]
+  } else {
+    MatMul(weights_.output, h, R, ws_.head_out.as<float>());  // head_out: [R, N]
+  }
+}
+
+absl::Status LlamaModel::CollectOutputs(const ForwardBatch& batch, float* logits, float* hidden,
+                                        bool logits_in_workspace, bool hidden_in_workspace) {
+  const int64_t D = config_.embedding_dim, V = config_.vocab_size;
+  DeviceMemory& mem = backend_->memory();
+  const int64_t H = static_cast<int64_t>(batch.hidden_rows.size());
+  if (H > 0 && hidden_in_workspace) {
+    absl::Status st = mem.Download(hidden, ws_.hidden.data(), static_cast<size_t>(H * D) * sizeof(float));
+    if (!st.ok()) return st;
+  }
+  const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+  if (R == 0) return absl::OkStatus();
+  if (weights_.head_token_ids == nullptr) {
+    // null: they stay in the workspace (step_logits), the batch's rows first.
+    if (!logits_in_workspace || logits == nullptr) return absl::OkStatus();
+    return mem.Download(logits, ws_.logits.data(), static_cast<size_t>(R * V) * sizeof(float));
   }
   // Truncated head: head_out: [R, N], scattered on the host into logits: [R, vocab] (-inf
   // elsewhere); only the N scored columns leave the backend's memory.
   const int64_t N = weights_.output.rows;
-  MatMul(weights_.output, h, R, ws_.head_out.as<float>());
   absl::Status st = mem.Download(head_out_host_.data(), ws_.head_out.data(),
                                  static_cast<size_t>(R * N) * sizeof(float));
   if (!st.ok()) return st;
@@ -668,8 +736,7 @@ absl::Status LlamaModel::ComputeOutputs(const ForwardBatch& batch, float* logits
   return absl::OkStatus();
 }
 
-void LlamaModel::EmbedInputs(const ForwardBatch& batch) {
-  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+void LlamaModel::EmbedInputs(int64_t T) {
   const int64_t D = config_.embedding_dim;
   Backend& be = *backend_;
   float* x = ws_.x.as<float>();

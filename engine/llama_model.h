@@ -69,10 +69,15 @@ struct ModelOptions {
   // token_embd.weight and shares its target's (same vocabulary and width). Must outlive the
   // model. nullptr = every tensor must be in the file.
   const gguf::GgufFile* borrow_from = nullptr;
+  // On a backend that records steps (CUDA graphs: Backend::replays_steps), steps of up to this
+  // many tokens are padded to a power-of-two bucket and run as recordings; longer ones
+  // (prefill) are issued op by op. 0 = never record.
+  int32_t step_graph_max_tokens = 256;
 };
 
 class LlamaModel {
  public:
+  ~LlamaModel();
   // `file`, `backend` and `comm` must outlive the model. The shard is comm->rank() of
   // comm->world_size().
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const gguf::GgufFile& file,
@@ -121,19 +126,35 @@ class LlamaModel {
   absl::Status PlaceWeights();
   // The activation workspace and the step's index arrays, in the backend's memory.
   absl::Status AllocateWorkspace();
+  // The sizes a step's ops run at: the batch's own, or padded to a bucket when the step
+  // runs as a recording (then `key` names the recording).
+  struct StepShape {
+    int64_t tokens = 0, logit_rows = 0, hidden_rows = 0;
+    bool recorded = false;
+    StepGraphKey key;
+  };
+  StepShape ShapeStep(const ForwardBatch& batch) const;
   // The step's host indices (positions_, slots_, block_tables_) after KV is reserved.
   absl::Status PrepareStep(const ForwardBatch& batch, PagedKvCache& kv);
-  // tokens, positions, slots, output rows and input features into the backend's memory;
-  // the step's attention planned.
-  absl::Status UploadStep(const ForwardBatch& batch, const PagedKvCache& kv);
+  // tokens, positions, slots, output rows and input features into the backend's memory, with
+  // padding rows up to the shape (token 0 at position 0, no KV slot, output row 0); the
+  // step's attention planned for the batch's own tokens.
+  absl::Status UploadStep(const ForwardBatch& batch, const PagedKvCache& kv, const StepShape& shape);
+  // Every op of the step at the shape's sizes, outputs into logits_out / hidden_out (the
+  // caller's buffers, or the workspace's): no upload, no download, no host decision on data.
+  absl::Status IssueStep(const StepShape& shape, PagedKvCache& kv, float* logits_out, float* hidden_out);
   absl::Status RunLayer(int32_t l, int64_t T, PagedKvCache& kv);
-  // The requested hidden rows and logit rows, out to the caller's host buffers.
-  absl::Status ComputeOutputs(const ForwardBatch& batch, float* logits, float* hidden);
+  // The hidden rows and the head's rows (IssueStep's last ops).
+  void IssueOutputs(const StepShape& shape, float* logits_out, float* hidden_out);
+  // The batch's own rows of what IssueStep left in the workspace, out to the caller's host
+  // buffers (a truncated head's rows scattered over the vocabulary).
+  absl::Status CollectOutputs(const ForwardBatch& batch, float* logits, float* hidden,
+                              bool logits_in_workspace, bool hidden_in_workspace);
   absl::Status LoadHeadTokenIds(const gguf::GgufFile& file);  // output_token_ids, if present
   absl::Status LoadInputFc(const gguf::GgufFile& file, int world);  // eagle.*, if present
   // x_ = the first layer's input: token embeddings, or for a feature-conditioned draft the
   // fused (embedding, feature) rows.
-  void EmbedInputs(const ForwardBatch& batch);
+  void EmbedInputs(int64_t T);
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) {
     if (options_.exact_activations) {
       backend_->MatMulExact(w, x, T, y);
@@ -176,10 +197,11 @@ class LlamaModel {
     DeviceBuffer slots;                 // [T] int64
     DeviceBuffer logit_rows, hidden_rows;  // [R], [T] int32
   } ws_;
-  // The step's host indices.
+  // The step's host indices (positions_, slots_ and the staged rows padded to the shape).
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;
   std::vector<const int32_t*> block_tables_;
+  std::vector<int32_t> staged_tokens_, staged_logit_rows_, staged_hidden_rows_;
   std::vector<float> head_out_host_;  // [R, N]: a truncated head's rows, scattered on the host
 };
 

@@ -48,6 +48,8 @@ class NcclCommunicator final : public Communicator {
   // `data`: a device pointer to `bytes` bytes.
   absl::Status Broadcast(void* data, int64_t bytes, int root) override;
   bool reduces_device_memory() const override { return true; }
+  // The caller's stream holds the collective and waits for it (the step's Sync): capturable.
+  bool works_in_step_graphs() const override { return options_.enqueue_only; }
   void Disarm();
 
  private:

@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include <functional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -81,40 +85,51 @@ class Fenced final : public FencedBackend {
     Check("MatMul", w, "w");
     Check("MatMul", x, T * w.cols, "x");
     Check("MatMul", y, T * w.rows, "y");
-    FenceOpening open(*this);
-    inner_->MatMul(w, x, T, y);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->MatMul(w, x, T, y);
+    });
   }
   void MatMulExact(const WeightMatrix& w, const float* x, int64_t T, float* y) override {
     Check("MatMulExact", w, "w");
     Check("MatMulExact", x, T * w.cols, "x");
     Check("MatMulExact", y, T * w.rows, "y");
-    FenceOpening open(*this);
-    inner_->MatMulExact(w, x, T, y);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->MatMulExact(w, x, T, y);
+    });
   }
   void RmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps,
                float* out) override {
     Check("RmsNorm", x, T * D, "x");
     Check("RmsNorm", w, D, "w");
     Check("RmsNorm", out, T * D, "out");
-    FenceOpening open(*this);
-    inner_->RmsNorm(x, w, T, D, eps, out);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->RmsNorm(x, w, T, D, eps, out);
+    });
   }
   void Rope(float* x, int64_t T, int64_t H, int64_t head_dim, const int32_t* positions,
             const kernels::RopeParams& params) override {
     Check("Rope", x, T * H * head_dim, "x");
     Check("Rope", positions, T, "positions");
-    FenceOpening open(*this);
-    inner_->Rope(x, T, H, head_dim, positions, params);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->Rope(x, T, H, head_dim, positions, params);
+    });
   }
   void SwiGlu(const float* gate, const float* up, int64_t T, int64_t F, float* out) override {
     Check("SwiGlu", gate, T * F, "gate");
     Check("SwiGlu", up, T * F, "up");
     Check("SwiGlu", out, T * F, "out");
-    FenceOpening open(*this);
-    inner_->SwiGlu(gate, up, T, F, out);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->SwiGlu(gate, up, T, F, out);
+    });
   }
   absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwise(
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows) override {
+    RefuseWhileRecording("VerifyBlockwise");
     Check("VerifyBlockwise", logits, rows * plan.vocab(), "logits");
     ++blockwise_verifications_;
     FenceOpening open(*this);
@@ -123,6 +138,7 @@ class Fenced final : public FencedBackend {
   absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwise(
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows,
       int32_t top_n) override {
+    RefuseWhileRecording("ProposeBlockwise");
     Check("ProposeBlockwise", logits, rows * plan.vocab(), "logits");
     ++blockwise_proposals_;
     FenceOpening open(*this);
@@ -131,30 +147,38 @@ class Fenced final : public FencedBackend {
   void AddInPlace(float* x, const float* y, int64_t n) override {
     Check("AddInPlace", x, n, "x");
     Check("AddInPlace", y, n, "y");
-    FenceOpening open(*this);
-    inner_->AddInPlace(x, y, n);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->AddInPlace(x, y, n);
+    });
   }
   void AddBias(float* x, const float* b, int64_t T, int64_t N) override {
     Check("AddBias", x, T * N, "x");
     Check("AddBias", b, N, "b");
-    FenceOpening open(*this);
-    inner_->AddBias(x, b, T, N);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->AddBias(x, b, T, N);
+    });
   }
   void EmbeddingLookup(const WeightMatrix& table, const int32_t* ids, int64_t T,
                        float* out) override {
     Check("EmbeddingLookup", table, "table");
     Check("EmbeddingLookup", ids, T, "ids");
     Check("EmbeddingLookup", out, T * table.cols, "out");
-    FenceOpening open(*this);
-    inner_->EmbeddingLookup(table, ids, T, out);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->EmbeddingLookup(table, ids, T, out);
+    });
   }
   void GatherRows(const float* x, const int32_t* rows, int64_t R, int64_t D,
                   float* out) override {
     Check("GatherRows", x, D, "x");
     Check("GatherRows", rows, R, "rows");
     Check("GatherRows", out, R * D, "out");
-    FenceOpening open(*this);
-    inner_->GatherRows(x, rows, R, D, out);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->GatherRows(x, rows, R, D, out);
+    });
   }
   void WriteKv(const float* k, const float* v, const int64_t* slots, int64_t T,
                const PagedKvLayer& layer) override {
@@ -163,11 +187,14 @@ class Fenced final : public FencedBackend {
     Check("WriteKv", v, T * row, "v");
     Check("WriteKv", slots, T, "slots");
     Check("WriteKv", layer);
-    FenceOpening open(*this);
-    inner_->WriteKv(k, v, slots, T, layer);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->WriteKv(k, v, slots, T, layer);
+    });
   }
   absl::Status PlanAttention(const int32_t* positions, const int32_t* const* block_tables,
                              int64_t T, int32_t num_kv_heads, int32_t block_size) override {
+    RefuseWhileRecording("PlanAttention");
     // The plan is host work: its arrays are host memory.
     if (memory_.Contains(positions, 1) || memory_.Contains(block_tables, 1)) {
       violations_.push_back("PlanAttention: arrays in device memory (the host plans)");
@@ -180,8 +207,34 @@ class Fenced final : public FencedBackend {
     Check("PagedAttention", q, T_ * Hq * layer.head_dim, "q");
     Check("PagedAttention", out, T_ * Hq * layer.head_dim, "out");
     Check("PagedAttention", layer);
-    FenceOpening open(*this);
-    inner_->PagedAttention(q, Hq, layer, scale, out);
+    Issue([=, this] {
+      FenceOpening open(*this);
+      inner_->PagedAttention(q, Hq, layer, scale, out);
+    });
+  }
+
+  bool replays_steps() const override { return replays_steps_; }
+  absl::Status RunStep(const engine::StepGraphKey& key,
+                       absl::FunctionRef<absl::Status()> ops) override;
+  void ForgetSteps(const void* owner) override {
+    absl::erase_if(recordings_, [&](const auto& kv) {
+      if (kv.first.owner != owner) return false;
+      ++stats_.discarded;
+      return true;
+    });
+    absl::erase_if(seen_, [&](const engine::StepGraphKey& k) { return k.owner == owner; });
+  }
+  engine::StepGraphStats step_graph_stats() const override { return stats_; }
+
+  // While a step is being recorded, ops (and Copy2D) are kept for replay, not run.
+  bool recording() const { return recording_ != nullptr; }
+  void Record(std::function<void()> op) { recording_->push_back(std::move(op)); }
+  // What a device's capture refuses: work that is not an op on device memory.
+  void RefuseWhileRecording(const char* what) {
+    if (recording()) {
+      violations_.push_back(absl::StrCat(what, " while a step is recorded"));
+      recording_broken_ = true;
+    }
   }
 
   void Open() override {
@@ -192,6 +245,14 @@ class Fenced final : public FencedBackend {
   }
 
  private:
+  // Runs op now, or keeps it for the recording being made (a device's stream capture).
+  void Issue(std::function<void()> op) {
+    if (recording()) {
+      Record(std::move(op));
+    } else {
+      op();
+    }
+  }
   template <typename T>
   void Check(const char* op, const T* p, int64_t n, const char* arg) {
     if (n > 0 && !memory_.Contains(p, static_cast<size_t>(n) * sizeof(T))) {
@@ -222,9 +283,45 @@ class Fenced final : public FencedBackend {
   int depth_ = 0;
   int64_t T_ = 0;  // the planned step's tokens
   std::vector<std::string> violations_;
+  // Step recordings, as the CUDA backend keeps graphs: a key's first step runs op by op, its
+  // second is recorded (ops kept, not run) and then replayed, as every later one is.
+  bool replays_steps_ = true;
+  std::vector<std::function<void()>>* recording_ = nullptr;
+  bool recording_broken_ = false;
+  absl::flat_hash_map<engine::StepGraphKey, std::vector<std::function<void()>>> recordings_;
+  absl::flat_hash_set<engine::StepGraphKey> seen_;
+  engine::StepGraphStats stats_;
+
+ public:
+  void set_replays_steps(bool on) { replays_steps_ = on; }
 };
 
+absl::Status Fenced::RunStep(const engine::StepGraphKey& key, absl::FunctionRef<absl::Status()> ops) {
+  auto it = recordings_.find(key);
+  if (it == recordings_.end()) {
+    if (seen_.insert(key).second) {  // the first step of this shape: as it is
+      ++stats_.eager;
+      return ops();
+    }
+    std::vector<std::function<void()>> recorded;
+    recording_ = &recorded;
+    recording_broken_ = false;
+    absl::Status st = ops();
+    recording_ = nullptr;
+    if (!st.ok() || recording_broken_) {  // as a failed capture: run it as it is
+      ++stats_.eager;
+      return st.ok() ? ops() : st;
+    }
+    ++stats_.captures;
+    it = recordings_.emplace(key, std::move(recorded)).first;
+  }
+  ++stats_.replays;
+  for (const std::function<void()>& op : it->second) op();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<void*> FencedMemory::Allocate(size_t bytes) {
+  owner_->RefuseWhileRecording("Allocate");
   const size_t at = (used_ + 63) / 64 * 64;
   if (base_ == nullptr || at + bytes > capacity_) {
     return absl::ResourceExhaustedError(
@@ -238,6 +335,7 @@ absl::StatusOr<void*> FencedMemory::Allocate(size_t bytes) {
 }
 
 absl::Status FencedMemory::Upload(void* dst, const void* src, size_t bytes) {
+  owner_->RefuseWhileRecording("Upload");
   if (bytes == 0) return absl::OkStatus();
   if (!Contains(dst, bytes)) return absl::InvalidArgumentError("Upload: dst not in the arena");
   FenceOpening open(*owner_);
@@ -246,6 +344,7 @@ absl::Status FencedMemory::Upload(void* dst, const void* src, size_t bytes) {
 }
 
 absl::Status FencedMemory::Download(void* dst, const void* src, size_t bytes) {
+  owner_->RefuseWhileRecording("Download");
   if (bytes == 0) return absl::OkStatus();
   if (!Contains(src, bytes)) return absl::InvalidArgumentError("Download: src not in the arena");
   FenceOpening open(*owner_);
@@ -260,10 +359,17 @@ absl::Status FencedMemory::Copy2D(void* dst, size_t dst_pitch, const void* src,
   if (!Contains(dst, dst_span) || !Contains(src, src_span)) {
     return absl::InvalidArgumentError("Copy2D: an end is not in the arena");
   }
-  FenceOpening open(*owner_);
-  for (size_t r = 0; r < rows; ++r) {
-    std::memcpy(static_cast<uint8_t*>(dst) + r * dst_pitch,
-                static_cast<const uint8_t*>(src) + r * src_pitch, width);
+  auto copy = [=, this] {
+    FenceOpening open(*owner_);
+    for (size_t r = 0; r < rows; ++r) {
+      std::memcpy(static_cast<uint8_t*>(dst) + r * dst_pitch,
+                  static_cast<const uint8_t*>(src) + r * src_pitch, width);
+    }
+  };
+  if (owner_->recording()) {
+    owner_->Record(copy);  // a device-to-device copy: part of the step
+  } else {
+    copy();
   }
   return absl::OkStatus();
 }
@@ -273,8 +379,10 @@ absl::Status FencedMemory::Copy2D(void* dst, size_t dst_pitch, const void* src,
 FenceOpening::FenceOpening(FencedBackend& backend) : backend_(backend) { backend_.Open(); }
 FenceOpening::~FenceOpening() { backend_.Close(); }
 
-std::unique_ptr<FencedBackend> MakeFencedBackend(size_t capacity) {
-  return std::make_unique<Fenced>(capacity);
+std::unique_ptr<FencedBackend> MakeFencedBackend(size_t capacity, bool replays_steps) {
+  auto backend = std::make_unique<Fenced>(capacity);
+  backend->set_replays_steps(replays_steps);
+  return backend;
 }
 
 }  // namespace specd::testing

@@ -4,7 +4,9 @@
 // weight or the KV pool from host code crashes instead of passing; and every pointer an op
 // is handed must lie in the arena, or the call is recorded as a violation. The ops themselves
 // are the reference backend's. What a model does right here it does right on a device whose
-// memory is not the host's (tests/unit/device_resident_test.cc).
+// memory is not the host's (tests/unit/device_resident_test.cc). It also records steps as
+// CUDA graphs do (below), so a model that hands a recorded op anything a later step changes
+// gets a wrong answer here too.
 #ifndef SPECD_TESTING_FENCED_BACKEND_H_
 #define SPECD_TESTING_FENCED_BACKEND_H_
 
@@ -31,7 +33,12 @@ class FenceOpening {
 };
 
 // capacity: bytes of address space reserved for the arena (freed memory is not reused).
-std::unique_ptr<FencedBackend> MakeFencedBackend(size_t capacity = size_t{1} << 30);
+// replays_steps: steps are recorded and replayed as the CUDA backend's graphs are
+// (Backend::RunStep): a shape's first step runs op by op, the second is recorded, then every
+// step of that shape replays the recorded ops with the arguments they were recorded with.
+// Uploads, downloads, allocations, plans and verification refuse while a step is recorded.
+std::unique_ptr<FencedBackend> MakeFencedBackend(size_t capacity = size_t{1} << 30,
+                                                 bool replays_steps = true);
 
 class FencedBackend : public engine::Backend {
  public:

@@ -606,7 +606,8 @@ void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const 
   const int32_t d = kv.head_dim;
   const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * d;
   for (int64_t t = 0; t < T; ++t) {
-    if (slots[t] < 0 || slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
+    if (slots[t] < 0) continue;  // a padding row of a bucketed step
+    if (slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
     for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
       const int64_t src = t * row + static_cast<int64_t>(h) * d;
       const int64_t vdst = kv.VIndex(slots[t], h), kdst = kv.KIndex(slots[t], h, 0);

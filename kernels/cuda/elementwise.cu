@@ -116,6 +116,7 @@ __global__ void WriteKvKernel(const float* k, const float* v, int64_t T, const i
   if (idx >= T * row) return;
   const int64_t t = idx / row;
   const int32_t h = static_cast<int32_t>(idx % row / s.head_dim), i = static_cast<int32_t>(idx % s.head_dim);
+  if (slots[t] < 0) return;  // a padding row of a bucketed step
   const int64_t kd = s.KIndex(slots[t], h, i), vd = s.VIndex(slots[t], h) + i;
   switch (dt) {
     case KvDtype::kF32:
@@ -143,6 +144,7 @@ __global__ void WriteKvInt8Kernel(const float* k, const float* v, int64_t T, con
   const int64_t t = idx / s.num_kv_heads;
   const int32_t h = static_cast<int32_t>(idx % s.num_kv_heads);
   const int64_t src = idx * s.head_dim;
+  if (slots[t] < 0) return;  // a padding row of a bucketed step
   ks[s.SIndex(slots[t], h)] = QuantizeKvRow(k + src, s.head_dim, kp + s.KIndex(slots[t], h, 0), s.block_size);
   vs[s.SIndex(slots[t], h)] = QuantizeKvRow(v + src, s.head_dim, vp + s.VIndex(slots[t], h), 1);
 }
@@ -335,7 +337,8 @@ absl::Status WriteKvHost(const float* k, const float* v, int64_t T, const int64_
   std::vector<int64_t> sorted(slots, slots + T);
   std::sort(sorted.begin(), sorted.end());
   for (int64_t t = 0; t < T; ++t) {
-    if (sorted[t] < 0 || sorted[t] >= slots_total) return absl::InvalidArgumentError("WriteKvHost: bad slot");
+    if (sorted[t] < 0) continue;  // padding rows: nothing stored
+    if (sorted[t] >= slots_total) return absl::InvalidArgumentError("WriteKvHost: bad slot");
     // The tokens write in parallel: two into one slot would race (the reference keeps the last).
     if (t > 0 && sorted[t] == sorted[t - 1]) return absl::InvalidArgumentError("WriteKvHost: a slot written twice");
   }

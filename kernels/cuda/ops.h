@@ -51,7 +51,8 @@ absl::Status GatherRowsHost(const float* x, int64_t rows_of_x, const int32_t* ro
 // Stores k[t], v[t] ([num_kv_heads, head_dim]) into slot slots[t] of the pool kv (host
 // memory: uploaded, written on the device, downloaded), converted as ref::WriteKv does
 // (f32, f16, bf16 attention's rounding, int8 with kernels/kv_int8.h's scale). The slots must
-// be distinct (the tokens write in parallel): a repeated slot is an error.
+// be distinct (the tokens write in parallel): a repeated slot is an error; a negative slot is
+// a padding row, not stored.
 absl::Status WriteKvHost(const float* k, const float* v, int64_t T, const int64_t* slots,
                          const PagedKvLayer& kv);
 

@@ -363,7 +363,8 @@ void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
              const PagedKvLayer& kv) {
   const int64_t row = static_cast<int64_t>(kv.num_kv_heads) * kv.head_dim;
   for (int64_t t = 0; t < T; ++t) {
-    if (slots[t] < 0 || slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
+    if (slots[t] < 0) continue;  // a padding row of a bucketed step
+    if (slots[t] >= kv.num_blocks * kv.block_size) Fail("WriteKv: bad slot");
     if (kv.dtype == KvDtype::kInt8) {  // one scale per (token, head) row
       for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
         const int64_t src = t * row + static_cast<int64_t>(h) * kv.head_dim;

@@ -42,7 +42,8 @@ void EmbeddingLookup(const WeightMatrix& table, const int32_t* ids, int64_t T, f
 
 // Stores k[t], v[t] ([num_kv_heads, head_dim] each) into slot slots[t] (PagedKvLayer::Index)
 // (= block * block_size + offset) of the pool, converting to kv.dtype
-// (round to nearest even).  k, v: [T, num_kv_heads, head_dim].
+// (round to nearest even).  k, v: [T, num_kv_heads, head_dim]. A negative slot is a padding
+// row (a step bucketed for a CUDA graph): nothing is stored for it.
 void WriteKv(const float* k, const float* v, int64_t T, const int64_t* slots,
              const PagedKvLayer& kv);
 

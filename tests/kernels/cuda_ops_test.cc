@@ -253,6 +253,14 @@ TEST(CudaOpsTest, WriteKvIsBitwiseTheReference) {
     EXPECT_EQ(a.v_scale, b.v_scale);
     const std::vector<int64_t> twice = {3, 9, 3, 1, 2};
     EXPECT_FALSE(cuda::WriteKvHost(k.data(), v.data(), T, twice.data(), b.layer).ok()) << "a slot written twice";
+    // Padding rows of a bucketed step (slot -1) store nothing, as in the reference.
+    KvPool c(dt, 4, 16, 3, 64), d(dt, 4, 16, 3, 64);
+    const std::vector<int64_t> padded = {-1, 9, -1, 40, -1};
+    ref::WriteKv(k.data(), v.data(), T, padded.data(), c.layer);
+    ASSERT_TRUE(cuda::WriteKvHost(k.data(), v.data(), T, padded.data(), d.layer).ok());
+    EXPECT_EQ(c.k, d.k);
+    EXPECT_EQ(c.v, d.v);
+    EXPECT_EQ(c.k_scale, d.k_scale);
   }
 }
 

@@ -816,6 +816,35 @@ TEST_P(BackendTest, WriteKvMatchesReference) {
   }
 }
 
+// A bucketed step's padding rows (slot -1) store nothing: the pool is what the real rows
+// alone leave, on every backend and KV dtype.
+TEST_P(BackendTest, WriteKvStoresNothingForPaddingRows) {
+  std::mt19937 rng(16);
+  for (KvDtype dt : AllKvDtypes()) {
+    KvPool padded(dt, 4, 16, 3, 64), real_only(dt, 4, 16, 3, 64);
+    const int64_t T = 5, row = 3 * 64;
+    std::vector<float> k = RandVec(rng, T * row), v = RandVec(rng, T * row);
+    const std::vector<int64_t> slots = {-1, 17, -1, 5, -1};
+    B().WriteKv(k.data(), v.data(), T, slots.data(), padded.layer);
+    const std::vector<float> k_real = [&] {
+      std::vector<float> r(k.begin() + row, k.begin() + 2 * row);
+      r.insert(r.end(), k.begin() + 3 * row, k.begin() + 4 * row);
+      return r;
+    }();
+    const std::vector<float> v_real = [&] {
+      std::vector<float> r(v.begin() + row, v.begin() + 2 * row);
+      r.insert(r.end(), v.begin() + 3 * row, v.begin() + 4 * row);
+      return r;
+    }();
+    const std::vector<int64_t> real_slots = {17, 5};
+    ref::WriteKv(k_real.data(), v_real.data(), 2, real_slots.data(), real_only.layer);
+    ASSERT_EQ(padded.k, real_only.k) << static_cast<int>(dt);
+    ASSERT_EQ(padded.v, real_only.v);
+    ASSERT_EQ(padded.k_scale, real_only.k_scale);
+    ASSERT_EQ(padded.v_scale, real_only.v_scale);
+  }
+}
+
 // int8 KV: each (token, head) row reads back within half a step of its scale (absmax / 127)
 // of what was written, an all-zero row as zeros, and a row's largest value as a full code.
 TEST(KvInt8Test, RowsReadBackWithinHalfAStep) {

@@ -5,7 +5,8 @@
 // QKV biases, a truncated head, exact activations and a feature-conditioned draft that borrows
 // its target's embeddings. A model that read an activation or a weight from host code would
 // crash here; one that handed an op a host pointer would leave a violation. That is what a GPU
-// backend, whose memory is not the host's, needs of the model.
+// backend, whose memory is not the host's, needs of the model. The fenced backend also
+// records and replays steps as CUDA graphs do, so the model's bucketed steps are checked too.
 #include <sys/mman.h>
 
 #include <cmath>
@@ -68,7 +69,8 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::unique_ptr<Runner> Load(const gguf::GgufFile& file, bool fenced, const Case& c,
-                             const gguf::GgufFile* borrow = nullptr) {
+                             const gguf::GgufFile* borrow = nullptr,
+                             int32_t step_graph_max_tokens = 256) {
   auto r = std::make_unique<Runner>();
   if (fenced) {
     std::unique_ptr<testing::FencedBackend> f = testing::MakeFencedBackend();
@@ -82,6 +84,7 @@ std::unique_ptr<Runner> Load(const gguf::GgufFile& file, bool fenced, const Case
   o.max_logit_rows = 64;
   o.exact_activations = c.exact;
   o.borrow_from = borrow;
+  o.step_graph_max_tokens = step_graph_max_tokens;
   auto m = LlamaModel::Load(file, r->backend.get(), &r->comm, o);
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return nullptr;
@@ -160,6 +163,65 @@ TEST_P(DeviceResidentTest, ForwardInMemoryTheHostCannotTouchEqualsTheHostBackend
   ASSERT_TRUE(fenced && host);
   RunScript(*fenced, *host, c.name);
   EXPECT_GT(fenced->fenced->used(), 0u);
+}
+
+// Steps as recordings, the discipline CUDA graphs need, on the fenced backend (which records
+// a shape's second step and replays its ops with the arguments they were recorded with from
+// then on): decode and verification steps of 3 to 7 real tokens, padded to buckets of 4 and 8,
+// at contexts that grow across KV blocks, against the reference backend running each step as
+// it is. Every output must be bitwise the same: a recorded op handed a size or a pointer that
+// a later step changes (the batch's own token count, a caller's buffer) would replay stale
+// work. Prompts longer than step_graph_max_tokens run op by op.
+TEST_P(DeviceResidentTest, RecordedStepsReplayBitwiseTheHostBackend) {
+  const Case& c = GetParam();
+  const std::string path = TinyModelPath(c.name, c.spec);
+  auto file = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto fenced = Load(**file, true, c, nullptr, /*step_graph_max_tokens=*/8);
+  auto host = Load(**file, false, c);
+  ASSERT_TRUE(fenced && host);
+  const int vocab = host->model->vocab_size();
+  std::vector<int32_t> next_pos(3);
+  for (Runner* r : {fenced.get(), host.get()}) {
+    for (int32_t seq = 0; seq < 3; ++seq) {
+      ASSERT_TRUE(r->kv->AddSequence(seq).ok());
+      const std::vector<int32_t> prompt = Tokens(9 + 7 * seq, vocab, 40 + seq);
+      ForwardBatch p;
+      p.Add(seq, 0, prompt.data(), static_cast<int32_t>(prompt.size()), false);
+      const std::vector<float> f = r->Run(p);
+      next_pos[seq] = static_cast<int32_t>(prompt.size());
+    }
+  }
+  const engine::StepGraphStats before = fenced->backend->step_graph_stats();
+  EXPECT_EQ(before.captures, 0) << "prompts of 9 to 23 tokens run op by op";
+  for (int round = 0; round < 14; ++round) {
+    ForwardBatch s;
+    const int32_t verifier = round % 3, k = 1 + round % 4;
+    std::vector<int32_t> drafts(static_cast<size_t>(k));
+    for (int32_t i = 0; i < k; ++i) drafts[i] = (round * 7 + i * 13) % vocab;
+    const std::vector<int32_t> last = {(round * 11) % vocab};
+    s.AddVerify(verifier, next_pos[verifier], last, drafts);
+    for (int32_t seq = 0; seq < 3; ++seq) {
+      if (seq == verifier) continue;
+      const int32_t tok = (round + seq * 5) % vocab;
+      s.Add(seq, next_pos[seq], &tok, 1, false);
+    }
+    if (round % 2 == 1) s.hidden_rows = {0, 1};
+    const std::vector<float> f = fenced->Run(s), h = host->Run(s);
+    ASSERT_EQ(f.size(), h.size());
+    for (size_t j = 0; j < f.size(); ++j) ASSERT_EQ(f[j], h[j]) << c.name << ": round " << round << " value " << j;
+    // The verifier keeps its first draft (a partial acceptance): later steps overwrite the
+    // rest of its slots, as after a rejection.
+    next_pos[verifier] += 2;
+    for (int32_t seq = 0; seq < 3; ++seq) next_pos[seq] += seq == verifier ? 0 : 1;
+  }
+  const engine::StepGraphStats after = fenced->backend->step_graph_stats();
+  EXPECT_GE(after.captures, 2) << "shapes of 4 and 8 tokens (with and without hidden rows)";
+  EXPECT_GE(after.replays, 6);
+  EXPECT_EQ(fenced->fenced->violations(), std::vector<std::string>{}) << c.name;
+  // The model's recordings go with it.
+  fenced->model.reset();
+  EXPECT_EQ(fenced->backend->step_graph_stats().discarded, after.captures);
 }
 
 std::vector<Case> Cases() {
@@ -282,6 +344,55 @@ TEST(DeviceResidentCacheTest, TheFenceCatchesHostPointersAndHostReads) {
         static_cast<void>(x);
       },
       "");
+}
+
+// The recording itself: a shape's first step runs as it is, its second is recorded with the
+// arguments it was issued with and replayed, and so is every later step of that shape, even
+// when the host would now issue other arguments (which is why the model must not). Work that
+// a device capture refuses (an upload) makes the step run as it is.
+TEST(DeviceResidentCacheTest, StepsOfAShapeReplayTheirRecording) {
+  std::unique_ptr<testing::FencedBackend> be = testing::MakeFencedBackend(size_t{1} << 24);
+  absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Allocate(be->memory(), 4 * sizeof(float));
+  absl::StatusOr<DeviceBuffer> y = DeviceBuffer::Allocate(be->memory(), 4 * sizeof(float));
+  ASSERT_TRUE(x.ok() && y.ok());
+  const std::vector<float> ones(4, 1.0f);
+  ASSERT_TRUE(be->memory().Upload(y->data(), ones.data(), 4 * sizeof(float)).ok());
+  int64_t n = 1;
+  auto step = [&] {
+    be->AddInPlace(x->as<float>(), y->as<float>(), n);
+    return absl::OkStatus();
+  };
+  const StepGraphKey key{nullptr, 4, 0, 0};
+  auto read = [&] {
+    std::vector<float> back(4);
+    EXPECT_TRUE(be->memory().Download(back.data(), x->data(), 4 * sizeof(float)).ok());
+    return back;
+  };
+  ASSERT_TRUE(be->RunStep(key, step).ok());  // as it is: n = 1
+  EXPECT_EQ(read(), (std::vector<float>{1, 0, 0, 0}));
+  n = 2;
+  ASSERT_TRUE(be->RunStep(key, step).ok());  // recorded with n = 2, then replayed
+  EXPECT_EQ(read(), (std::vector<float>{2, 1, 0, 0}));
+  n = 4;
+  ASSERT_TRUE(be->RunStep(key, step).ok());  // the recording: still n = 2
+  EXPECT_EQ(read(), (std::vector<float>{3, 2, 0, 0}));
+  StepGraphStats st = be->step_graph_stats();
+  EXPECT_EQ(st.eager, 1);
+  EXPECT_EQ(st.captures, 1);
+  EXPECT_EQ(st.replays, 2);
+
+  const StepGraphKey other{nullptr, 8, 0, 0};
+  auto uploading = [&] {
+    be->AddInPlace(x->as<float>(), y->as<float>(), 4);
+    return be->memory().Upload(y->data(), ones.data(), 4 * sizeof(float));
+  };
+  ASSERT_TRUE(be->RunStep(other, uploading).ok());  // as it is
+  ASSERT_TRUE(be->RunStep(other, uploading).ok());  // refused as a recording: as it is again
+  EXPECT_EQ(read(), (std::vector<float>{5, 4, 2, 2}));
+  st = be->step_graph_stats();
+  EXPECT_EQ(st.captures, 1);
+  EXPECT_EQ(st.eager, 3);
+  EXPECT_EQ(be->violations(), std::vector<std::string>{"Upload while a step is recorded"});
 }
 
 TEST(DeviceResidentCacheTest, MismatchedMemoryIsAClearError) {
