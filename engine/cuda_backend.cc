@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/attention_plan.h"
@@ -54,12 +56,27 @@ class OwnedStream {
   cudaStream_t stream_;
 };
 
+// Whether the backend's stream is being captured into a graph: then nothing may allocate,
+// upload or download (a capture would keep the host pointer, not the data), and a buffer that
+// must grow fails the capture. generation counts the moves of buffers that recorded steps
+// name, so a graph made before a move is never replayed after it.
+struct CaptureState {
+  bool capturing = false;
+  int64_t generation = 0;
+};
+
+absl::Status RefuseWhileCapturing(const CaptureState& c, const char* what) {
+  if (!c.capturing) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(what, " while a step is captured"));
+}
+
 class CudaMemory final : public DeviceMemory {
  public:
-  CudaMemory(int device, cudaStream_t stream, StickyError* errors)
-      : device_(device), stream_(stream), errors_(errors) {}
+  CudaMemory(int device, cudaStream_t stream, StickyError* errors, const CaptureState* capture)
+      : device_(device), stream_(stream), errors_(errors), capture_(capture) {}
   bool host_addressable() const override { return false; }
   absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (absl::Status st = RefuseWhileCapturing(*capture_, "allocate"); !st.ok()) return st;
     // The device is per host thread: whichever thread allocates, it is this one.
     if (absl::Status st = Cuda(cudaSetDevice(device_), "set device"); !st.ok()) return st;
     void* p = nullptr;
@@ -81,11 +98,13 @@ class CudaMemory final : public DeviceMemory {
     cudaFree(p);
   }
   absl::Status Upload(void* dst, const void* src, size_t bytes) override {
+    if (absl::Status st = RefuseWhileCapturing(*capture_, "upload"); !st.ok()) return st;
     if (bytes == 0) return absl::OkStatus();
     // From pageable memory the call returns once `src` is staged, so the caller may reuse it.
     return Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
   }
   absl::Status Download(void* dst, const void* src, size_t bytes) override {
+    if (absl::Status refused = RefuseWhileCapturing(*capture_, "download"); !refused.ok()) return refused;
     absl::Status st;
     if (bytes > 0) st = Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
     st.Update(Cuda(cudaStreamSynchronize(stream_), "download sync"));
@@ -106,25 +125,43 @@ class CudaMemory final : public DeviceMemory {
   int device_;
   cudaStream_t stream_;
   StickyError* errors_;
+  const CaptureState* capture_;
 };
 
 // A device buffer that grows (rarely: the first steps, or a larger batch than any before).
+// Growing moves it: recorded steps that name it are stale from then on (generation).
 class GrowingBuffer {
  public:
-  absl::Status Reserve(DeviceMemory& memory, size_t bytes) {
+  absl::Status Reserve(DeviceMemory& memory, size_t bytes, CaptureState& capture) {
     if (bytes <= buf_.bytes()) return absl::OkStatus();
+    if (absl::Status st = RefuseWhileCapturing(capture, "a buffer growing"); !st.ok()) return st;
     absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(memory, bytes + bytes / 2);
     if (!b.ok()) return b.status();
     buf_ = *std::move(b);
+    ++capture.generation;
     return absl::OkStatus();
   }
   template <typename T>
   T* as() const {
     return buf_.as<T>();
   }
+  // Whole elements of T it holds.
+  template <typename T>
+  int64_t capacity() const {
+    return static_cast<int64_t>(buf_.bytes() / sizeof(T));
+  }
 
  private:
   DeviceBuffer buf_;
+};
+
+// One recorded step: an instantiated graph, and the buffers' generation it names.
+struct StepGraph {
+  struct ExecDeleter {
+    void operator()(cudaGraphExec_t e) const { cudaGraphExecDestroy(e); }  // nothing to report
+  };
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, ExecDeleter> exec;
+  int64_t generation = 0;
 };
 
 bool CudaMatMulType(GgmlType t) {
@@ -140,12 +177,51 @@ bool CudaMatMulType(GgmlType t) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream)
-      : owned_stream_(stream), device_(device), stream_(stream), memory_(device, stream, &errors_) {
+      : owned_stream_(stream), device_(device), stream_(stream),
+        memory_(device, stream, &errors_, &capture_) {
     // SPECD_CUDA_MATMUL=reference: the bitwise-reference MatMul (slow), to tell a kernel's
     // error from the rest of the forward's.
     const char* k = std::getenv("SPECD_CUDA_MATMUL");
     if (k != nullptr && std::string(k) == "reference") matmul_kernel_ = kc::CudaMatMulKernel::kReference;
+    // SPECD_CUDA_GRAPHS=off: every step issued launch by launch (to measure what graphs save).
+    const char* g = std::getenv("SPECD_CUDA_GRAPHS");
+    graphs_ = !(g != nullptr && std::string(g) == "off");
   }
+
+  // Steps as CUDA graphs: a shape's first step runs launch by launch (and grows every buffer
+  // it needs), its second is captured, instantiated and launched, and later ones launch the
+  // graph. A graph is dropped when a buffer it names moves, and recaptured at its next step.
+  bool replays_steps() const override { return graphs_; }
+  absl::Status RunStep(const StepGraphKey& key, absl::FunctionRef<absl::Status()> ops) override {
+    if (!graphs_) return Eager(ops);
+    auto it = step_graphs_.find(key);
+    if (it != step_graphs_.end() && it->second.generation != capture_.generation) {
+      step_graphs_.erase(it);
+      ++graph_stats_.discarded;
+      it = step_graphs_.end();
+    }
+    if (it == step_graphs_.end()) {
+      if (seen_shapes_.insert(key).second) return Eager(ops);
+      absl::StatusOr<StepGraph> graph = Capture(ops);
+      if (!graph.ok()) return Eager(ops);  // what cannot be captured runs as it is
+      ++graph_stats_.captures;
+      it = step_graphs_.emplace(key, *std::move(graph)).first;
+    }
+    ++graph_stats_.replays;
+    absl::Status st = Cuda(cudaGraphLaunch(it->second.exec.get(), stream_), "graph launch");
+    errors_.Note(st);
+    return st;
+  }
+  void ForgetSteps(const void* owner) override {
+    absl::erase_if(step_graphs_, [&](const auto& entry) {
+      if (entry.first.owner != owner) return false;
+      ++graph_stats_.discarded;
+      return true;
+    });
+    absl::erase_if(seen_shapes_, [&](const StepGraphKey& k) { return k.owner == owner; });
+  }
+  StepGraphStats step_graph_stats() const override { return graph_stats_; }
+  void* device_stream() override { return stream_; }
 
   std::string_view name() const override { return name_; }
   DeviceMemory& memory() override { return memory_; }
@@ -174,7 +250,7 @@ class CudaBackend final : public Backend {
   }
 
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
-    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, w.cols)));
+    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, w.cols)), capture_);
     if (st.ok()) st = kc::LaunchMatMul(w, x, T, y, scratch_.as<void>(), stream_, matmul_kernel_);
     errors_.Note(st);
   }
@@ -190,7 +266,7 @@ class CudaBackend final : public Backend {
       for (int i = 0; i < n; ++i) MatMul(ws[i], x, T, ys[i]);
       return;
     }
-    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, ws[0].cols)));
+    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, ws[0].cols)), capture_);
     if (st.ok()) st = kc::LaunchQuantizeAct(x, T, ws[0].cols, scratch_.as<void>(), stream_);
     for (int i = 0; i < n && st.ok(); ++i) {
       st = kc::LaunchMatMulOnBlocks(ws[i], scratch_.as<void>(), T, ys[i], stream_, matmul_kernel_);
@@ -244,10 +320,14 @@ class CudaBackend final : public Backend {
           Hq, layer.num_kv_heads, layer.head_dim)));
       return;
     }
-    absl::Status st = partials_.Reserve(
-        memory_, static_cast<size_t>(std::max<int64_t>(1, num_partials_) *
-                                     kc::CudaAttnPartialFloats(group, layer.head_dim)) * sizeof(float));
+    // Reserved here for the first step; PlanAttention reserves later steps' ahead of RunStep.
+    partial_floats_ = std::max(partial_floats_, kc::CudaAttnPartialFloats(group, layer.head_dim));
+    absl::Status st = ReservePartials();
     plan_.partials = partials_.as<float>();
+    // A captured launch covers the plan buffers' capacities; the step's counts stop the rest.
+    plan_.counts = capture_.capturing ? counts_.as<int64_t>() : nullptr;
+    plan_.item_grid = items_.capacity<kc::CudaAttnItem>();
+    plan_.merge_grid = merges_.capacity<kc::CudaAttnMerge>();
     if (st.ok()) st = kc::LaunchPagedAttention(q, static_cast<int32_t>(Hq), layer, scale, out, plan_, stream_);
     errors_.Note(st);
   }
@@ -264,13 +344,13 @@ class CudaBackend final : public Backend {
     }
     kc::DeviceVerifyBuffers buf;
     absl::Status st = PutPlan(plan, &buf.plan);
-    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float));
-    if (st.ok()) st = verify_.summaries.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::RowSummary));
-    if (st.ok()) st = verify_.outcomes.Reserve(memory_, std::max<size_t>(S, 1) * sizeof(bw::SeqOutcome));
-    if (st.ok()) st = verify_.tokens.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(int32_t));
-    if (st.ok()) st = verify_.logprobs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(float));
+    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float), capture_);
+    if (st.ok()) st = verify_.summaries.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::RowSummary), capture_);
+    if (st.ok()) st = verify_.outcomes.Reserve(memory_, std::max<size_t>(S, 1) * sizeof(bw::SeqOutcome), capture_);
+    if (st.ok()) st = verify_.tokens.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(int32_t), capture_);
+    if (st.ok()) st = verify_.logprobs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(float), capture_);
     const size_t top_n = std::max<size_t>(R, 1) * bw::kMaxLogprobsValue;
-    if (st.ok()) st = verify_.top.Reserve(memory_, top_n * sizeof(bw::TopLogprobEntry));
+    if (st.ok()) st = verify_.top.Reserve(memory_, top_n * sizeof(bw::TopLogprobEntry), capture_);
     if (!st.ok()) return st;
     buf.logits = logits;
     buf.weights = verify_.weights.as<float>();
@@ -317,11 +397,11 @@ class CudaBackend final : public Backend {
     kc::DeviceProposeBuffers buf;
     absl::Status st = PutPlan(plan, &buf.plan);
     const size_t n = std::max<size_t>(R, 1) * static_cast<size_t>(top_n);
-    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float));
-    if (st.ok()) st = propose_.ids.Reserve(memory_, n * sizeof(int32_t));
-    if (st.ok()) st = propose_.probs.Reserve(memory_, n * sizeof(float));
-    if (st.ok()) st = propose_.scratch.Reserve(memory_, n * sizeof(float));
-    if (st.ok()) st = propose_.outs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::ProposalOut));
+    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float), capture_);
+    if (st.ok()) st = propose_.ids.Reserve(memory_, n * sizeof(int32_t), capture_);
+    if (st.ok()) st = propose_.probs.Reserve(memory_, n * sizeof(float), capture_);
+    if (st.ok()) st = propose_.scratch.Reserve(memory_, n * sizeof(float), capture_);
+    if (st.ok()) st = propose_.outs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::ProposalOut), capture_);
     if (!st.ok()) return st;
     buf.logits = logits;
     buf.weights = verify_.weights.as<float>();
@@ -344,6 +424,44 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  absl::Status Eager(absl::FunctionRef<absl::Status()> ops) {
+    ++graph_stats_.eager;
+    return ops();
+  }
+  // ops() captured from the stream into an instantiated graph; nothing runs yet. Errors the
+  // capture met stay out of the backend's sticky error (the step then runs as it is).
+  absl::StatusOr<StepGraph> Capture(absl::FunctionRef<absl::Status()> ops) {
+    absl::Status earlier = errors_.Take();
+    absl::Status st = Cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+    if (st.ok()) {
+      capture_.capturing = true;
+      st = ops();
+      capture_.capturing = false;
+      cudaGraph_t graph = nullptr;
+      absl::Status ended = Cuda(cudaStreamEndCapture(stream_, &graph), "end capture");
+      absl::Status noted = errors_.Take();
+      if (st.ok()) st = noted;
+      if (st.ok()) st = ended;
+      cudaGraphExec_t exec = nullptr;
+      if (st.ok()) st = Cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate graph");
+      if (graph != nullptr) cudaGraphDestroy(graph);  // the instance keeps its own copy
+      if (st.ok()) {
+        errors_.Note(earlier);
+        StepGraph g;
+        g.exec.reset(exec);
+        g.generation = capture_.generation;
+        return g;
+      }
+    }
+    errors_.Note(earlier);
+    return st;
+  }
+  absl::Status ReservePartials() {
+    return partials_.Reserve(
+        memory_, static_cast<size_t>(std::max<int64_t>(1, num_partials_) * std::max<int64_t>(1, partial_floats_)) *
+                     sizeof(float),
+        capture_);
+  }
   // A blockwise plan's arrays into their device buffers; *view points at them.
   absl::Status PutPlan(const sampling::BlockwisePlan& plan, sampling::blockwise::PlanView* view) {
     namespace bw = sampling::blockwise;
@@ -367,7 +485,7 @@ class CudaBackend final : public Backend {
     std::vector<double> freq(static_cast<size_t>(p.rope_dim / 2));
     kernels::ref::RopeInvFreq(p, freq.data());
     if (freq == inv_freq_host_) return absl::OkStatus();
-    absl::Status st = inv_freq_.Reserve(memory_, freq.size() * sizeof(double));
+    absl::Status st = inv_freq_.Reserve(memory_, freq.size() * sizeof(double), capture_);
     if (st.ok()) st = memory_.Upload(inv_freq_.as<void>(), freq.data(), freq.size() * sizeof(double));
     if (st.ok()) inv_freq_host_ = std::move(freq);
     return st;
@@ -375,7 +493,7 @@ class CudaBackend final : public Backend {
   // Host vector -> growing device buffer (one upload).
   template <typename T>
   absl::Status Put(GrowingBuffer& buf, const T* data, size_t n) {
-    absl::Status st = buf.Reserve(memory_, std::max<size_t>(n, 1) * sizeof(T));
+    absl::Status st = buf.Reserve(memory_, std::max<size_t>(n, 1) * sizeof(T), capture_);
     if (st.ok()) st = memory_.Upload(buf.as<void>(), data, n * sizeof(T));
     return st;
   }
@@ -385,7 +503,12 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_;
   std::string name_ = "cuda";
   StickyError errors_;
+  CaptureState capture_;
   CudaMemory memory_;
+  bool graphs_ = true;
+  absl::flat_hash_map<StepGraphKey, StepGraph> step_graphs_;
+  absl::flat_hash_set<StepGraphKey> seen_shapes_;
+  StepGraphStats graph_stats_;
   kc::CudaMatMulKernel matmul_kernel_ = kc::CudaMatMulKernel::kWarpPerRow;
   GrowingBuffer scratch_;  // MatMul's activation blocks
   GrowingBuffer inv_freq_;
@@ -393,8 +516,9 @@ class CudaBackend final : public Backend {
   // The step's plan: host side, then its device copies.
   std::vector<int32_t> tables_host_;
   std::vector<int64_t> offsets_host_;
-  GrowingBuffer positions_, tables_, offsets_, items_, merges_, partials_;
+  GrowingBuffer positions_, tables_, offsets_, items_, merges_, partials_, counts_;
   int64_t num_partials_ = 0;
+  int64_t partial_floats_ = 0;  // floats of one attention partial (known from the first step)
   kc::DeviceAttentionPlan plan_;
   // VerifyBlockwise's plan arrays and outputs.
   struct VerifyBuffers {
@@ -432,8 +556,13 @@ absl::Status CudaBackend::PlanAttention(const int32_t* positions, const int32_t*
   if (st.ok()) st = Put(offsets_, offsets_host_.data(), offsets_host_.size());
   if (st.ok()) st = Put(items_, plan.items.data(), plan.items.size());
   if (st.ok()) st = Put(merges_, plan.merges.data(), plan.merges.size());
-  if (!st.ok()) return st;
+  const int64_t counts[2] = {static_cast<int64_t>(plan.items.size()), static_cast<int64_t>(plan.merges.size())};
+  if (st.ok()) st = Put(counts_, counts, 2);
   num_partials_ = plan.num_partials;
+  // Before RunStep, so that a step needing more partials moves the buffer (and retires the
+  // graphs naming it) here rather than inside a capture.
+  if (st.ok() && partial_floats_ > 0) st = ReservePartials();
+  if (!st.ok()) return st;
   plan_ = kc::DeviceAttentionPlan{};
   plan_.T = T;
   plan_.positions = positions_.as<int32_t>();

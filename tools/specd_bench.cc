@@ -635,6 +635,14 @@ int Main(int argc, char** argv) {
   std::printf("decode batch 16: %8.1f tok/s  (%.2fx batch 1)\n", d16, d16 / d1);
   std::printf("prefill 128:     %8.1f tok/s\n", p128);
   std::printf("prefill 512:     %8.1f tok/s\n", p512);
+  if (backend->replays_steps()) {  // CUDA graphs (SPECD_CUDA_GRAPHS=off: launch by launch)
+    const engine::StepGraphStats g = backend->step_graph_stats();
+    std::printf("step graphs: %lld replayed, %lld captured, %lld launched op by op, %lld discarded\n",
+                static_cast<long long>(g.replays), static_cast<long long>(g.captures),
+                static_cast<long long>(g.eager), static_cast<long long>(g.discarded));
+  } else if (device != "cpu") {
+    std::printf("step graphs: off\n");
+  }
   const double file_mib = (*file)->file_size() / 1048576.0;
   const double kv_mib = (*kv)->pool_bytes() / 1048576.0;
   std::printf("peak RSS: %.1f MiB = model file %.1f MiB + KV pool %.1f MiB + %.1f MiB other "

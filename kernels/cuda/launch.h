@@ -71,6 +71,13 @@ struct DeviceAttentionPlan {
   const CudaAttnMerge* merges = nullptr;
   int64_t num_merges = 0;
   float* partials = nullptr;                // num_partials * CudaAttnPartialFloats(group, d)
+  // For a recorded step (a CUDA graph, replayed at every step of its shape): counts is device
+  // [num_items, num_merges] of the step being run, and the kernels launch item_grid and
+  // merge_grid blocks (the plan buffers' capacities), the ones past the counts doing nothing.
+  // null: the grids are num_items and num_merges.
+  const int64_t* counts = nullptr;
+  int64_t item_grid = 0;
+  int64_t merge_grid = 0;
 };
 // q, out: [plan.T, num_q_heads, head_dim].
 absl::Status LaunchPagedAttention(const float* q, int32_t num_q_heads, const PagedKvLayer& kv,

@@ -38,6 +38,9 @@ struct AttnDeviceArgs {
   float scale;
   float* out;       // [T, Hq, d]
   float* partials;  // [num partials][group][d + 2]
+  // Device [items, merges] of the step when the grids are a recording's capacity (a CUDA
+  // graph replays one launch size for every step of its shape); null: the grids are exact.
+  const int64_t* counts;
 };
 
 __device__ __forceinline__ float KvElement(KvDtype dt, const void* base, int64_t index, const float* scales,
@@ -118,6 +121,7 @@ __device__ void WriteRows(const AttnDeviceArgs& a, int32_t t, int32_t h, const f
 // [it.c0, it.c1). Shared memory: CudaAttnSharedBytes(group, d).
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(AttnDeviceArgs a, const CudaAttnItem* items) {
   extern __shared__ float sm[];
+  if (a.counts != nullptr && blockIdx.x >= a.counts[0]) return;  // past this step's items
   const CudaAttnItem it = items[blockIdx.x];
   const int32_t d = a.head_dim, G = a.group, dp = d + 1;
   float* q = sm;                 // [G][d]
@@ -196,6 +200,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(AttnDeviceArgs 
 // Shared memory: [G][d] state and partial, 6 floats per row.
 __global__ void __launch_bounds__(kThreads) AttentionMergeKernel(AttnDeviceArgs a, const CudaAttnMerge* merges) {
   extern __shared__ float sm[];
+  if (a.counts != nullptr && blockIdx.x >= a.counts[1]) return;  // past this step's merges
   const CudaAttnMerge mg = merges[blockIdx.x];
   const int32_t d = a.head_dim, G = a.group;
   float* st = sm;
@@ -236,20 +241,27 @@ absl::Status AllowSharedMemory(Kernel kernel, size_t bytes, std::atomic<size_t>*
 
 absl::Status LaunchPagedAttention(const float* q, int32_t num_q_heads, const PagedKvLayer& kv, float scale,
                                   float* out, const DeviceAttentionPlan& plan, void* stream) {
-  if (plan.num_items == 0) return absl::OkStatus();
+  // Exact grids, or a recording's capacities with the step's counts read on the device.
+  const bool counted = plan.counts != nullptr;
+  const int64_t item_grid = counted ? plan.item_grid : plan.num_items;
+  const int64_t merge_grid = counted ? plan.merge_grid : plan.num_merges;
+  if (counted && (item_grid < plan.num_items || merge_grid < plan.num_merges)) {
+    return absl::InternalError("LaunchPagedAttention: the step's counts exceed the recorded grids");
+  }
+  if (item_grid == 0) return absl::OkStatus();
   const int32_t hkv = kv.num_kv_heads, d = kv.head_dim, group = num_q_heads / hkv;
   const AttnDeviceArgs args{q,        num_q_heads, group, d,          plan.positions, plan.tables,
                             plan.table_offsets, kv.dtype, kv.k, kv.v, kv.k_scale,  kv.v_scale,
-                            kv.block_size, hkv, scale, out, plan.partials};
+                            kv.block_size, hkv, scale, out, plan.partials, plan.counts};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const size_t smem = CudaAttnSharedBytes(group, d);
   if (absl::Status e = AllowSharedMemory(PagedAttentionKernel, smem, &g_attention_smem); !e.ok()) return e;
-  PagedAttentionKernel<<<static_cast<unsigned>(plan.num_items), kThreads, smem, s>>>(args, plan.items);
+  PagedAttentionKernel<<<static_cast<unsigned>(item_grid), kThreads, smem, s>>>(args, plan.items);
   if (absl::Status e = CudaCheck(cudaGetLastError(), "PagedAttentionKernel"); !e.ok()) return e;
-  if (plan.num_merges == 0) return absl::OkStatus();
+  if (merge_grid == 0) return absl::OkStatus();
   const size_t merge_smem = sizeof(float) * static_cast<size_t>(2 * group * d + 6 * group);
   if (absl::Status e = AllowSharedMemory(AttentionMergeKernel, merge_smem, &g_merge_smem); !e.ok()) return e;
-  AttentionMergeKernel<<<static_cast<unsigned>(plan.num_merges), kThreads, merge_smem, s>>>(args, plan.merges);
+  AttentionMergeKernel<<<static_cast<unsigned>(merge_grid), kThreads, merge_smem, s>>>(args, plan.merges);
   return CudaCheck(cudaGetLastError(), "AttentionMergeKernel");
 }
 

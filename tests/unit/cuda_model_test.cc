@@ -1,9 +1,12 @@
 // The whole model forward on the CUDA backend (label gpu): the tiny models' logits against the
 // reference backend's, every step of a prefill / decode / verify script; each decode row alone
 // bitwise equal to the same row in a batch (the kernels' results depend only on their own row);
-// greedy speculation on the GPU equal to plain greedy. Without a CUDA device every case prints
+// greedy speculation on the GPU equal to plain greedy; steps as CUDA graphs bitwise steps
+// launch by launch. Without a CUDA device every case prints
 // NOT RUN and is reported skipped.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,10 +17,12 @@
 #include "engine/backend_factory.h"
 #include "engine/communicator.h"
 #include "engine/llama_model.h"
+#include "engine/nccl_communicator.h"
 #include "engine/paged_kv_cache.h"
 #include "gtest/gtest.h"
 #include "tests/unit/model_test_util.h"
 #include "kernels/cuda/rms_norm.h"
+#include "testing/free_port.h"
 #include "testing/tiny_model.h"
 
 namespace specd::engine {
@@ -130,6 +135,112 @@ TEST_P(CudaModelTest, EachRowAloneEqualsItsRowInABatch) {
     const std::vector<float> row = alone->Run(one);
     for (int v = 0; v < vocab; ++v) ASSERT_EQ(row[v], all[s * vocab + v]) << "seq " << s << " token " << v;
   }
+}
+
+// Steps as CUDA graphs against the same steps launch by launch (SPECD_CUDA_GRAPHS=off):
+// prefill, then greedy decoding of 3 sequences with a verification group each round, at
+// contexts that grow past several attention chunks (so the plan's buffers grow and graphs are
+// recaptured). Bitwise the same logits (a row depends only on itself, so padding rows change
+// nothing), the same greedy tokens, and graphs actually replayed.
+TEST_P(CudaModelTest, StepsAsGraphsEqualStepsLaunchByLaunch) {
+  testing::TinyModelSpec spec;
+  const std::string path = ::testing::TempDir() + "/cuda_model_graphs.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(spec, path).ok());
+  auto graphs = Load(path, "cuda", GetParam());
+  ASSERT_EQ(setenv("SPECD_CUDA_GRAPHS", "off", 1), 0);
+  auto eager = Load(path, "cuda", GetParam());
+  ASSERT_EQ(unsetenv("SPECD_CUDA_GRAPHS"), 0);
+  ASSERT_TRUE(graphs && eager);
+  ASSERT_TRUE(graphs->backend->replays_steps());
+  ASSERT_FALSE(eager->backend->replays_steps());
+  const int vocab = graphs->model->vocab_size();
+  std::vector<int32_t> pos(3), last(3);
+  for (Loaded* l : {graphs.get(), eager.get()}) {
+    for (int32_t s = 0; s < 3; ++s) {
+      ASSERT_TRUE(l->kv->AddSequence(s).ok());
+      const std::vector<int32_t> prompt = Tokens(70 + 40 * s, vocab, s);
+      ForwardBatch p;
+      p.Add(s, 0, prompt.data(), static_cast<int32_t>(prompt.size()), false);
+      l->Run(p);
+      pos[s] = static_cast<int32_t>(prompt.size());
+      last[s] = prompt.back();
+    }
+  }
+  for (int round = 0; round < 60; ++round) {
+    ForwardBatch b;
+    const int32_t verifier = round % 3;
+    for (int32_t s = 0; s < 3; ++s) {
+      if (s == verifier) {
+        b.AddVerify(s, pos[s], std::vector<int32_t>{last[s]}, std::vector<int32_t>{(round * 5) % vocab});
+      } else {
+        b.Add(s, pos[s], &last[s], 1, false);
+      }
+    }
+    const std::vector<float> g = graphs->Run(b), e = eager->Run(b);
+    ASSERT_EQ(g, e) << "round " << round;
+    // Each sequence takes its greedy token after its last row (the verifier: after its
+    // draft row, as if the draft was rejected and corrected).
+    int64_t row = 0;
+    for (int32_t s = 0; s < 3; ++s) {
+      const int64_t rows = s == verifier ? 2 : 1;
+      const float* r = g.data() + (row + rows - 1) * vocab;
+      last[s] = static_cast<int32_t>(std::max_element(r, r + vocab) - r);
+      pos[s] += 1;  // the verifier's draft slot is overwritten next round
+      row += rows;
+    }
+  }
+  const StepGraphStats st = graphs->backend->step_graph_stats();
+  EXPECT_GE(st.captures, 1);
+  EXPECT_GE(st.replays, 40) << "captures " << st.captures << ", eager " << st.eager;
+  EXPECT_EQ(eager->backend->step_graph_stats().replays, 0);
+}
+
+// The tensor-parallel all-reduces inside the graphs: a model whose communicator is NCCL at
+// world size 1, enqueue-only on the backend's stream (so each step's graph holds its
+// collectives), against the same model with the one-rank LocalCommunicator. NCCL's sum over
+// one rank is its input, so the logits are bitwise the same, step after step.
+TEST_P(CudaModelTest, CollectivesInsideTheGraphs) {
+  testing::TinyModelSpec spec;
+  const std::string path = ::testing::TempDir() + "/cuda_model_nccl_graphs.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(spec, path).ok());
+  auto local = Load(path, "cuda", GetParam());
+  ASSERT_TRUE(local);
+  auto be = MakeBackend("cuda", 1);
+  ASSERT_TRUE(be.ok()) << be.status();
+  NcclOptions o;
+  o.rendezvous = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  o.stream = (*be)->device_stream();
+  o.enqueue_only = true;
+  auto nccl = NcclCommunicator::Connect(o);
+  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  ASSERT_TRUE((*nccl)->works_in_step_graphs());
+  ModelOptions mo;
+  mo.max_batch_tokens = 256;
+  mo.max_logit_rows = 128;
+  auto model = LlamaModel::Load(*local->file, be->get(), nccl->get(), mo);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto kv = PagedKvCache::Create((*model)->MakeKvCacheConfig(64, 16, GetParam()));
+  ASSERT_TRUE(kv.ok() && (*kv)->AddSequence(1).ok() && local->kv->AddSequence(1).ok());
+  const int vocab = (*model)->vocab_size();
+  const std::vector<int32_t> prompt = Tokens(33, vocab, 4);
+  int32_t pos = 0, tok = prompt[0];
+  for (int step = 0; step < 24; ++step) {
+    ForwardBatch b;
+    if (step == 0) {
+      b.Add(1, 0, prompt.data(), 33, false);
+      pos = 33;
+    } else {
+      b.Add(1, pos++, &tok, 1, false);
+    }
+    std::vector<float> with_nccl(b.logit_rows.size() * vocab);
+    ASSERT_TRUE((*model)->Forward(b, **kv, with_nccl.data()).ok());
+    const std::vector<float> with_local = local->Run(b);
+    ASSERT_EQ(with_nccl, with_local) << "step " << step;
+    tok = static_cast<int32_t>(std::max_element(with_local.begin(), with_local.end()) - with_local.begin());
+  }
+  EXPECT_GE((*be)->step_graph_stats().replays, 20);
+  model->reset();
+  (*nccl)->Disarm();
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaModelTest,

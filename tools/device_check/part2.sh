@@ -19,6 +19,12 @@ SPECD_SOURCE_DIR=$R timeout 90 $RUN $B/specd-bench-cuda --device cuda -t 16 --no
   | tee -a $OUT/specd_bench_cuda.txt | grep -vE "^\s*$" | tail -6
 SPECD_SOURCE_DIR=$R timeout 90 $RUN $B/specd-bench-cuda --device cuda -t 16 --no-llama-cpp --prefill 512,2048,4096 2>&1 \
   | tee -a $OUT/specd_bench_cuda.txt | grep -vE "^\s*$" | tail -5
+echo "== CUDA graphs on / off, alternating (SPECD_CUDA_GRAPHS; decode batches 1 / 4 / 16)"
+for g in on off on off; do
+  echo "-- graphs $g"
+  SPECD_CUDA_GRAPHS=$g SPECD_SOURCE_DIR=$R timeout 60 $RUN $B/specd-bench-cuda --device cuda -t 16 --no-llama-cpp \
+    --steps 64 2>&1 | tee -a $OUT/cuda_graphs_on_off.txt | grep -E "decode batch|step graphs"
+done
 echo "== speculation with the target and the distilled draft on the GPU (specd-bench --spec --device cuda)"
 SPECD_SOURCE_DIR=$R timeout 150 $RUN $B/specd-bench-cuda --spec --device cuda --distilled-only --draft default \
   --prompts tools/distill/eval_prompts.jsonl --spec-prompts 8 --spec-tokens 48 --distilled-k 1,4 2>&1 \
