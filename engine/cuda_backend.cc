@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -129,16 +130,19 @@ class CudaMemory final : public DeviceMemory {
 };
 
 // A device buffer that grows (rarely: the first steps, or a larger batch than any before).
-// Growing moves it: recorded steps that name it are stale from then on (generation).
+// Growing moves it: when recorded steps name it (`steps` given), they are stale from then on.
 class GrowingBuffer {
  public:
-  absl::Status Reserve(DeviceMemory& memory, size_t bytes, CaptureState& capture) {
+  absl::Status Reserve(DeviceMemory& memory, size_t bytes, CaptureState* steps) {
     if (bytes <= buf_.bytes()) return absl::OkStatus();
-    if (absl::Status st = RefuseWhileCapturing(capture, "a buffer growing"); !st.ok()) return st;
+    // (Allocate refuses during a capture too; this names the cause.)
+    if (steps != nullptr) {
+      if (absl::Status st = RefuseWhileCapturing(*steps, "a buffer growing"); !st.ok()) return st;
+    }
     absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(memory, bytes + bytes / 2);
     if (!b.ok()) return b.status();
     buf_ = *std::move(b);
-    ++capture.generation;
+    if (steps != nullptr) ++steps->generation;
     return absl::OkStatus();
   }
   template <typename T>
@@ -202,8 +206,14 @@ class CudaBackend final : public Backend {
     }
     if (it == step_graphs_.end()) {
       if (seen_shapes_.insert(key).second) return Eager(ops);
+      auto failed = failed_captures_.find(key);
+      if (failed != failed_captures_.end() && failed->second == capture_.generation) return Eager(ops);
       absl::StatusOr<StepGraph> graph = Capture(ops);
-      if (!graph.ok()) return Eager(ops);  // what cannot be captured runs as it is
+      if (!graph.ok()) {  // what cannot be captured runs as it is, until a buffer moves
+        failed_captures_[key] = capture_.generation;
+        return Eager(ops);
+      }
+      failed_captures_.erase(key);
       ++graph_stats_.captures;
       it = step_graphs_.emplace(key, *std::move(graph)).first;
     }
@@ -219,6 +229,7 @@ class CudaBackend final : public Backend {
       return true;
     });
     absl::erase_if(seen_shapes_, [&](const StepGraphKey& k) { return k.owner == owner; });
+    absl::erase_if(failed_captures_, [&](const auto& entry) { return entry.first.owner == owner; });
   }
   StepGraphStats step_graph_stats() const override { return graph_stats_; }
   void* device_stream() override { return stream_; }
@@ -250,7 +261,7 @@ class CudaBackend final : public Backend {
   }
 
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {
-    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, w.cols)), capture_);
+    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, w.cols)), &capture_);
     if (st.ok()) st = kc::LaunchMatMul(w, x, T, y, scratch_.as<void>(), stream_, matmul_kernel_);
     errors_.Note(st);
   }
@@ -266,7 +277,7 @@ class CudaBackend final : public Backend {
       for (int i = 0; i < n; ++i) MatMul(ws[i], x, T, ys[i]);
       return;
     }
-    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, ws[0].cols)), capture_);
+    absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, ws[0].cols)), &capture_);
     if (st.ok()) st = kc::LaunchQuantizeAct(x, T, ws[0].cols, scratch_.as<void>(), stream_);
     for (int i = 0; i < n && st.ok(); ++i) {
       st = kc::LaunchMatMulOnBlocks(ws[i], scratch_.as<void>(), T, ys[i], stream_, matmul_kernel_);
@@ -282,10 +293,11 @@ class CudaBackend final : public Backend {
   }
   void Rope(float* x, int64_t T, int64_t H, int64_t head_dim, const int32_t* positions,
             const kernels::RopeParams& params) override {
-    absl::Status st = PlanRope(params);
+    absl::StatusOr<const double*> inv_freq = PlanRope(params);
+    absl::Status st = inv_freq.status();
     if (st.ok()) {
       st = kc::LaunchRope(x, T, static_cast<int32_t>(H), static_cast<int32_t>(head_dim), params.rope_dim,
-                          params.layout == kernels::RopeLayout::kNeox, positions, inv_freq_.as<double>(), stream_);
+                          params.layout == kernels::RopeLayout::kNeox, positions, *inv_freq, stream_);
     }
     errors_.Note(st);
   }
@@ -344,13 +356,13 @@ class CudaBackend final : public Backend {
     }
     kc::DeviceVerifyBuffers buf;
     absl::Status st = PutPlan(plan, &buf.plan);
-    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float), capture_);
-    if (st.ok()) st = verify_.summaries.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::RowSummary), capture_);
-    if (st.ok()) st = verify_.outcomes.Reserve(memory_, std::max<size_t>(S, 1) * sizeof(bw::SeqOutcome), capture_);
-    if (st.ok()) st = verify_.tokens.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(int32_t), capture_);
-    if (st.ok()) st = verify_.logprobs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(float), capture_);
+    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float), nullptr);
+    if (st.ok()) st = verify_.summaries.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::RowSummary), nullptr);
+    if (st.ok()) st = verify_.outcomes.Reserve(memory_, std::max<size_t>(S, 1) * sizeof(bw::SeqOutcome), nullptr);
+    if (st.ok()) st = verify_.tokens.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(int32_t), nullptr);
+    if (st.ok()) st = verify_.logprobs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(float), nullptr);
     const size_t top_n = std::max<size_t>(R, 1) * bw::kMaxLogprobsValue;
-    if (st.ok()) st = verify_.top.Reserve(memory_, top_n * sizeof(bw::TopLogprobEntry), capture_);
+    if (st.ok()) st = verify_.top.Reserve(memory_, top_n * sizeof(bw::TopLogprobEntry), nullptr);
     if (!st.ok()) return st;
     buf.logits = logits;
     buf.weights = verify_.weights.as<float>();
@@ -397,11 +409,11 @@ class CudaBackend final : public Backend {
     kc::DeviceProposeBuffers buf;
     absl::Status st = PutPlan(plan, &buf.plan);
     const size_t n = std::max<size_t>(R, 1) * static_cast<size_t>(top_n);
-    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float), capture_);
-    if (st.ok()) st = propose_.ids.Reserve(memory_, n * sizeof(int32_t), capture_);
-    if (st.ok()) st = propose_.probs.Reserve(memory_, n * sizeof(float), capture_);
-    if (st.ok()) st = propose_.scratch.Reserve(memory_, n * sizeof(float), capture_);
-    if (st.ok()) st = propose_.outs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::ProposalOut), capture_);
+    if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float), nullptr);
+    if (st.ok()) st = propose_.ids.Reserve(memory_, n * sizeof(int32_t), nullptr);
+    if (st.ok()) st = propose_.probs.Reserve(memory_, n * sizeof(float), nullptr);
+    if (st.ok()) st = propose_.scratch.Reserve(memory_, n * sizeof(float), nullptr);
+    if (st.ok()) st = propose_.outs.Reserve(memory_, std::max<size_t>(R, 1) * sizeof(bw::ProposalOut), nullptr);
     if (!st.ok()) return st;
     buf.logits = logits;
     buf.weights = verify_.weights.as<float>();
@@ -460,17 +472,17 @@ class CudaBackend final : public Backend {
     return partials_.Reserve(
         memory_, static_cast<size_t>(std::max<int64_t>(1, num_partials_) * std::max<int64_t>(1, partial_floats_)) *
                      sizeof(float),
-        capture_);
+        &capture_);
   }
   // A blockwise plan's arrays into their device buffers; *view points at them.
   absl::Status PutPlan(const sampling::BlockwisePlan& plan, sampling::blockwise::PlanView* view) {
     namespace bw = sampling::blockwise;
-    absl::Status st = Put(verify_.transforms, plan.transforms().data(), plan.transforms().size());
-    if (st.ok()) st = Put(verify_.rows, plan.rows().data(), plan.rows().size());
-    if (st.ok()) st = Put(verify_.seqs, plan.seqs().data(), plan.seqs().size());
-    if (st.ok()) st = Put(verify_.penalties, plan.penalties().data(), plan.penalties().size());
-    if (st.ok()) st = Put(verify_.proposals, plan.proposals().data(), plan.proposals().size());
-    if (st.ok()) st = Put(verify_.stop_ids, plan.stop_ids().data(), plan.stop_ids().size());
+    absl::Status st = Put(verify_.transforms, plan.transforms().data(), plan.transforms().size(), nullptr);
+    if (st.ok()) st = Put(verify_.rows, plan.rows().data(), plan.rows().size(), nullptr);
+    if (st.ok()) st = Put(verify_.seqs, plan.seqs().data(), plan.seqs().size(), nullptr);
+    if (st.ok()) st = Put(verify_.penalties, plan.penalties().data(), plan.penalties().size(), nullptr);
+    if (st.ok()) st = Put(verify_.proposals, plan.proposals().data(), plan.proposals().size(), nullptr);
+    if (st.ok()) st = Put(verify_.stop_ids, plan.stop_ids().data(), plan.stop_ids().size(), nullptr);
     *view = plan.View();
     view->transforms = verify_.transforms.as<bw::Transforms>();
     view->rows = verify_.rows.as<bw::RowPlan>();
@@ -480,20 +492,27 @@ class CudaBackend final : public Backend {
     view->stop_ids = verify_.stop_ids.as<int32_t>();
     return st;
   }
-  // The angles' frequencies, from the reference's own planner; uploaded when they change.
-  absl::Status PlanRope(const kernels::RopeParams& p) {
+  // The angles' frequencies, from the reference's own planner: one device copy per set of
+  // frequencies (models sharing this backend may differ), never moved, so a recorded step
+  // keeps reading its own model's.
+  absl::StatusOr<const double*> PlanRope(const kernels::RopeParams& p) {
     std::vector<double> freq(static_cast<size_t>(p.rope_dim / 2));
     kernels::ref::RopeInvFreq(p, freq.data());
-    if (freq == inv_freq_host_) return absl::OkStatus();
-    absl::Status st = inv_freq_.Reserve(memory_, freq.size() * sizeof(double), capture_);
-    if (st.ok()) st = memory_.Upload(inv_freq_.as<void>(), freq.data(), freq.size() * sizeof(double));
-    if (st.ok()) inv_freq_host_ = std::move(freq);
-    return st;
+    for (const auto& [host, device] : inv_freqs_) {
+      if (host == freq) return device.as<const double>();
+    }
+    absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Allocate(memory_, std::max<size_t>(freq.size(), 1) * sizeof(double));
+    if (!buf.ok()) return buf.status();
+    absl::Status st = memory_.Upload(buf->data(), freq.data(), freq.size() * sizeof(double));
+    if (!st.ok()) return st;
+    inv_freqs_.emplace_back(std::move(freq), *std::move(buf));
+    return inv_freqs_.back().second.as<const double>();
   }
-  // Host vector -> growing device buffer (one upload).
+  // Host vector -> growing device buffer (one upload). steps: the capture state when
+  // recorded steps name the buffer (the attention plan's), else null (verification's).
   template <typename T>
-  absl::Status Put(GrowingBuffer& buf, const T* data, size_t n) {
-    absl::Status st = buf.Reserve(memory_, std::max<size_t>(n, 1) * sizeof(T), capture_);
+  absl::Status Put(GrowingBuffer& buf, const T* data, size_t n, CaptureState* steps) {
+    absl::Status st = buf.Reserve(memory_, std::max<size_t>(n, 1) * sizeof(T), steps);
     if (st.ok()) st = memory_.Upload(buf.as<void>(), data, n * sizeof(T));
     return st;
   }
@@ -508,11 +527,11 @@ class CudaBackend final : public Backend {
   bool graphs_ = true;
   absl::flat_hash_map<StepGraphKey, StepGraph> step_graphs_;
   absl::flat_hash_set<StepGraphKey> seen_shapes_;
+  absl::flat_hash_map<StepGraphKey, int64_t> failed_captures_;  // key -> generation it failed at
   StepGraphStats graph_stats_;
   kc::CudaMatMulKernel matmul_kernel_ = kc::CudaMatMulKernel::kWarpPerRow;
   GrowingBuffer scratch_;  // MatMul's activation blocks
-  GrowingBuffer inv_freq_;
-  std::vector<double> inv_freq_host_;
+  std::vector<std::pair<std::vector<double>, DeviceBuffer>> inv_freqs_;  // PlanRope's
   // The step's plan: host side, then its device copies.
   std::vector<int32_t> tables_host_;
   std::vector<int64_t> offsets_host_;
@@ -551,13 +570,13 @@ absl::Status CudaBackend::PlanAttention(const int32_t* positions, const int32_t*
   }
   offsets_host_.resize(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) offsets_host_[t] = start[block_tables[t]];
-  absl::Status st = Put(positions_, positions, static_cast<size_t>(T));
-  if (st.ok()) st = Put(tables_, tables_host_.data(), tables_host_.size());
-  if (st.ok()) st = Put(offsets_, offsets_host_.data(), offsets_host_.size());
-  if (st.ok()) st = Put(items_, plan.items.data(), plan.items.size());
-  if (st.ok()) st = Put(merges_, plan.merges.data(), plan.merges.size());
+  absl::Status st = Put(positions_, positions, static_cast<size_t>(T), &capture_);
+  if (st.ok()) st = Put(tables_, tables_host_.data(), tables_host_.size(), &capture_);
+  if (st.ok()) st = Put(offsets_, offsets_host_.data(), offsets_host_.size(), &capture_);
+  if (st.ok()) st = Put(items_, plan.items.data(), plan.items.size(), &capture_);
+  if (st.ok()) st = Put(merges_, plan.merges.data(), plan.merges.size(), &capture_);
   const int64_t counts[2] = {static_cast<int64_t>(plan.items.size()), static_cast<int64_t>(plan.merges.size())};
-  if (st.ok()) st = Put(counts_, counts, 2);
+  if (st.ok()) st = Put(counts_, counts, 2, &capture_);
   num_partials_ = plan.num_partials;
   // Before RunStep, so that a step needing more partials moves the buffer (and retires the
   // graphs naming it) here rather than inside a capture.

@@ -132,4 +132,23 @@ std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_
   return best;
 }
 
+SpeedupEstimate EstimateSpeedup(double alpha, int32_t batch, int32_t max_k, const CostCurve& verify,
+                                const CostCurve& draft) {
+  SpeedupEstimate e;
+  if (batch < 1 || verify.empty()) return e;
+  const std::vector<KCandidate> seqs(static_cast<size_t>(batch), KCandidate{alpha, max_k});
+  const std::vector<int32_t> k = ChooseK(seqs, 0, max_k, verify, draft);
+  double tokens = 0.0, rows = 0.0;
+  for (int32_t ki : k) {
+    tokens += ExpectedTokens(alpha, ki);
+    rows += 1 + ki;
+  }
+  e.mean_k = (rows - batch) / batch;
+  e.tokens_per_step = tokens / batch;
+  e.step_seconds = verify.Predict(rows) + (draft.empty() ? 0.0 : DraftRoundsCost(draft, k));
+  const double plain = batch / verify.Predict(batch);
+  e.speedup = e.step_seconds > 0.0 && plain > 0.0 ? tokens / e.step_seconds / plain : 0.0;
+  return e;
+}
+
 }  // namespace specd::spec

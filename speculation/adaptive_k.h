@@ -85,6 +85,17 @@ double DraftRoundsCost(const CostCurve& draft, absl::Span<const int32_t> k,
 std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_tokens,
                              int32_t max_k, const CostCurve& verify, const CostCurve& draft);
 
+// The cost model: what speculation at per-token acceptance alpha buys a batch of `batch`
+// sequences under these costs, with the k ChooseK picks (every sequence alike, k <= max_k).
+struct SpeedupEstimate {
+  double mean_k = 0.0;           // drafts per sequence per step
+  double tokens_per_step = 0.0;  // per sequence: ExpectedTokens(alpha, k)
+  double step_seconds = 0.0;     // verify(batch * (1 + k)) + the draft rounds
+  double speedup = 0.0;          // tokens per second against plain decoding's batch / verify(batch)
+};
+SpeedupEstimate EstimateSpeedup(double alpha, int32_t batch, int32_t max_k, const CostCurve& verify,
+                                const CostCurve& draft);
+
 }  // namespace specd::spec
 
 #endif  // SPECD_SPECULATION_ADAPTIVE_K_H_

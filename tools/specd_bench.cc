@@ -5,6 +5,7 @@
 //   --llama-cpp-python PYTHON, $SPECD_LLAMA_CPP_PYTHON or python3) —
 //   llama.cpp's decode (batch 1/4/16) and prefill on the same file and thread count, as ratios.
 // --device cuda[:N] runs the decode, --depth and --prefill model on that backend instead.
+// --cost-model DRAFT.gguf: the speculation cost model of -m and DRAFT (tools/cost_model_bench.h).
 // This is a benchmark, not a test: it prints figures and asserts nothing.
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -33,6 +34,7 @@
 #include "common/gguf/gguf_file.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tools/cost_model_bench.h"
 #include "tools/spec_bench.h"
 
 namespace specd {
@@ -383,6 +385,7 @@ int Main(int argc, char** argv) {
   std::string device = "cpu";  // --device: where the decode / --depth / --prefill model runs
   bool spec_bench = false;  // --spec: speculative decoding figures (tools/spec_bench.h)
   SpecBenchOptions spec;
+  std::string cost_model_draft;  // --cost-model DRAFT.gguf (tools/cost_model_bench.h)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if ((a == "-m" || a == "--model") && i + 1 < argc) {
@@ -474,6 +477,8 @@ int Main(int argc, char** argv) {
                      argv[i]);
         return 2;
       }
+    } else if (a == "--cost-model" && i + 1 < argc) {
+      cost_model_draft = argv[++i];
     } else if (a == "--pair-only") {
       spec.pair_only = true;
     } else if (a == "--pair-type" && i + 1 < argc) {
@@ -496,11 +501,20 @@ int Main(int argc, char** argv) {
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
                    "                    [--no-distilled | --distilled-only] [--draft FILE|default]\n"
                    "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4] [--spec-pairs N]\n                    [--draft-min-keep P] [--draft-min-extend P]\n"
-                   "  (the pairs' targets default to f16 and f32)\n");
+                   "  (the pairs' targets default to f16 and f32)\n"
+                   "       specd-bench --cost-model DRAFT.gguf [-m TARGET.gguf] [-t THREADS] [--device D]\n");
       return 2;
     }
   }
   if (threads <= 0) threads = kernels::cpu::ThreadPool::AvailableCpus();
+  if (!cost_model_draft.empty()) {
+    CostModelOptions cm;
+    cm.target_path = model_path;
+    cm.draft_path = cost_model_draft;
+    cm.device = device;
+    cm.threads = threads;
+    return RunCostModel(cm);
+  }
   if (spec_bench) {
     spec.model_path = model_path;
     spec.threads = threads;

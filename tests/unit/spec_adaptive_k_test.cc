@@ -88,6 +88,31 @@ TEST(AdaptiveKTest, CapsAndFreeDraftingAreRespected) {
   EXPECT_EQ(ChooseK(Batch(2, 0.9), 0, 0, verify, CostCurve())[0], 0);  // max_k 0
 }
 
+// The cost model's figures: a flat (memory-bound) verify and a free draft give the expected
+// tokens of the deepest k as the speed-up; a draft step costing a tenth of the target's at
+// acceptance 0.7 gives (1 + .7 + ... + .7^k) / (1 + k/10) at ChooseK's k; a compute-bound
+// target gives 1x (k 0).
+TEST(AdaptiveKTest, SpeedupEstimateIsTheExpectedTokensOverTheStepCost) {
+  const CostCurve flat({{1, 0.01}, {512, 0.01}});
+  const SpeedupEstimate free_draft = EstimateSpeedup(0.8, 1, 8, flat, CostCurve());
+  EXPECT_DOUBLE_EQ(free_draft.mean_k, 8.0);
+  EXPECT_NEAR(free_draft.speedup, ExpectedTokens(0.8, 8), 1e-9);
+  const CostCurve draft({{1, 0.001}, {512, 0.001}});
+  const SpeedupEstimate e = EstimateSpeedup(0.7, 1, 8, flat, draft);
+  const int32_t k = static_cast<int32_t>(e.mean_k);
+  EXPECT_GE(k, 2);
+  EXPECT_NEAR(e.speedup, ExpectedTokens(0.7, k) / (1.0 + 0.1 * k), 1e-9);
+  EXPECT_NEAR(e.step_seconds, 0.01 + 0.001 * k, 1e-12);
+  // Batch 8 on the same flat curve: each sequence alike, the same k and figures.
+  const SpeedupEstimate b8 = EstimateSpeedup(0.7, 8, 8, flat, draft);
+  EXPECT_DOUBLE_EQ(b8.mean_k, e.mean_k);
+  EXPECT_NEAR(b8.speedup, ExpectedTokens(0.7, k) * 8 / (0.01 + 0.001 * k) / (8 / 0.01), 1e-9);
+  const CostCurve linear({{1, 0.01}, {100, 1.0}});
+  const SpeedupEstimate none = EstimateSpeedup(0.7, 1, 8, linear, draft);
+  EXPECT_EQ(none.mean_k, 0.0);
+  EXPECT_NEAR(none.speedup, 1.0, 1e-9);
+}
+
 TEST(AdaptiveKTest, AcceptanceEstimateMovesWithEvidence) {
   AcceptanceEstimate a;
   EXPECT_NEAR(a.alpha(), AcceptanceEstimate::kPrior, 1e-12);

@@ -22,6 +22,13 @@ timeout 120 $RUN $B/specd-make-tiny-model -o /tmp/l1b.gguf --layers 16 --dim 204
   --kv-heads 8 --ctx 8192 --vocab 128256 --type Q4_1 --untied && echo "written in ${SECONDS}s"
 timeout 120 $RUN $B/specd-bench-cuda -m /tmp/l1b.gguf --device cuda --no-llama-cpp --steps 32 2>&1 \
   | tee $OUT/specd_bench_cuda_1b.txt | grep -vE "^\s*$" | head -30
+echo "== the speculation cost model: a Llama-3-8B-shaped target (Q4_1) with the 1B-shaped draft"
+SECONDS=0
+timeout 240 $RUN $B/specd-make-tiny-model -o /tmp/l8b.gguf --layers 32 --dim 4096 --ffn 14336 --heads 32 \
+  --kv-heads 8 --ctx 8192 --vocab 128256 --type Q4_1 --untied && echo "written in ${SECONDS}s"
+timeout 120 $RUN $B/specd-bench-cuda -m /tmp/l8b.gguf --cost-model /tmp/l1b.gguf --device cuda 2>&1 \
+  | tee $OUT/cost_model_8b_1b.txt | grep -vE "^\s*$" | head -20
+rm -f /tmp/l8b.gguf
 echo "== the PyTorch baseline: the same Llama decode step shapes, bf16, eager and CUDA graph"
 for shape in smollm2-135m llama-3.2-1b; do
   timeout 120 python3 tools/device_check/torch_llama_step.py --shape $shape --context 128 --batches 1,8,32 2>&1 \
