@@ -349,11 +349,7 @@ class CudaBackend final : public Backend {
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows) override {
     namespace bw = sampling::blockwise;
     const size_t R = static_cast<size_t>(plan.num_rows()), S = static_cast<size_t>(plan.num_seqs());
-    for (const bw::RowPlan& row : plan.rows()) {
-      if (row.logits_row >= rows) {
-        return absl::InvalidArgumentError("the verify plan reads a logits row past the step's");
-      }
-    }
+    if (absl::Status st = plan.CheckReadsWithin(rows); !st.ok()) return st;
     kc::DeviceVerifyBuffers buf;
     absl::Status st = PutPlan(plan, &buf.plan);
     if (st.ok()) st = verify_.weights.Reserve(memory_, std::max<size_t>(R, 1) * plan.vocab() * sizeof(float), nullptr);
@@ -396,16 +392,9 @@ class CudaBackend final : public Backend {
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows,
       int32_t top_n) override {
     namespace bw = sampling::blockwise;
-    if (top_n < 1 || top_n > bw::kMaxBlockwiseTopN) {
-      return absl::InvalidArgumentError(absl::StrCat("top_n must be in [1, ",
-                                                     bw::kMaxBlockwiseTopN, "], got ", top_n));
-    }
+    if (absl::Status st = sampling::CheckProposalTopN(top_n); !st.ok()) return st;
+    if (absl::Status st = plan.CheckReadsWithin(rows); !st.ok()) return st;
     const size_t R = static_cast<size_t>(plan.num_rows());
-    for (const bw::RowPlan& row : plan.rows()) {
-      if (row.logits_row >= rows) {
-        return absl::InvalidArgumentError("the proposal plan reads a logits row past the step's");
-      }
-    }
     kc::DeviceProposeBuffers buf;
     absl::Status st = PutPlan(plan, &buf.plan);
     const size_t n = std::max<size_t>(R, 1) * static_cast<size_t>(top_n);

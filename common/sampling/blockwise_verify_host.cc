@@ -248,16 +248,26 @@ absl::Status CheckHostInputs(const BlockwisePlan& plan, absl::Span<const float> 
   if (threads_per_block < 1) {
     return absl::InvalidArgumentError("threads_per_block must be at least 1");
   }
-  for (const blockwise::RowPlan& row : plan.rows()) {
-    if ((row.logits_row + 1) * plan.vocab() > static_cast<int64_t>(logits.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "logits has ", logits.size(), " values; the plan reads row ", row.logits_row));
+  return plan.CheckReadsWithin(static_cast<int64_t>(logits.size()) / plan.vocab());
+}
+
+}  // namespace
+
+absl::Status BlockwisePlan::CheckReadsWithin(int64_t logits_rows) const {
+  for (const blockwise::RowPlan& row : rows_) {
+    if (row.logits_row >= logits_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("the plan reads logits row ", row.logits_row,
+                                                     "; the step has ", logits_rows));
     }
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::Status CheckProposalTopN(int32_t top_n) {
+  if (top_n >= 1 && top_n <= blockwise::kMaxBlockwiseTopN) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("top_n must be in [1, ", blockwise::kMaxBlockwiseTopN, "], got ", top_n));
+}
 
 absl::StatusOr<std::vector<VerifyResult>> VerifyBlockwiseOnHost(const BlockwisePlan& plan,
                                                                 absl::Span<const float> logits,
@@ -316,10 +326,7 @@ absl::StatusOr<std::vector<BlockwiseProposal>> CollectProposals(
 absl::StatusOr<std::vector<BlockwiseProposal>> ProposeBlockwiseOnHost(
     const BlockwisePlan& plan, absl::Span<const float> logits, int32_t top_n,
     int threads_per_block) {
-  if (top_n < 1 || top_n > blockwise::kMaxBlockwiseTopN) {
-    return absl::InvalidArgumentError(absl::StrCat("top_n must be in [1, ",
-                                                   blockwise::kMaxBlockwiseTopN, "], got ", top_n));
-  }
+  if (absl::Status st = CheckProposalTopN(top_n); !st.ok()) return st;
   if (absl::Status st = CheckHostInputs(plan, logits, threads_per_block); !st.ok()) return st;
   const blockwise::PlanView view = plan.View();
   const int64_t vocab = plan.vocab();

@@ -47,6 +47,9 @@ class BlockwisePlan {
   const std::vector<blockwise::ProposalEntry>& proposals() const { return proposals_; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   int64_t name(size_t seq) const { return names_[seq]; }
+  // INVALID_ARGUMENT unless every row the plan reads is one of `logits_rows` rows (what each
+  // runner of the plan checks before it reads a step's logits).
+  absl::Status CheckReadsWithin(int64_t logits_rows) const;
 
  private:
   int32_t vocab_ = 0;
@@ -58,6 +61,10 @@ class BlockwisePlan {
   std::vector<int32_t> stop_ids_;
   std::vector<int64_t> names_;  // [seqs]: what errors call each sequence
 };
+
+// INVALID_ARGUMENT unless top_n is in [1, blockwise::kMaxBlockwiseTopN] (every proposer's
+// check).
+absl::Status CheckProposalTopN(int32_t top_n);
 
 // What phase 2 wrote, per sequence, as VerifyDraft's results. A row error the chain reached
 // is INVALID_ARGUMENT naming the sequence, the row and the logit. tokens, logprobs:

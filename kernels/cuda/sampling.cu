@@ -196,14 +196,8 @@ absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwiseHost(
     const sampling::BlockwisePlan& plan, const float* logits, int64_t logits_rows,
     int32_t top_n) {
   const int64_t vocab = plan.vocab();
-  for (const bw::RowPlan& row : plan.rows()) {
-    if (row.logits_row >= logits_rows) {
-      return absl::InvalidArgumentError("the plan reads a logits row past logits_rows");
-    }
-  }
-  if (top_n < 1 || top_n > bw::kMaxBlockwiseTopN) {
-    return absl::InvalidArgumentError("top_n is outside [1, kMaxBlockwiseTopN]");
-  }
+  if (absl::Status st = plan.CheckReadsWithin(logits_rows); !st.ok()) return st;
+  if (absl::Status st = sampling::CheckProposalTopN(top_n); !st.ok()) return st;
   const size_t R = static_cast<size_t>(plan.num_rows());
   UploadedPlan up;
   DeviceProposeBuffers buf;
@@ -254,11 +248,7 @@ absl::Status LaunchBlockwiseVerify(const DeviceVerifyBuffers& buf, void* stream)
 absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwiseHost(
     const sampling::BlockwisePlan& plan, const float* logits, int64_t logits_rows) {
   const int64_t vocab = plan.vocab();
-  for (const bw::RowPlan& row : plan.rows()) {
-    if (row.logits_row >= logits_rows) {
-      return absl::InvalidArgumentError("the plan reads a logits row past logits_rows");
-    }
-  }
+  if (absl::Status st = plan.CheckReadsWithin(logits_rows); !st.ok()) return st;
   UploadedPlan up;
   DeviceVerifyBuffers buf;
   DeviceArray<float> d_logits, weights, logprobs;
