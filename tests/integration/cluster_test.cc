@@ -438,6 +438,48 @@ TEST_F(ClusterTest, MetricsCountersMoved) {
   EXPECT_EQ(m.find("specd_service_"), std::string::npos) << "the router exports worker families";
 }
 
+// The router's hop: each target step is one round trip to the target service and, when it
+// drafts, one to the draft service, each one step there (one Step message of the router's
+// long-lived stream; the service runs it in the stream's read callback, no hand-off to
+// another thread of ours). Counted from both sides' /metrics around one speculative request;
+// timing is reported by loadtest/hop_cost.sh and step_timeline.sh, not asserted.
+TEST_F(ClusterTest, OneRoundTripPerServiceEachStep) {
+  Cluster& c = *cluster_;
+  auto value = [](const std::string& text, const std::string& series) {
+    const size_t p = text.find("\n" + series + " ");
+    return p == std::string::npos ? 0.0 : std::strtod(text.c_str() + p + series.size() + 2, nullptr);
+  };
+  struct Counts {
+    double steps, target_rpcs, lookup_rpcs, draft_rpcs, target_served, draft_served;
+  };
+  auto counts = [&] {
+    const std::string r = c.RouterMetrics(), t = c.TargetMetrics(), d = c.DraftMetrics();
+    const std::string served = "specd_service_requests_total{code=\"OK\",component=\"";
+    return Counts{value(r, "specd_router_batch_size_sequences_count"),
+                  value(r, "specd_router_rpc_latency_seconds_count{hop=\"target\"}"),
+                  value(r, "specd_router_rpc_latency_seconds_count{hop=\"target_lookup\"}"),
+                  value(r, "specd_router_rpc_latency_seconds_count{hop=\"draft\"}"),
+                  value(t, served + "target\",method=\"Step\"}"),
+                  value(d, served + "draft\",method=\"Step\"}")};
+  };
+  const Counts before = counts();
+  GenerateResponse u;
+  ASSERT_TRUE(Unary(c, Req(Prompt(29, 8), 40, specd::v1::SPECULATION_MODE_DRAFT, 3), &u).ok());
+  EXPECT_GT(u.completion().speculation().draft_tokens(), 0);
+  const Counts after = counts();
+  const double steps = after.steps - before.steps;
+  EXPECT_GT(steps, 5);
+  EXPECT_LT(steps, 40) << "drafting: fewer steps than tokens";
+  EXPECT_EQ(after.target_rpcs - before.target_rpcs, steps) << "one target round trip a step";
+  const double drafts = after.draft_rpcs - before.draft_rpcs;
+  EXPECT_GE(drafts, steps - 1) << "a draft round trip each step but the prefill's";
+  EXPECT_LE(drafts, steps);
+  EXPECT_EQ(after.target_served - before.target_served,
+            steps + after.lookup_rpcs - before.lookup_rpcs)
+      << "each target round trip is one step on the service (prefix lookups included)";
+  EXPECT_EQ(after.draft_served - before.draft_served, drafts) << "each draft round trip is one step";
+}
+
 // From here on the tests break things; they run last.
 TEST_F(ClusterTest, KillDraftUnderLoadZeroFailedThenResumes) {
   Cluster& c = *cluster_;
