@@ -22,6 +22,10 @@
 #include "gtest/gtest.h"
 #include "tests/unit/model_test_util.h"
 #include "kernels/cuda/rms_norm.h"
+#include "common/tokenizer/tokenizer.h"
+#include "speculation/model_drafter.h"
+#include "speculation/spec_engine.h"
+#include "tests/unit/spec_test_util.h"
 #include "testing/free_port.h"
 #include "testing/tiny_model.h"
 
@@ -241,6 +245,56 @@ TEST_P(CudaModelTest, CollectivesInsideTheGraphs) {
   EXPECT_GE((*be)->step_graph_stats().replays, 20);
   model->reset();
   (*nccl)->Disarm();
+}
+
+// Greedy speculation on the GPU equals plain greedy, with the steps as CUDA graphs and launch
+// by launch: target and draft on CUDA backends, verification and proposals where the logits
+// are, against plain decoding of the same target on the GPU launch by launch.
+TEST_P(CudaModelTest, GreedySpeculationEqualsPlainWithGraphsOnAndOff) {
+  if (GetParam() != KvDtype::kF16) GTEST_SKIP() << "one KV dtype is enough here";
+  testing::TinyModelSpec t;
+  t.seed = 1;
+  t.num_layers = 3;
+  t.weight_scale = 0.3f;  // peaked distributions: the draft agrees often, not always
+  testing::TinyModelSpec d = t;
+  d.weight_type = gguf::GgmlType::kQ4_1;
+  const std::string target_path = ::testing::TempDir() + "/cuda_spec_target.gguf";
+  const std::string draft_path = ::testing::TempDir() + "/cuda_spec_draft.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(t, target_path).ok() && testing::WriteTinyModel(d, draft_path).ok());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back(Tokens(4 + 5 * i, 256, 20 + i));
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.ignore_eos = true;
+  const std::vector<sampling::SamplingParams> params(prompts.size(), greedy);
+  std::vector<std::vector<int32_t>> plain;
+  for (const bool graphs : {false, true}) {
+    if (!graphs) {
+      ASSERT_EQ(setenv("SPECD_CUDA_GRAPHS", "off", 1), 0);
+    }
+    auto target_be = MakeBackend("cuda", 1), draft_be = MakeBackend("cuda", 1);
+    ASSERT_EQ(unsetenv("SPECD_CUDA_GRAPHS"), 0);
+    ASSERT_TRUE(target_be.ok() && draft_be.ok());
+    auto target = spec::test::LoadModel(target_path, target_be->get(), 256, 256);
+    ASSERT_TRUE(target);
+    if (!graphs) plain = spec::test::PlainGenerate(*target->model, prompts, params, 24, {});
+    auto tk = tok::Tokenizer::FromGguf(*target->file);
+    ASSERT_TRUE(tk.ok());
+    const spec::TargetIdentity identity{target_path, (*tk)->Fingerprint(), (*tk)->vocab_size()};
+    spec::ModelDrafterOptions o;
+    o.kv_blocks = 256;
+    auto drafter = spec::ModelDrafter::CreateFromFile(draft_path, identity, draft_be->get(), o);
+    ASSERT_TRUE(drafter.ok()) << drafter.status();
+    spec::SpecEngineOptions eo;
+    eo.k = 3;
+    eo.max_running = 5;
+    auto engine = spec::SpecEngine::Create(target->model.get(), drafter->get(), eo);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const auto got = spec::test::EngineGenerate(**engine, prompts, params, 24);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], plain[i]) << "graphs " << graphs << ", prompt " << i;
+    EXPECT_GT((*engine)->stats().drafted, 0);
+    EXPECT_EQ((*target_be)->step_graph_stats().replays > 0, graphs);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaModelTest,

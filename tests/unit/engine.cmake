@@ -34,6 +34,6 @@ if(SPECD_HAVE_CUDA)
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR} LABELS gpu SKIP_REGULAR_EXPRESSION "NOT RUN" TIMEOUT 300)
   specd_test(cuda_model_test
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/cuda_model_test.cc
-    DEPS specd_engine specd_backend_factory specd_kernels_cuda specd_nccl_comm specd_testing LABELS gpu)
+    DEPS specd_engine specd_backend_factory specd_kernels_cuda specd_nccl_comm specd_spec specd_testing LABELS gpu)
   set_tests_properties(cuda_model_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
 endif()

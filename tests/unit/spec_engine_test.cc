@@ -192,6 +192,8 @@ TEST_F(SpecEngineTest, GreedyOnDeviceMemoryEqualsPlain) {
     EXPECT_GT((*e)->stats().drafted, 0) << kind;
   }
   EXPECT_EQ(fenced->violations(), std::vector<std::string>{});
+  // The stand-in records and replays steps as CUDA graphs: speculation ran on recordings.
+  EXPECT_GT(fenced->step_graph_stats().replays, 0);
 }
 
 // Sampled requests (seeded, every transform) sampled where the logits are: a draft and a
