@@ -129,7 +129,7 @@ class Fenced final : public FencedBackend {
   }
   absl::StatusOr<std::vector<sampling::VerifyResult>> VerifyBlockwise(
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows) override {
-    RefuseWhileRecording("VerifyBlockwise");
+    if (absl::Status st = RefuseWhileRecording("VerifyBlockwise"); !st.ok()) return st;
     Check("VerifyBlockwise", logits, rows * plan.vocab(), "logits");
     ++blockwise_verifications_;
     FenceOpening open(*this);
@@ -138,7 +138,7 @@ class Fenced final : public FencedBackend {
   absl::StatusOr<std::vector<sampling::BlockwiseProposal>> ProposeBlockwise(
       const sampling::BlockwisePlan& plan, const float* logits, int64_t rows,
       int32_t top_n) override {
-    RefuseWhileRecording("ProposeBlockwise");
+    if (absl::Status st = RefuseWhileRecording("ProposeBlockwise"); !st.ok()) return st;
     Check("ProposeBlockwise", logits, rows * plan.vocab(), "logits");
     ++blockwise_proposals_;
     FenceOpening open(*this);
@@ -194,7 +194,7 @@ class Fenced final : public FencedBackend {
   }
   absl::Status PlanAttention(const int32_t* positions, const int32_t* const* block_tables,
                              int64_t T, int32_t num_kv_heads, int32_t block_size) override {
-    RefuseWhileRecording("PlanAttention");
+    if (absl::Status st = RefuseWhileRecording("PlanAttention"); !st.ok()) return st;
     // The plan is host work: its arrays are host memory.
     if (memory_.Contains(positions, 1) || memory_.Contains(block_tables, 1)) {
       violations_.push_back("PlanAttention: arrays in device memory (the host plans)");
@@ -223,18 +223,20 @@ class Fenced final : public FencedBackend {
       return true;
     });
     absl::erase_if(seen_, [&](const engine::StepGraphKey& k) { return k.owner == owner; });
+    absl::erase_if(unrecordable_, [&](const engine::StepGraphKey& k) { return k.owner == owner; });
   }
   engine::StepGraphStats step_graph_stats() const override { return stats_; }
 
   // While a step is being recorded, ops (and Copy2D) are kept for replay, not run.
   bool recording() const { return recording_ != nullptr; }
   void Record(std::function<void()> op) { recording_->push_back(std::move(op)); }
-  // What a device's capture refuses: work that is not an op on device memory.
-  void RefuseWhileRecording(const char* what) {
-    if (recording()) {
-      violations_.push_back(absl::StrCat(what, " while a step is recorded"));
-      recording_broken_ = true;
-    }
+  // What a device's capture refuses: work that is not an op on device memory. It is not done,
+  // and the recording is not kept (the step then runs as it is).
+  absl::Status RefuseWhileRecording(const char* what) {
+    if (!recording()) return absl::OkStatus();
+    violations_.push_back(absl::StrCat(what, " while a step is recorded"));
+    recording_broken_ = true;
+    return absl::FailedPreconditionError(absl::StrCat(what, " while a step is recorded"));
   }
 
   void Open() override {
@@ -289,7 +291,7 @@ class Fenced final : public FencedBackend {
   std::vector<std::function<void()>>* recording_ = nullptr;
   bool recording_broken_ = false;
   absl::flat_hash_map<engine::StepGraphKey, std::vector<std::function<void()>>> recordings_;
-  absl::flat_hash_set<engine::StepGraphKey> seen_;
+  absl::flat_hash_set<engine::StepGraphKey> seen_, unrecordable_;
   engine::StepGraphStats stats_;
 
  public:
@@ -299,7 +301,9 @@ class Fenced final : public FencedBackend {
 absl::Status Fenced::RunStep(const engine::StepGraphKey& key, absl::FunctionRef<absl::Status()> ops) {
   auto it = recordings_.find(key);
   if (it == recordings_.end()) {
-    if (seen_.insert(key).second) {  // the first step of this shape: as it is
+    // The first step of this shape, or one whose recording failed (its buffers never move
+    // here, so it would fail again): as it is.
+    if (seen_.insert(key).second || unrecordable_.contains(key)) {
       ++stats_.eager;
       return ops();
     }
@@ -309,8 +313,9 @@ absl::Status Fenced::RunStep(const engine::StepGraphKey& key, absl::FunctionRef<
     absl::Status st = ops();
     recording_ = nullptr;
     if (!st.ok() || recording_broken_) {  // as a failed capture: run it as it is
+      unrecordable_.insert(key);
       ++stats_.eager;
-      return st.ok() ? ops() : st;
+      return ops();
     }
     ++stats_.captures;
     it = recordings_.emplace(key, std::move(recorded)).first;
@@ -321,7 +326,7 @@ absl::Status Fenced::RunStep(const engine::StepGraphKey& key, absl::FunctionRef<
 }
 
 absl::StatusOr<void*> FencedMemory::Allocate(size_t bytes) {
-  owner_->RefuseWhileRecording("Allocate");
+  if (absl::Status st = owner_->RefuseWhileRecording("Allocate"); !st.ok()) return st;
   const size_t at = (used_ + 63) / 64 * 64;
   if (base_ == nullptr || at + bytes > capacity_) {
     return absl::ResourceExhaustedError(
@@ -335,7 +340,7 @@ absl::StatusOr<void*> FencedMemory::Allocate(size_t bytes) {
 }
 
 absl::Status FencedMemory::Upload(void* dst, const void* src, size_t bytes) {
-  owner_->RefuseWhileRecording("Upload");
+  if (absl::Status st = owner_->RefuseWhileRecording("Upload"); !st.ok()) return st;
   if (bytes == 0) return absl::OkStatus();
   if (!Contains(dst, bytes)) return absl::InvalidArgumentError("Upload: dst not in the arena");
   FenceOpening open(*owner_);
@@ -344,7 +349,7 @@ absl::Status FencedMemory::Upload(void* dst, const void* src, size_t bytes) {
 }
 
 absl::Status FencedMemory::Download(void* dst, const void* src, size_t bytes) {
-  owner_->RefuseWhileRecording("Download");
+  if (absl::Status st = owner_->RefuseWhileRecording("Download"); !st.ok()) return st;
   if (bytes == 0) return absl::OkStatus();
   if (!Contains(src, bytes)) return absl::InvalidArgumentError("Download: src not in the arena");
   FenceOpening open(*owner_);
