@@ -61,7 +61,8 @@ class FencedMemory final : public DeviceMemory {
 
 class Fenced final : public FencedBackend {
  public:
-  explicit Fenced(size_t capacity) : memory_(this, capacity), inner_(engine::MakeReferenceBackend()) {}
+  Fenced(size_t capacity, bool replays_steps)
+      : memory_(this, capacity), inner_(engine::MakeReferenceBackend()), replays_steps_(replays_steps) {}
 
   std::string_view name() const override { return "fenced"; }
   DeviceMemory& memory() override { return memory_; }
@@ -229,7 +230,14 @@ class Fenced final : public FencedBackend {
 
   // While a step is being recorded, ops (and Copy2D) are kept for replay, not run.
   bool recording() const { return recording_ != nullptr; }
-  void Record(std::function<void()> op) { recording_->push_back(std::move(op)); }
+  // Runs op now, or keeps it for the recording being made (a device's stream capture).
+  void Issue(std::function<void()> op) {
+    if (recording()) {
+      recording_->push_back(std::move(op));
+    } else {
+      op();
+    }
+  }
   // What a device's capture refuses: work that is not an op on device memory. It is not done,
   // and the recording is not kept (the step then runs as it is).
   absl::Status RefuseWhileRecording(const char* what) {
@@ -247,14 +255,6 @@ class Fenced final : public FencedBackend {
   }
 
  private:
-  // Runs op now, or keeps it for the recording being made (a device's stream capture).
-  void Issue(std::function<void()> op) {
-    if (recording()) {
-      Record(std::move(op));
-    } else {
-      op();
-    }
-  }
   template <typename T>
   void Check(const char* op, const T* p, int64_t n, const char* arg) {
     if (n > 0 && !memory_.Contains(p, static_cast<size_t>(n) * sizeof(T))) {
@@ -287,15 +287,12 @@ class Fenced final : public FencedBackend {
   std::vector<std::string> violations_;
   // Step recordings, as the CUDA backend keeps graphs: a key's first step runs op by op, its
   // second is recorded (ops kept, not run) and then replayed, as every later one is.
-  bool replays_steps_ = true;
+  bool replays_steps_;
   std::vector<std::function<void()>>* recording_ = nullptr;
   bool recording_broken_ = false;
   absl::flat_hash_map<engine::StepGraphKey, std::vector<std::function<void()>>> recordings_;
   absl::flat_hash_set<engine::StepGraphKey> seen_, unrecordable_;
   engine::StepGraphStats stats_;
-
- public:
-  void set_replays_steps(bool on) { replays_steps_ = on; }
 };
 
 absl::Status Fenced::RunStep(const engine::StepGraphKey& key, absl::FunctionRef<absl::Status()> ops) {
@@ -371,11 +368,7 @@ absl::Status FencedMemory::Copy2D(void* dst, size_t dst_pitch, const void* src,
                   static_cast<const uint8_t*>(src) + r * src_pitch, width);
     }
   };
-  if (owner_->recording()) {
-    owner_->Record(copy);  // a device-to-device copy: part of the step
-  } else {
-    copy();
-  }
+  owner_->Issue(copy);  // a device-to-device copy: part of a recorded step
   return absl::OkStatus();
 }
 
@@ -385,9 +378,7 @@ FenceOpening::FenceOpening(FencedBackend& backend) : backend_(backend) { backend
 FenceOpening::~FenceOpening() { backend_.Close(); }
 
 std::unique_ptr<FencedBackend> MakeFencedBackend(size_t capacity, bool replays_steps) {
-  auto backend = std::make_unique<Fenced>(capacity);
-  backend->set_replays_steps(replays_steps);
-  return backend;
+  return std::make_unique<Fenced>(capacity, replays_steps);
 }
 
 }  // namespace specd::testing
