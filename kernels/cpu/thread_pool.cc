@@ -2,7 +2,10 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <optional>
 
 namespace specd::kernels::cpu {
 namespace {
@@ -18,10 +21,30 @@ inline void CpuRelax() {
 #endif
 }
 
-// How long an idle worker spins before sleeping.
-constexpr auto kSpinBudget = std::chrono::microseconds(300);
+// SPECD_POOL_SPIN_US=N pins every worker's budget to N microseconds (0: sleep at once),
+// for hosts where a spinning worker costs more than a wake-up; unset, the budget adapts.
+std::optional<std::chrono::nanoseconds> FixedSpinBudget() {
+  static const std::optional<std::chrono::nanoseconds> fixed =
+      []() -> std::optional<std::chrono::nanoseconds> {
+    const char* v = std::getenv("SPECD_POOL_SPIN_US");
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    char* end = nullptr;
+    const long us = std::strtol(v, &end, 10);
+    if (*end != '\0' || us < 0) return std::nullopt;  // not a count: keep the adaptive budget
+    return std::chrono::microseconds(us);
+  }();
+  return fixed;
+}
 
 }  // namespace
+
+std::chrono::nanoseconds NextSpinBudget(std::chrono::nanoseconds budget,
+                                        std::chrono::nanoseconds idle) {
+  if (idle <= SpinBudget::kMaxSpin / 2) {
+    return std::clamp(std::max(budget, 2 * idle), SpinBudget::kMinSpin, SpinBudget::kMaxSpin);
+  }
+  return std::max(SpinBudget::kMinSpin, budget / 2);
+}
 
 int ThreadPool::AvailableCpus() {
   cpu_set_t set;
@@ -65,6 +88,8 @@ void ThreadPool::WorkerLoop() {
   t_in_worker = true;
   uint32_t seen = 0;  // generation_ at construction: a job posted before this thread ran is seen
   uint64_t last = 0;
+  const std::optional<std::chrono::nanoseconds> fixed = FixedSpinBudget();
+  std::chrono::nanoseconds budget = fixed.value_or(SpinBudget::kMinSpin);
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     if (g == seen) {
@@ -77,11 +102,14 @@ void ThreadPool::WorkerLoop() {
         // never holds the caller off for a whole time slice. Back-to-back jobs (decode
         // ops a few us apart) never reach the yields.
         if (++spins > 2048 && spins % 64 == 0) std::this_thread::yield();
-        if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > kSpinBudget) {
-          std::unique_lock<std::mutex> lk(sleep_mu_);
-          sleeping_.fetch_add(1);  // seq_cst: Run() reads it after bumping generation_
-          sleep_cv_.wait(lk, [&] { return generation_.load() != seen; });
-          sleeping_.fetch_sub(1);
+        if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > budget) {
+          {
+            std::unique_lock<std::mutex> lk(sleep_mu_);
+            sleeping_.fetch_add(1);  // seq_cst: Run() reads it after bumping generation_
+            sleep_cv_.wait(lk, [&] { return generation_.load() != seen; });
+            sleeping_.fetch_sub(1);
+          }
+          if (!fixed) budget = NextSpinBudget(budget, std::chrono::steady_clock::now() - start);
         }
       }
     }

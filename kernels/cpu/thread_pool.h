@@ -2,15 +2,17 @@
 //
 // ParallelFor(n, fn) splits [0, n) into contiguous ranges and calls fn(begin, end)
 // on the calling thread plus N-1 workers, returning when all ranges are done.
-// Workers spin briefly after each job (low wake-up latency for decode-sized work),
-// yielding the CPU now and then once the wait gets long (on an oversubscribed machine a
-// spinning worker must not hold off the caller), and then sleep. A call allocates nothing.
+// Workers spin after each job (low wake-up latency for decode-sized work), yielding the CPU
+// now and then once the wait gets long (on an oversubscribed machine a spinning worker must
+// not hold off the caller), and then sleep. How long they spin follows the gaps between jobs
+// (NextSpinBudget). A call allocates nothing.
 // Calls from several threads are serialized; a ParallelFor issued from inside a
 // worker (nested) runs inline on that worker.
 #ifndef SPECD_KERNELS_CPU_THREAD_POOL_H_
 #define SPECD_KERNELS_CPU_THREAD_POOL_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -19,6 +21,25 @@
 #include <vector>
 
 namespace specd::kernels::cpu {
+
+// How long an idle worker spins before it sleeps. Waking a sleeping thread costs tens of
+// microseconds on bare metal and 70-150 us on a VM whose idle vCPU halted, once per step: a
+// service's steps come one hop apart (~0.3 ms), not the few microseconds between one step's
+// ops, so a fixed short spin put the worker to sleep just before every step. The budget
+// follows what the worker saw: woken `idle` after its last job, where idle ≤ kMaxSpin / 2, it
+// would have caught that job spinning up to twice as long, so the budget grows to 2 × idle;
+// woken after a longer idle (the service was idle), the budget halves back towards kMinSpin.
+// An idle pool so spins at most kMaxSpin per worker before it sleeps; kMaxSpin stays short
+// so that a pool waiting out another model's step (a draft pool while its target verifies)
+// sleeps instead of taking that step's cores.
+struct SpinBudget {
+  static constexpr std::chrono::nanoseconds kMinSpin = std::chrono::microseconds(300);
+  static constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::microseconds(1500);
+};
+// The next budget, after a worker that spun `budget` and then slept was woken `idle` after its
+// last job (idle > budget). Pure: tests drive it as a timeline.
+std::chrono::nanoseconds NextSpinBudget(std::chrono::nanoseconds budget,
+                                        std::chrono::nanoseconds idle);
 
 class ThreadPool {
  public:

@@ -36,6 +36,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/gguf/quants.h"
@@ -1381,6 +1382,46 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
     EXPECT_EQ(total.load(), 500 * 8 * 3);
   }
   EXPECT_GE(cpu::ThreadPool::AvailableCpus(), 1);
+}
+
+// The spin budget as a timeline: steps one hop apart teach the workers to spin across the hop;
+// an idle spell brings the budget back down; nothing leaves [kMinSpin, kMaxSpin].
+TEST(ThreadPool, SpinBudgetFollowsTheGapsBetweenJobs) {
+  using std::chrono::microseconds;
+  using std::chrono::nanoseconds;
+  const nanoseconds lo = cpu::SpinBudget::kMinSpin, hi = cpu::SpinBudget::kMaxSpin;
+  nanoseconds b = lo;
+  // A service's steps 0.35 ms apart: the first sleep teaches 0.7 ms, which covers the next.
+  b = cpu::NextSpinBudget(b, microseconds(350));
+  EXPECT_EQ(b, microseconds(700));
+  // A shorter gap never shrinks the budget (it was caught spinning, or nearly).
+  EXPECT_EQ(cpu::NextSpinBudget(b, microseconds(320)), microseconds(700));
+  // Gaps near kMaxSpin / 2 grow it to the cap, and no further.
+  b = cpu::NextSpinBudget(b, hi / 2);
+  EXPECT_EQ(b, hi);
+  EXPECT_EQ(cpu::NextSpinBudget(b, hi / 2), hi);
+  // Idle spells (the service had nothing to do): halve back to the floor and stay there.
+  b = cpu::NextSpinBudget(b, std::chrono::milliseconds(50));
+  EXPECT_EQ(b, hi / 2);
+  for (int i = 0; i < 10; ++i) b = cpu::NextSpinBudget(b, std::chrono::seconds(1));
+  EXPECT_EQ(b, lo);
+  // Waiting out another model's step (a gap above kMaxSpin / 2) never teaches a long spin.
+  EXPECT_EQ(cpu::NextSpinBudget(lo, hi / 2 + microseconds(1)), lo);
+  // A wake-up right after the budget ran out keeps at least the floor.
+  EXPECT_EQ(cpu::NextSpinBudget(lo, microseconds(10)), lo);
+}
+
+// Workers that slept through idle spells of varied length still take every job.
+TEST(ThreadPool, JobsAfterIdleSpellsAllRun) {
+  cpu::ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  for (int gap_us : {0, 100, 400, 900, 2000, 5000, 250}) {
+    std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+    for (int rep = 0; rep < 20; ++rep) {
+      pool.ParallelFor(64, [&](int64_t b, int64_t e) { total += e - b; });
+    }
+  }
+  EXPECT_EQ(total.load(), 7 * 20 * 64);
 }
 
 }  // namespace
