@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -224,6 +225,11 @@ void BlockTerminationSignals() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void PreferPollEngine() {
+  // overwrite = 0: an operator's GRPC_POLL_STRATEGY wins.
+  setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0);
 }
 
 int WaitForTermination() {

@@ -71,6 +71,16 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
 // Blocks SIGTERM/SIGINT in the calling thread and every thread it starts later; call first
 // thing in main. WaitForTermination then returns the signal that arrived.
 void BlockTerminationSignals();
+
+// Chooses gRPC's poll-based I/O engine unless GRPC_POLL_STRATEGY is set; call first thing in
+// main, before anything starts gRPC. With the default epoll1 engine one thread at a time polls
+// every connection of the process and hands each event to the thread waiting on that call's
+// completion queue: the router's stepping thread, waiting on its step stream, was woken by a
+// poller thread that had been woken by the target's answer (two sleeps per step where one
+// does). With poll, the waiting thread polls its own connection (docs/DESIGN.md, the router
+// hop). poll() scans a pollset's connections on every call: cheap for the services (one per
+// router) and for a router's clients at the thousands of connections measured.
+void PreferPollEngine();
 int WaitForTermination();
 
 // Raw (ByteBuffer) handlers, which parse requests themselves so a malformed payload gets

@@ -23,6 +23,7 @@ namespace specd::services {
 template <typename Worker, typename Base, typename StepReq, typename StepResp>
 int WorkerMain(int argc, char** argv, const std::string& component, const std::string& env) {
   BlockTerminationSignals();
+  PreferPollEngine();
   SetLogService(component);
   std::string listen = component == "target" ? "0.0.0.0:50052" : "0.0.0.0:50053";
   ModelHostOptions mo;
