@@ -2,12 +2,13 @@
 # The inter-token latency the cluster adds at batch 1, two cluster configurations against the
 # same engine in-process, interleaved per round so that a noisy host's drift lands on all three
 # alike: each round runs REQUESTS requests (64-token prompts, 64 new tokens, speculation off)
-# on cluster A, in-process, then cluster B, and the added ITL is each cluster's ITL p50 less
+# on one cluster, in-process, then the other cluster, and the added ITL is each cluster's ITL p50 less
 # that round's in-process p50. Prints every round, then the median and range of each.
 #
 #   loadtest/added_itl_ab.sh [OUT_DIR]
-# Environment: A_ENV / B_ENV: environment assignments for each cluster's services
-# [A_ENV="SPECD_POOL_SPIN_US=300" (the fixed spin before NextSpinBudget), B_ENV="" (adaptive)],
+# Environment: A_ENV / B_ENV: NAME=VALUE words for each cluster's processes [A_ENV: the
+# defaults before the router-hop work, "SPECD_POOL_SPIN_US=300 GRPC_POLL_STRATEGY=epoll1";
+# B_ENV="": today's defaults],
 # ROUNDS [10], REQUESTS [4], SPECD_BUILD [build], THREADS per model service [all cores].
 set -euo pipefail
 
@@ -17,7 +18,7 @@ BUILD="${SPECD_BUILD:-$ROOT/build}"
 THREADS="${THREADS:-$(nproc)}"
 ROUNDS="${ROUNDS:-10}"
 REQUESTS="${REQUESTS:-4}"
-A_ENV="${A_ENV-SPECD_POOL_SPIN_US=300}"
+A_ENV="${A_ENV-SPECD_POOL_SPIN_US=300 GRPC_POLL_STRATEGY=epoll1}"
 B_ENV="${B_ENV-}"
 MODEL="$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 LOADTEST="$BUILD/loadtest/specd-loadtest"
@@ -28,42 +29,40 @@ rm -f "$OUT"/[AIB]_*.json
 # shellcheck source=loadtest/cluster_lib.sh
 . "$ROOT/loadtest/cluster_lib.sh"
 
-# Both clusters run side by side (the idle one's threads sleep), each started in a subshell
-# with its own environment; the subshell reports its ports and waits on its launcher.
-launch() {  # name, env assignments, pid file
-  # shellcheck disable=SC2086,SC2163  # the assignments are words: KEY=VALUE ...
-  (if [ -n "$2" ]; then export $2; fi
-   start_cluster "$1" >&2
-   echo "$PORT $CLUSTER" >"$3"
-   trap - EXIT
-   wait "$CLUSTER") &
-}
-await_pid_file() {  # one cluster at a time: free_port in parallel could hand both one port
-  for _ in $(seq 1 1800); do [ -s "$1" ] && return 0; sleep 0.1; done
-  echo "added_itl_ab: a cluster did not start" >&2
-  exit 1
-}
-rm -f "$OUT/a.pid" "$OUT/b.pid"
-launch added_itl_a "$A_ENV" "$OUT/a.pid"
-await_pid_file "$OUT/a.pid"
-launch added_itl_b "$B_ENV" "$OUT/b.pid"
-await_pid_file "$OUT/b.pid"
-read -r PORT_A CLUSTER_A <"$OUT/a.pid"
-read -r PORT_B CLUSTER_B <"$OUT/b.pid"
-rm -f "$OUT/a.pid" "$OUT/b.pid"
-trap 'kill -TERM "$CLUSTER_A" "$CLUSTER_B" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+# Both clusters run side by side (the idle one's threads sleep), started one after the other
+# (free_port could hand two clusters starting at once the same port). Each gets only its own
+# settings: a caller's SPECD_POOL_SPIN_US / GRPC_POLL_STRATEGY reach neither, nor the
+# in-process baseline.
+unset SPECD_HTTP_PORT  # each router picks a free HTTP port
+CLEAN=(-u SPECD_POOL_SPIN_US -u GRPC_POLL_STRATEGY)
+read -r -a A_SET <<<"$A_ENV"
+read -r -a B_SET <<<"$B_ENV"
+for kv in ${A_SET[@]+"${A_SET[@]}"} ${B_SET[@]+"${B_SET[@]}"}; do
+  [[ "$kv" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "added_itl_ab: '$kv' is not NAME=VALUE" >&2; exit 2; }
+done
+CLUSTER_ENV=("${CLEAN[@]}" ${A_SET[@]+"${A_SET[@]}"})
+start_cluster added_itl_a
+PORT_A=$PORT
+ALSO_STOP=$CLUSTER  # a failed start of B, or any exit from here on, stops A as well
+CLUSTER_ENV=("${CLEAN[@]}" ${B_SET[@]+"${B_SET[@]}"})
+start_cluster added_itl_b
+PORT_B=$PORT
 
 COMMON=(--mode closed --prompts random --prompt-tokens 64 --spec off --concurrency 1)
 for port in "$PORT_A" "$PORT_B"; do  # warm both (page cache, pools, streams)
   "$LOADTEST" --server "localhost:$port" "${COMMON[@]}" --requests 2 --max-new-tokens 4 >/dev/null
 done
+cluster_run() {  # A|B, port, round
+  "$LOADTEST" --server "localhost:$2" "${COMMON[@]}" --requests "$REQUESTS" \
+    --max-new-tokens 64 --out "$OUT/$1_$3.json" >/dev/null
+}
 for r in $(seq 1 "$ROUNDS"); do
-  "$LOADTEST" --server "localhost:$PORT_A" "${COMMON[@]}" --requests "$REQUESTS" \
-    --max-new-tokens 64 --out "$OUT/A_$r.json" >/dev/null
-  "$LOADTEST" --in-process-model "$MODEL" --threads "$THREADS" "${COMMON[@]}" \
+  # A, in-process, B in odd rounds and B, in-process, A in even ones: a position's effect
+  # (caches, the host's drift within a round) lands on both clusters alike.
+  if (( r % 2 )); then cluster_run A "$PORT_A" "$r"; else cluster_run B "$PORT_B" "$r"; fi
+  env "${CLEAN[@]}" "$LOADTEST" --in-process-model "$MODEL" --threads "$THREADS" "${COMMON[@]}" \
     --requests "$REQUESTS" --max-new-tokens 64 --out "$OUT/I_$r.json" >/dev/null
-  "$LOADTEST" --server "localhost:$PORT_B" "${COMMON[@]}" --requests "$REQUESTS" \
-    --max-new-tokens 64 --out "$OUT/B_$r.json" >/dev/null
+  if (( r % 2 )); then cluster_run B "$PORT_B" "$r"; else cluster_run A "$PORT_A" "$r"; fi
 done
 
 "$PYTHON" - "$OUT" "$ROUNDS" "$A_ENV" "$B_ENV" <<'PY'

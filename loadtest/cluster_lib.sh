@@ -9,8 +9,10 @@ free_port() {
 }
 
 stop_cluster() {
-  kill -TERM "$CLUSTER" 2>/dev/null || true
-  wait "$CLUSTER" 2>/dev/null || true
+  # shellcheck disable=SC2086  # ALSO_STOP is a list of pids
+  kill -TERM "$CLUSTER" ${ALSO_STOP:-} 2>/dev/null || true
+  # shellcheck disable=SC2086
+  wait "$CLUSTER" ${ALSO_STOP:-} 2>/dev/null || true
   trap - EXIT
 }
 
@@ -18,7 +20,7 @@ start_cluster() {  # name for messages
   PORT="$(free_port)"
   HTTP_PORT="${SPECD_HTTP_PORT-$(free_port)}"  # SPECD_HTTP_PORT= for binaries without HTTP
   METRICS_PORT="$(free_port)"  # the router's; the target's is +1, the draft's +2
-  "$ROOT/scripts/run_cluster.sh" --build "$BUILD" --threads "$THREADS" --port "$PORT" \
+  env ${CLUSTER_ENV[@]+"${CLUSTER_ENV[@]}"} "$ROOT/scripts/run_cluster.sh" --build "$BUILD" --threads "$THREADS" --port "$PORT" \
     --metrics-port "$METRICS_PORT" --http-port "$HTTP_PORT" &
   CLUSTER=$!
   trap stop_cluster EXIT

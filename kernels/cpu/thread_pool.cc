@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -21,29 +23,43 @@ inline void CpuRelax() {
 #endif
 }
 
-// SPECD_POOL_SPIN_US=N pins every worker's budget to N microseconds (0: sleep at once),
-// for hosts where a spinning worker costs more than a wake-up; unset, the budget adapts.
-std::optional<std::chrono::nanoseconds> FixedSpinBudget() {
-  static const std::optional<std::chrono::nanoseconds> fixed =
+// SPECD_POOL_SPIN_US=N pins every worker's budget to N microseconds (0: sleep at the first
+// check, after 256 pauses; at most 1 s), for hosts where a spinning worker costs more than a
+// wake-up; unset, the budget adapts. A value that is not such a count is refused on stderr
+// once and the budget adapts.
+std::optional<std::chrono::nanoseconds> PinnedSpinBudget() {
+  static const std::optional<std::chrono::nanoseconds> pinned =
       []() -> std::optional<std::chrono::nanoseconds> {
     const char* v = std::getenv("SPECD_POOL_SPIN_US");
     if (v == nullptr || *v == '\0') return std::nullopt;
+    constexpr long kMaxUs = 1000000;
     char* end = nullptr;
+    errno = 0;
     const long us = std::strtol(v, &end, 10);
-    if (*end != '\0' || us < 0) return std::nullopt;  // not a count: keep the adaptive budget
+    if (*end != '\0' || errno == ERANGE || us < 0 || us > kMaxUs) {
+      std::fprintf(stderr,
+                   "SPECD_POOL_SPIN_US=%s: not a count of microseconds in [0, %ld]; the pool's "
+                   "spin budget adapts instead\n",
+                   v, kMaxUs);
+      return std::nullopt;
+    }
     return std::chrono::microseconds(us);
   }();
-  return fixed;
+  return pinned;
+}
+
+int64_t SteadyNanos(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace
 
 std::chrono::nanoseconds NextSpinBudget(std::chrono::nanoseconds budget,
                                         std::chrono::nanoseconds idle) {
-  if (idle <= SpinBudget::kMaxSpin / 2) {
-    return std::clamp(std::max(budget, 2 * idle), SpinBudget::kMinSpin, SpinBudget::kMaxSpin);
+  if (idle <= kMaxSpinBudget / 2) {
+    return std::clamp(std::max(budget, 2 * idle), kMinSpinBudget, kMaxSpinBudget);
   }
-  return std::max(SpinBudget::kMinSpin, budget / 2);
+  return std::max(kMinSpinBudget, budget / 2);
 }
 
 int ThreadPool::AvailableCpus() {
@@ -88,8 +104,8 @@ void ThreadPool::WorkerLoop() {
   t_in_worker = true;
   uint32_t seen = 0;  // generation_ at construction: a job posted before this thread ran is seen
   uint64_t last = 0;
-  const std::optional<std::chrono::nanoseconds> fixed = FixedSpinBudget();
-  std::chrono::nanoseconds budget = fixed.value_or(SpinBudget::kMinSpin);
+  const std::optional<std::chrono::nanoseconds> pinned_budget = PinnedSpinBudget();
+  std::chrono::nanoseconds budget = pinned_budget.value_or(kMinSpinBudget);
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     if (g == seen) {
@@ -109,7 +125,16 @@ void ThreadPool::WorkerLoop() {
             sleep_cv_.wait(lk, [&] { return generation_.load() != seen; });
             sleeping_.fetch_sub(1);
           }
-          if (!fixed) budget = NextSpinBudget(budget, std::chrono::steady_clock::now() - start);
+          if (!pinned_budget) {
+            // Idle until the job was posted; a wake-up that raced past another post (or a
+            // stop) falls back to now.
+            const int64_t posted = wake_posted_ns_.load(std::memory_order_relaxed);
+            const int64_t idle_end = posted > SteadyNanos(start)
+                                         ? posted
+                                         : SteadyNanos(std::chrono::steady_clock::now());
+            budget = NextSpinBudget(budget,
+                                    std::chrono::nanoseconds(idle_end - SteadyNanos(start)));
+          }
         }
       }
     }
@@ -153,6 +178,8 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline tr, void* ctx) {
   job_epoch_.store(++last_epoch_);  // seq_cst: publishes the fields above
   generation_.fetch_add(1);         // seq_cst: ordered before reading sleeping_
   if (sleeping_.load() > 0) {
+    wake_posted_ns_.store(SteadyNanos(std::chrono::steady_clock::now()),
+                          std::memory_order_relaxed);
     std::lock_guard<std::mutex> lk(sleep_mu_);
     sleep_cv_.notify_all();
   }

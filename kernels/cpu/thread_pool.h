@@ -24,20 +24,18 @@ namespace specd::kernels::cpu {
 
 // How long an idle worker spins before it sleeps. Waking a sleeping thread costs tens of
 // microseconds on bare metal and 70-150 us on a VM whose idle vCPU halted, once per step: a
-// service's steps come one hop apart (~0.3 ms), not the few microseconds between one step's
-// ops, so a fixed short spin put the worker to sleep just before every step. The budget
-// follows what the worker saw: woken `idle` after its last job, where idle ≤ kMaxSpin / 2, it
-// would have caught that job spinning up to twice as long, so the budget grows to 2 × idle;
-// woken after a longer idle (the service was idle), the budget halves back towards kMinSpin.
-// An idle pool so spins at most kMaxSpin per worker before it sleeps; kMaxSpin stays short
-// so that a pool waiting out another model's step (a draft pool while its target verifies)
-// sleeps instead of taking that step's cores.
-struct SpinBudget {
-  static constexpr std::chrono::nanoseconds kMinSpin = std::chrono::microseconds(300);
-  static constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::microseconds(1500);
-};
-// The next budget, after a worker that spun `budget` and then slept was woken `idle` after its
-// last job (idle > budget). Pure: tests drive it as a timeline.
+// service's steps come one hop apart (~0.3-0.6 ms), not the few microseconds between one
+// step's ops, so a fixed short spin put the worker to sleep just before most steps. The budget
+// follows what the worker saw: a job posted `idle` after its last one, where idle ≤
+// kMaxSpinBudget / 2, would have been caught by a spin twice as long, so the budget grows to
+// 2 × idle; a job posted after a longer idle (the service was idle, or the pool waited out
+// another model's step) halves the budget back towards kMinSpinBudget. An idle pool so spins
+// at most kMaxSpinBudget per worker before it sleeps; the cap stays short so that a draft pool
+// waiting out its target's verify (several ms) sleeps instead of taking that step's cores.
+inline constexpr std::chrono::nanoseconds kMinSpinBudget = std::chrono::microseconds(300);
+inline constexpr std::chrono::nanoseconds kMaxSpinBudget = std::chrono::microseconds(1500);
+// The next budget of a worker that spun `budget`, slept, and was handed a job posted `idle`
+// after its last one. Pure: tests drive it as a timeline.
 std::chrono::nanoseconds NextSpinBudget(std::chrono::nanoseconds budget,
                                         std::chrono::nanoseconds idle);
 
@@ -92,6 +90,9 @@ class ThreadPool {
   alignas(64) std::atomic<int64_t> done_chunks_{0};
   alignas(64) std::atomic<int> active_{0};
   alignas(64) std::atomic<int> sleeping_{0};
+  // When Run() last woke sleeping workers (steady_clock ns): a worker's idle gap ends when the
+  // job was posted, not when the scheduler got round to running it.
+  std::atomic<int64_t> wake_posted_ns_{0};
   // Idle workers sleep on a condition variable: libstdc++ 12's atomic::wait missed wake-ups
   // here (a worker stayed asleep through the destructor's notify).
   std::mutex sleep_mu_;

@@ -79,7 +79,8 @@ void BlockTerminationSignals();
 // poller thread that had been woken by the target's answer (two sleeps per step where one
 // does). With poll, the waiting thread polls its own connection (docs/DESIGN.md, the router
 // hop). poll() scans a pollset's connections on every call: cheap for the services (one per
-// router) and for a router's clients at the thousands of connections measured.
+// router); for a router with thousands of client connections it is not measured yet, and
+// GRPC_POLL_STRATEGY=epoll1 restores the default.
 void PreferPollEngine();
 int WaitForTermination();
 

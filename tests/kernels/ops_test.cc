@@ -1389,12 +1389,12 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
 TEST(ThreadPool, SpinBudgetFollowsTheGapsBetweenJobs) {
   using std::chrono::microseconds;
   using std::chrono::nanoseconds;
-  const nanoseconds lo = cpu::SpinBudget::kMinSpin, hi = cpu::SpinBudget::kMaxSpin;
+  const nanoseconds lo = cpu::kMinSpinBudget, hi = cpu::kMaxSpinBudget;
   nanoseconds b = lo;
   // A service's steps 0.35 ms apart: the first sleep teaches 0.7 ms, which covers the next.
   b = cpu::NextSpinBudget(b, microseconds(350));
   EXPECT_EQ(b, microseconds(700));
-  // A shorter gap never shrinks the budget (it was caught spinning, or nearly).
+  // A shorter gap than the budget (the worker slept a moment before the job) never shrinks it.
   EXPECT_EQ(cpu::NextSpinBudget(b, microseconds(320)), microseconds(700));
   // Gaps near kMaxSpin / 2 grow it to the cap, and no further.
   b = cpu::NextSpinBudget(b, hi / 2);
