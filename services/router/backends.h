@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "specd/internal/v1/draft.pb.h"
 #include "specd/internal/v1/target.pb.h"
@@ -18,6 +19,14 @@ class TargetBackend {
  public:
   virtual ~TargetBackend() = default;
   virtual absl::StatusOr<iv1::TargetStepResponse> Step(const iv1::TargetStepRequest& request) = 0;
+  // Step, running `while_waiting` once the request is on its way and before its answer is
+  // awaited: work that overlaps the service's step (the router's writes to its clients). This
+  // default runs it first, then the step (an in-process backend has no wait to fill).
+  virtual absl::StatusOr<iv1::TargetStepResponse> StepOverlapping(
+      const iv1::TargetStepRequest& request, absl::FunctionRef<void()> while_waiting) {
+    while_waiting();
+    return Step(request);
+  }
   // The service's KV usage after the release (what the router's kv_blocks gauge shows).
   virtual absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) = 0;
   virtual absl::StatusOr<iv1::ServiceInfo> GetInfo() = 0;
@@ -27,6 +36,14 @@ class DraftBackend {
  public:
   virtual ~DraftBackend() = default;
   virtual absl::StatusOr<iv1::DraftStepResponse> Step(const iv1::DraftStepRequest& request) = 0;
+  // Step, running `while_waiting` once the request is on its way and before its answer is
+  // awaited: work that overlaps the service's step (the router's writes to its clients). This
+  // default runs it first, then the step (an in-process backend has no wait to fill).
+  virtual absl::StatusOr<iv1::DraftStepResponse> StepOverlapping(
+      const iv1::DraftStepRequest& request, absl::FunctionRef<void()> while_waiting) {
+    while_waiting();
+    return Step(request);
+  }
   // The service's KV usage after the release (what the router's kv_blocks gauge shows).
   virtual absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) = 0;
   virtual absl::StatusOr<iv1::ServiceInfo> GetInfo() = 0;

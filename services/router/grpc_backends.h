@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -40,14 +41,30 @@ class GrpcBackend final : public Base {
   }
 
   absl::StatusOr<StepResp> Step(const StepReq& request) override {
+    return StepOverlapping(request, [] {});
+  }
+  // On the stream, `while_waiting` runs once the request's write has completed (its bytes are
+  // with the transport) while the answer is awaited; on a unary call, before the call.
+  absl::StatusOr<StepResp> StepOverlapping(const StepReq& request,
+                                           absl::FunctionRef<void()> while_waiting) override {
     absl::MutexLock call(&call_mu_);  // one step at a time on the one stream
-    if (!use_stream_) return UnaryStep(request);
-    StepResp resp;
-    absl::Status st = StreamStep(request, resp);
-    if (st.code() == absl::StatusCode::kUnimplemented) {  // a service older than StepStream
-      use_stream_ = false;
+    if (!use_stream_) {
+      while_waiting();
       return UnaryStep(request);
     }
+    StepResp resp;
+    bool ran = false;
+    auto once = [&] {
+      if (!ran) while_waiting();
+      ran = true;
+    };
+    absl::Status st = StreamStep(request, resp, once);
+    if (st.code() == absl::StatusCode::kUnimplemented) {  // a service older than StepStream
+      use_stream_ = false;
+      once();
+      return UnaryStep(request);
+    }
+    once();  // a failed step may never have written
     if (!st.ok()) return st;
     return resp;
   }
@@ -97,7 +114,8 @@ class GrpcBackend final : public Base {
   // stream and returns the status it ended with, except one: a stream that the service ended
   // while idle (it drained, or its process restarted) refuses the write, so the request never
   // reached a step and goes once more on a new stream.
-  absl::Status StreamStep(const StepReq& request, StepResp& resp)
+  absl::Status StreamStep(const StepReq& request, StepResp& resp,
+                          absl::FunctionRef<void()> once_written)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
     const absl::Time deadline = absl::Now() + timeout_;
     for (int attempt = 0;; ++attempt) {
@@ -106,12 +124,12 @@ class GrpcBackend final : public Base {
         ctx_ = std::make_unique<grpc::ClientContext>();
         stream_ = stub_->AsyncStepStream(ctx_.get(), &cq_, Tag(kStart));
         pending_ = 1;
-        if (!AwaitAll(deadline)) return Failed("opening the step stream");
+        if (!AwaitAll(deadline, [] {})) return Failed("opening the step stream");
       }
       stream_->Write(request, Tag(kWrite));
       stream_->Read(&resp, Tag(kRead));
       pending_ = 2;
-      if (AwaitAll(deadline)) return absl::OkStatus();
+      if (AwaitAll(deadline, once_written)) return absl::OkStatus();
       const bool undelivered = !fresh && write_failed_ && !timed_out_ && attempt == 0;
       absl::Status failed = Failed("the step");
       if (!undelivered) return failed;
@@ -119,8 +137,9 @@ class GrpcBackend final : public Base {
   }
 
   // Waits for every pending operation; false if one failed or the deadline passed (then
-  // timed_out_ says which).
-  bool AwaitAll(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
+  // timed_out_ says which). A write that completes runs `on_write` before the wait goes on.
+  bool AwaitAll(absl::Time deadline, absl::FunctionRef<void()> on_write)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
     bool all_ok = true;
     while (pending_ > 0) {
       void* tag;
@@ -129,7 +148,10 @@ class GrpcBackend final : public Base {
         case grpc::CompletionQueue::GOT_EVENT:
           --pending_;
           all_ok = all_ok && ok;
-          if (tag == Tag(kWrite)) write_failed_ = !ok;
+          if (tag == Tag(kWrite)) {
+            write_failed_ = !ok;
+            if (ok && pending_ > 0) on_write();
+          }
           break;
         case grpc::CompletionQueue::TIMEOUT:
           timed_out_ = true;

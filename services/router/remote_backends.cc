@@ -57,7 +57,8 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
     metrics_->router_chosen_k.Observe(d.max_tokens);
   }
   const absl::Time t0 = absl::Now();
-  absl::StatusOr<iv1::DraftStepResponse> response = backend_->Step(request);
+  absl::StatusOr<iv1::DraftStepResponse> response =
+      backend_->StepOverlapping(request, [this] { RunWhileWaiting(while_waiting_); });
   ObserveLatency(metrics_, "draft", t0);
   if (!response.ok()) {
     CountError(metrics_, "draft", response.status());
@@ -185,7 +186,8 @@ void RemoteTarget::Release(absl::Span<const spec::SeqId> seqs) {
 absl::StatusOr<iv1::TargetStepResponse> RemoteTarget::CallStep(
     const iv1::TargetStepRequest& request, const char* hop) {
   const absl::Time t0 = absl::Now();
-  absl::StatusOr<iv1::TargetStepResponse> response = backend_->Step(request);
+  absl::StatusOr<iv1::TargetStepResponse> response =
+      backend_->StepOverlapping(request, [this] { RunWhileWaiting(while_waiting_); });
   ObserveLatency(metrics_, hop, t0);
   if (!response.ok()) {
     CountError(metrics_, "target", response.status());

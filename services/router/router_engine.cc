@@ -73,6 +73,10 @@ RouterEngine::RouterEngine(const RouterOptions& options, std::unique_ptr<TargetB
       remote_target_(target_.get(), metrics),
       ngram_(MakeNgram()) {
   if (draft_ != nullptr) remote_draft_ = std::make_unique<RemoteDrafter>(draft_.get(), metrics);
+  // The last step's tokens go to the clients while the next step is on the services (the
+  // first call that goes out sends them): a client's write never delays the step.
+  remote_target_.set_while_waiting([this] { SendUnsentChunks(); });
+  if (remote_draft_ != nullptr) remote_draft_->set_while_waiting([this] { SendUnsentChunks(); });
   metrics_->router_queue_limit.Set(options_.scheduler.max_queue);
 }
 
@@ -342,7 +346,14 @@ bool RouterEngine::Remove(const RequestPtr& r) {
   return loop_->Remove(*r);
 }
 
+void RouterEngine::SendUnsentChunks() {
+  std::vector<UnsentChunk> chunks;
+  chunks.swap(unsent_);
+  for (UnsentChunk& c : chunks) c.sink->OnChunk(std::move(c.chunk));
+}
+
 void RouterEngine::Finish(const RequestPtr& r, absl::Status status) {
+  SendUnsentChunks();  // a request's last chunks go before its end
   if (r->done) return;
   r->done = true;
   const absl::Time now = absl::Now();
@@ -441,11 +452,14 @@ void RouterEngine::Iterate() {
                          : absl::CancelledError("cancelled by the client"));
   }
   if (it.step.sched.plans.empty()) {
+    SendUnsentChunks();
     absl::SleepFor(options_.retry_backoff);
     return;
   }
   RunDraftStep(it);
-  if (absl::Status st = loop_->Target(it.step); !st.ok()) {
+  absl::Status target_status = loop_->Target(it.step);
+  SendUnsentChunks();  // sent while the step ran, unless no step went out
+  if (absl::Status st = std::move(target_status); !st.ok()) {
     HandleTargetError(it, st);
     return;
   }
@@ -584,6 +598,7 @@ void RouterEngine::ApplyResults(Iteration& it) {
   Client client(this);
   loop_->Apply(it.step, client);
   if (it.step.finished.empty()) return;
+  SendUnsentChunks();  // a finished request's last chunks are out before it leaves the queues
   {
     absl::MutexLock l(&mu_);
     for (const spec::LoopSeqPtr& s : it.step.finished) by_id_.erase(s->id);
@@ -666,7 +681,13 @@ spec::Emission RouterEngine::EmitTokens(Request& r, const sampling::VerifyResult
     }
     r.t_last = now;
   }
-  if (emitted > 0 || !chunk.text().empty()) r.sink->OnChunk(std::move(chunk));
+  if (emitted > 0 || !chunk.text().empty()) {
+    if (options_.overlap_client_writes) {
+      unsent_.push_back(UnsentChunk{r.sink, std::move(chunk)});
+    } else {
+      r.sink->OnChunk(std::move(chunk));
+    }
+  }
   return spec::Emission{emitted, finished};
 }
 

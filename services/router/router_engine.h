@@ -57,6 +57,9 @@ struct RouterOptions {
   absl::Duration draft_retry = absl::Seconds(1);
   absl::Duration target_down_timeout = absl::Seconds(30);
   absl::Duration retry_backoff = absl::Milliseconds(20);
+  // A step's tokens are written to the clients while the next step runs on the services
+  // (false: before the next step is sent, as the step ends).
+  bool overlap_client_writes = true;
 };
 
 // Receives one request's output, from the router loop thread (must not block for long).
@@ -133,6 +136,9 @@ class RouterEngine {
                               const Request& r, absl::string_view reason);
   // Appends-to-be: the emitted tokens of one verification, streamed; how many are taken.
   spec::Emission EmitTokens(Request& r, const sampling::VerifyResult& v, int32_t drafted);
+  // The chunks EmitTokens held back (RouterOptions::overlap_client_writes), to their sinks in
+  // order. Runs while a step is awaited, and before anything that ends a request.
+  void SendUnsentChunks();
   void Finish(const RequestPtr& r, absl::Status status);
   // Removes `r` from the queues; returns whether it held KV on the services.
   bool Remove(const RequestPtr& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -167,6 +173,11 @@ class RouterEngine {
   enum class DraftKind { kUnknown, kSelf, kSeparate };
   DraftKind draft_kind_ ABSL_GUARDED_BY(mu_) = DraftKind::kUnknown;
   // Loop-thread state.
+  struct UnsentChunk {
+    std::shared_ptr<RequestSink> sink;
+    specd::v1::GenerateStreamResponse chunk;
+  };
+  std::vector<UnsentChunk> unsent_;  // emitted, not yet handed to the sinks
   absl::Time draft_retry_at_ = absl::InfinitePast();
   absl::Time target_down_since_ = absl::InfiniteFuture();
   std::thread loop_thread_;

@@ -126,6 +126,9 @@ int Main(int argc, char** argv) {
         "deadline of one step");
   f.Add("step-streams", "SPECD_ROUTER_STEP_STREAMS", &step_streams,
         "send steps over one long-lived stream per service (false: one unary call per step)");
+  f.Add("overlap-client-writes", "SPECD_ROUTER_OVERLAP_CLIENT_WRITES", &o.overlap_client_writes,
+        "write a step's tokens to the clients while the next step runs (false: before it is "
+        "sent)");
   f.Add("target-down-timeout-s", "SPECD_ROUTER_TARGET_DOWN_TIMEOUT_S", &target_down_timeout_s,
         "how long requests wait for an unavailable target before failing UNAVAILABLE");
   f.Add("drain-grace-s", "SPECD_ROUTER_DRAIN_GRACE_S", &drain_grace_s,

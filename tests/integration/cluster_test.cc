@@ -618,6 +618,19 @@ TEST_F(ClusterTest, StepStreamAnswersLikeUnaryStepsAndRecovers) {
   EXPECT_NE(bad.status().message().find("999999"), std::string::npos) << bad.status();
   EXPECT_EQ(generate(streamed, 910004), want);
 
+  // The router's overlapped work (its client writes) runs exactly once per step: on the stream
+  // once the request is written, on a unary call before it, and on a step that fails as well.
+  for (router::GrpcTargetBackend* b : {&streamed, &unary}) {
+    int ran = 0;
+    auto ok = b->StepOverlapping(step(910007, 0, Prompt(12, 9), 12), [&] { ++ran; });
+    EXPECT_TRUE(ok.ok()) << ok.status();
+    EXPECT_EQ(ran, 1);
+    EXPECT_TRUE(b->Release({910007}).ok());
+    auto failed = b->StepOverlapping(step(910008, 0, {1, 999999}, 2), [&] { ++ran; });
+    EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument) << failed.status();
+    EXPECT_EQ(ran, 2);
+  }
+
   c.target->Signal(SIGSTOP);
   ASSERT_TRUE(WaitStopped(c.target->pid())) << "the target did not stop";
   const auto t0 = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 // streaming, stop strings, cancellation, deadlines, queue bound, preemption, and the fault
 // paths (draft down and back, target restart).
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <random>
 #include <string>
@@ -838,6 +839,93 @@ TEST_F(RouterEngineTest, DrainRefusesNewAndFinishesInFlight) {
   EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(60)));
   EXPECT_TRUE(sink->status().ok());
   EXPECT_EQ(sink->tokens().size(), 30u);
+}
+
+// The target as a service that takes a step's request before answering it: StepOverlapping
+// counts the step as issued, runs the caller's overlapped work, then answers. `issued` is read
+// by the sink below when a chunk reaches it.
+class IssuingTarget final : public TargetBackend {
+ public:
+  explicit IssuingTarget(std::unique_ptr<TargetBackend> inner) : inner_(std::move(inner)) {}
+  absl::StatusOr<iv1::TargetStepResponse> Step(const iv1::TargetStepRequest& r) override {
+    ++issued;
+    return inner_->Step(r);
+  }
+  absl::StatusOr<iv1::TargetStepResponse> StepOverlapping(
+      const iv1::TargetStepRequest& r, absl::FunctionRef<void()> while_waiting) override {
+    ++issued;
+    while_waiting();
+    return inner_->Step(r);
+  }
+  absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
+    return inner_->Release(ids);
+  }
+  absl::StatusOr<iv1::ServiceInfo> GetInfo() override { return inner_->GetInfo(); }
+  std::atomic<int> issued{0};
+
+ private:
+  std::unique_ptr<TargetBackend> inner_;
+};
+
+// Per chunk: how many target steps had been issued when it reached the sink.
+class IssuedAtChunk final : public Collect {
+ public:
+  explicit IssuedAtChunk(const IssuingTarget* t) : target_(t) {}
+  void OnChunk(specd::v1::GenerateStreamResponse chunk) override {
+    {
+      absl::MutexLock l(&mu_);
+      issued_.push_back(target_->issued.load());
+    }
+    Collect::OnChunk(std::move(chunk));
+  }
+  std::vector<int> issued() {
+    absl::MutexLock l(&mu_);
+    return issued_;
+  }
+
+ private:
+  const IssuingTarget* target_;
+  absl::Mutex mu_;
+  std::vector<int> issued_;
+};
+
+// A step's tokens reach the client while the next step is on the target (the client's write
+// never delays that step), except a request's last chunk, which goes as the request ends
+// (before its completion, and before the engine is idle). With overlap_client_writes off, each
+// chunk goes before the next step is issued. Same tokens either way.
+TEST_F(RouterEngineTest, TokensReachTheClientWhileTheNextStepRuns) {
+  const auto prompt = Prompt(10, 4);
+  const int n = 6;
+  const auto want = ReferenceGreedy(*target_path_, prompt, n);
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlapped" : "not overlapped");
+    RouterOptions o;
+    o.overlap_client_writes = overlap;
+    o.verify_cost = spec::CostCurve({{1, 1.0}, {64, 1.63}});
+    o.track_load = false;
+    auto target = std::make_unique<IssuingTarget>(std::make_unique<LocalTargetBackend>(
+        std::make_unique<services::TargetWorker>(Host(*target_path_, 64))));
+    const IssuingTarget* t = target.get();
+    RouterEngine engine(o, std::move(target), nullptr, *tokenizer_, &metrics_);
+    ASSERT_TRUE(engine.Start().ok());
+    auto sink = std::make_shared<IssuedAtChunk>(t);
+    ASSERT_TRUE(engine.Submit(Req(prompt, n, SpecMode::kOff), sink).ok());
+    sink->Wait();
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    EXPECT_EQ(sink->tokens(), want);
+    // One step per token here (a short prompt prefills in one step, no drafts): step i emits
+    // token i. Overlapped, chunk i goes while step i + 1 is issued; the last as it ends.
+    const std::vector<int> at = sink->issued();
+    ASSERT_EQ(at.size(), static_cast<size_t>(n));
+    const int base = t->issued.load() - n;  // steps before the request's (none expected)
+    EXPECT_EQ(base, 0);
+    for (int i = 0; i < n; ++i) {
+      const int expected = overlap && i + 1 < n ? i + 2 : i + 1;
+      EXPECT_EQ(at[i] - base, expected) << "chunk " << i;
+    }
+    EXPECT_TRUE(engine.WaitIdle(absl::Seconds(10)));
+    engine.Stop();
+  }
 }
 
 // A deadline that passes while the client also cancels (a gRPC deadline does both) counts as
