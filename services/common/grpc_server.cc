@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -230,6 +231,12 @@ void BlockTerminationSignals() {
 void PreferPollEngine() {
   // overwrite = 0: an operator's GRPC_POLL_STRATEGY wins.
   setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0);
+}
+
+void SkipMutexDeadlockChecks() {
+  const char* keep = std::getenv("SPECD_MUTEX_DEADLOCK_CHECKS");
+  if (keep != nullptr && std::string(keep) == "1") return;
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 int WaitForTermination() {

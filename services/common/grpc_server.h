@@ -82,6 +82,12 @@ void BlockTerminationSignals();
 // router); for a router with thousands of client connections it is not measured yet, and
 // GRPC_POLL_STRATEGY=epoll1 restores the default.
 void PreferPollEngine();
+// Turns off absl::Mutex's deadlock detection, which this absl build leaves on: every Lock
+// records lock order in one process-wide graph under one process-wide lock (in a router's
+// profile, GraphCycles was its costliest user-space function). SPECD_MUTEX_DEADLOCK_CHECKS=1
+// keeps it (a service that hangs: it aborts with both lock orders). Tests keep it on. Call
+// first thing in main.
+void SkipMutexDeadlockChecks();
 int WaitForTermination();
 
 // Raw (ByteBuffer) handlers, which parse requests themselves so a malformed payload gets

@@ -24,6 +24,7 @@ template <typename Worker, typename Base, typename StepReq, typename StepResp>
 int WorkerMain(int argc, char** argv, const std::string& component, const std::string& env) {
   BlockTerminationSignals();
   PreferPollEngine();
+  SkipMutexDeadlockChecks();
   SetLogService(component);
   std::string listen = component == "target" ? "0.0.0.0:50052" : "0.0.0.0:50053";
   ModelHostOptions mo;

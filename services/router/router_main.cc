@@ -84,6 +84,7 @@ class TargetWatch {
 int Main(int argc, char** argv) {
   services::BlockTerminationSignals();
   services::PreferPollEngine();
+  services::SkipMutexDeadlockChecks();
   services::SetLogService("router");
   // protobuf would log each invalid-UTF-8 payload on its own line; the refusal (with the
   // field) is logged as an event instead.
