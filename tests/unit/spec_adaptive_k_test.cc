@@ -1,5 +1,7 @@
 // Adaptive k decisions (ChooseK and the KPolicy that uses it) and the n-gram lookup, as pure
 // functions.
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -20,6 +22,86 @@ CostCurve Knee(double flat_ms, double knee, double per_token_ms) {
 
 std::vector<KCandidate> Batch(int n, double alpha, int cap = 8) {
   return std::vector<KCandidate>(n, KCandidate{alpha, cap});
+}
+
+// ChooseK's plain twin: the same search with alpha^k and the expected tokens computed where
+// they are used (ChooseK tabulates them once per call).
+std::vector<int32_t> ChooseKReference(const std::vector<KCandidate>& seqs, int32_t prefill,
+                                      int32_t max_k, const CostCurve& verify,
+                                      const CostCurve& draft) {
+  const size_t B = seqs.size();
+  std::vector<int32_t> best(B, 0);
+  if (B == 0 || max_k <= 0 || verify.empty()) return best;
+  auto rate = [&](const std::vector<int32_t>& k) {
+    double e = 0.0;
+    int32_t tokens = prefill, top = 0;
+    for (size_t i = 0; i < B; ++i) {
+      e += ExpectedTokens(seqs[i].alpha, k[i]);
+      tokens += 1 + k[i];
+      top = std::max(top, k[i]);
+    }
+    double c = verify.Predict(tokens);
+    if (prefill > 0) c -= verify.Predict(prefill);
+    if (!draft.empty() && top > 0) c += DraftRoundsCost(draft, k);
+    return c > 0.0 ? e / c : 0.0;
+  };
+  double best_rate = rate(best);
+  for (int32_t K = 1; K <= max_k; ++K) {
+    std::vector<int32_t> k(B);
+    for (size_t i = 0; i < B; ++i) k[i] = std::max(0, std::min(K, seqs[i].cap));
+    double cur = rate(k);
+    for (;;) {
+      int32_t pick = -1;
+      double gain = 2.0;
+      for (size_t i = 0; i < B; ++i) {
+        if (k[i] == 0) continue;
+        const double g = std::pow(seqs[i].alpha, k[i]);
+        if (g < gain) {
+          gain = g;
+          pick = static_cast<int32_t>(i);
+        }
+      }
+      if (pick < 0) break;
+      --k[pick];
+      const double r = rate(k);
+      if (r > cur) {
+        cur = r;
+      } else {
+        ++k[pick];
+        break;
+      }
+    }
+    cur = rate(k);
+    if (cur > best_rate * (1.0 + 1e-9)) {
+      best_rate = cur;
+      best = k;
+    }
+  }
+  return best;
+}
+
+// Random batches (1-24 sequences, acceptances from 0 to 1 with ties, caps from -1 to 10,
+// prefills, free and priced drafting) choose the same k as the plain twin.
+TEST(AdaptiveKTest, ChooseKEqualsItsPlainTwin) {
+  std::mt19937 rng(7);
+  const double alphas[] = {0.0, 0.2, 0.42, 0.42, 0.6, 0.75, 0.9, 1.0};
+  int drafted = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 24);
+    std::vector<KCandidate> seqs(n);
+    for (KCandidate& c : seqs) {
+      c.alpha = rng() % 3 == 0 ? alphas[rng() % 8] : (rng() % 1001) / 1000.0;
+      c.cap = static_cast<int32_t>(rng() % 12) - 1;
+    }
+    const int32_t prefill = rng() % 3 == 0 ? static_cast<int32_t>(rng() % 300) : 0;
+    const int32_t max_k = static_cast<int32_t>(rng() % 10);
+    const CostCurve verify = Knee(2 + rng() % 20, 8 + rng() % 64, 0.05 + (rng() % 100) / 100.0);
+    const CostCurve draft = rng() % 4 == 0 ? CostCurve() : Knee(0.1 + (rng() % 30) / 10.0, 32, 0.02);
+    const std::vector<int32_t> got = ChooseK(seqs, prefill, max_k, verify, draft);
+    ASSERT_EQ(got, ChooseKReference(seqs, prefill, max_k, verify, draft)) << "trial " << trial;
+    for (int32_t k : got) drafted += k > 0 ? 1 : 0;
+  }
+  EXPECT_GT(drafted, 1000);  // the batches draw both answers, not only k = 0
 }
 
 TEST(AdaptiveKTest, ExpectedTokens) {
