@@ -11,6 +11,8 @@ SPECD_PYTHON=$(scripts/python_env.sh)
 SPECD_TOOLS_BIN=$(scripts/install_deploy_tools.sh)  # helm, kubectl (the Helm chart test)
 scripts/install_container_tools.sh                    # podman, debootstrap (the container test)
 export SPECD_PYTHON SPECD_TOOLS_BIN
+# The services the tests start keep absl's mutex deadlock detection (off in production).
+export SPECD_MUTEX_DEADLOCK_CHECKS=1
 JOBS=${JOBS:-$(nproc)}
 
 echo "== sanitizer build (ASan+UBSan, clang, core libraries + fuzzers)"

@@ -85,8 +85,9 @@ void PreferPollEngine();
 // Turns off absl::Mutex's deadlock detection, which this absl build leaves on: every Lock
 // records lock order in one process-wide graph under one process-wide lock (in a router's
 // profile, GraphCycles was its costliest user-space function). SPECD_MUTEX_DEADLOCK_CHECKS=1
-// keeps it (a service that hangs: it aborts with both lock orders). Tests keep it on. Call
-// first thing in main.
+// keeps it (a service that hangs: it aborts with both lock orders); scripts/test.sh and the
+// cluster test harness set it, so the services tests start keep the checks. Call first thing
+// in main.
 void SkipMutexDeadlockChecks();
 int WaitForTermination();
 

@@ -121,6 +121,8 @@ class GrpcBackend final : public Base {
     for (int attempt = 0;; ++attempt) {
       const bool fresh = stream_ == nullptr;
       if (fresh) {
+        // Opening may wait on a restarting service: the overlapped work does not wait with it.
+        once_written();
         ctx_ = std::make_unique<grpc::ClientContext>();
         stream_ = stub_->AsyncStepStream(ctx_.get(), &cq_, Tag(kStart));
         pending_ = 1;

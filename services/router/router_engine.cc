@@ -437,7 +437,10 @@ void RouterEngine::Loop() {
 void RouterEngine::Iterate() {
   Iteration it;
   it.now = absl::Now();
-  if (draft_ != nullptr && it.now >= draft_retry_at_ && !draft_available()) MaybeReconnectDraft();
+  if (draft_ != nullptr && it.now >= draft_retry_at_ && !draft_available()) {
+    SendUnsentChunks();  // the reconnect's GetInfo may wait out its deadline
+    MaybeReconnectDraft();
+  }
   LookupPrefixes(it);
   {
     absl::MutexLock l(&mu_);
@@ -445,6 +448,8 @@ void RouterEngine::Iterate() {
     ScheduleLocked(it);
   }
   // Release first: once a client hears "cancelled", the KV is already free everywhere.
+  // Its calls block: nothing held waits behind them.
+  if (!it.step.release.empty()) SendUnsentChunks();
   loop_->Release(it.step.release);
   it.step.release.clear();
   for (const RequestPtr& r : it.ended) {

@@ -30,6 +30,7 @@ Process::Process(std::vector<std::string> argv, std::string log_path) : log_(std
     std::vector<char*> args;
     for (std::string& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
+    setenv("SPECD_MUTEX_DEADLOCK_CHECKS", "1", /*overwrite=*/0);  // tests keep the checks
     execv(args[0], args.data());
     _exit(127);
   }
