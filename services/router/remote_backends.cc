@@ -58,7 +58,7 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
   }
   const absl::Time t0 = absl::Now();
   absl::StatusOr<iv1::DraftStepResponse> response =
-      backend_->StepOverlapping(request, [this] { RunWhileWaiting(while_waiting_); });
+      backend_->StepOverlapping(request, while_waiting_);
   ObserveLatency(metrics_, "draft", t0);
   if (!response.ok()) {
     CountError(metrics_, "draft", response.status());
@@ -187,7 +187,7 @@ absl::StatusOr<iv1::TargetStepResponse> RemoteTarget::CallStep(
     const iv1::TargetStepRequest& request, const char* hop) {
   const absl::Time t0 = absl::Now();
   absl::StatusOr<iv1::TargetStepResponse> response =
-      backend_->StepOverlapping(request, [this] { RunWhileWaiting(while_waiting_); });
+      backend_->StepOverlapping(request, while_waiting_);
   ObserveLatency(metrics_, hop, t0);
   if (!response.ok()) {
     CountError(metrics_, "target", response.status());

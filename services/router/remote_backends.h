@@ -17,11 +17,6 @@
 
 namespace specd::router {
 
-// Runs a hook if there is one.
-inline void RunWhileWaiting(const std::function<void()>& hook) {
-  if (hook) hook();
-}
-
 // The draft service. Remembers per sequence how many committed tokens the service surely holds
 // (it was fed them in its last Step), so a Step sends only what is new; a service that lost a
 // sequence answers needs_prefill and gets the whole history next time. Loop thread only, but
@@ -56,13 +51,15 @@ class RemoteDrafter final : public spec::Drafter {
   // While unavailable nothing is sent (Release included: a restarted service holds nothing).
   void set_available(bool up) { available_ = up; }
   // Work to run while a Step's answer is awaited (DraftBackend::StepOverlapping).
-  void set_while_waiting(std::function<void()> hook) { while_waiting_ = std::move(hook); }
+  void set_while_waiting(std::function<void()> hook) {
+    while_waiting_ = hook ? std::move(hook) : [] {};
+  }
   bool available() const { return available_; }
 
  private:
   DraftBackend* backend_;
   services::Metrics* metrics_;
-  std::function<void()> while_waiting_;
+  std::function<void()> while_waiting_ = [] {};
   uint64_t weight_bytes_ = 0;
   std::atomic<bool> available_{false};
   absl::flat_hash_map<spec::SeqId, int32_t> held_;  // committed tokens the service holds
@@ -90,7 +87,9 @@ class RemoteTarget final : public spec::TargetExecutor {
   int32_t adopted_blocks() const override { return adopted_blocks_.load(); }
   int32_t evictable_blocks() const override { return evictable_blocks_.load(); }
   // Work to run while a Step's answer is awaited (TargetBackend::StepOverlapping).
-  void set_while_waiting(std::function<void()> hook) { while_waiting_ = std::move(hook); }
+  void set_while_waiting(std::function<void()> hook) {
+    while_waiting_ = hook ? std::move(hook) : [] {};
+  }
 
  private:
   // One Target.Step: its latency under `hop`, errors counted, the KV usage recorded.
@@ -100,7 +99,7 @@ class RemoteTarget final : public spec::TargetExecutor {
 
   TargetBackend* backend_;
   services::Metrics* metrics_;
-  std::function<void()> while_waiting_;
+  std::function<void()> while_waiting_ = [] {};
   std::atomic<int32_t> adopted_blocks_{0};  // from the target's last answer
   std::atomic<int32_t> evictable_blocks_{0};
 };

@@ -462,9 +462,9 @@ void RouterEngine::Iterate() {
     return;
   }
   RunDraftStep(it);
-  absl::Status target_status = loop_->Target(it.step);
+  const absl::Status st = loop_->Target(it.step);
   SendUnsentChunks();  // sent while the step ran, unless no step went out
-  if (absl::Status st = std::move(target_status); !st.ok()) {
+  if (!st.ok()) {
     HandleTargetError(it, st);
     return;
   }
