@@ -303,9 +303,9 @@ absl::Status RunDistilled(Bench& b, const SpecBenchOptions& o) {
   if (!lookup.ok()) return lookup.status();
   std::printf("distilled draft %s (%.1f MB of weights per step; chain confidence: keep >= %.2f, extend >= %.2f) vs target (%.1f MB):\n",
               c.draft_path.c_str(), (*d)->weight_bytes() / 1e6, o.draft_min_keep, o.draft_min_extend, b.target->weight_bytes() / 1e6);
-  for (float temp : {0.0f, 0.8f}) {
-    for (int batch : {1, 8}) {
-      const std::string t = temp == 0 ? "greedy" : "T 0.8";
+  for (float temp : o.distilled_temps) {
+    for (int batch : o.distilled_batches) {
+      const std::string t = temp == 0 ? "greedy" : absl::StrCat("T ", temp);
       auto plain = b.Run(absl::StrCat("plain, batch ", batch, ", ", t), nullptr, 0, false, batch,
                          temp);
       if (!plain.ok()) return plain.status();

@@ -37,6 +37,10 @@ struct SpecBenchOptions {
   // The distilled draft's confidence cut (spec::ModelDrafterOptions min_keep / min_extend).
   double draft_min_keep = spec::kDefaultMinKeep;
   double draft_min_extend = spec::kDefaultMinExtend;
+  // The distilled section's batches and temperatures (--spec-batches, --spec-temps): a paired
+  // run of one configuration need not pay for the others.
+  std::vector<int> distilled_batches = {1, 8};
+  std::vector<float> distilled_temps = {0.0f, 0.8f};
   std::string prompts_file;  // JSONL {"prompt": ...}: e.g. tools/distill/eval_prompts.jsonl
   // (the held-out set); empty = the built-in chat prompts
 };

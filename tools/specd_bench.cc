@@ -470,6 +470,28 @@ int Main(int argc, char** argv) {
                      a.c_str(), argv[i]);
         return 2;
       }
+    } else if (a == "--spec-batches" && i + 1 < argc) {
+      spec.distilled_batches.clear();
+      for (absl::string_view part : absl::StrSplit(argv[++i], ',')) {
+        int b = 0;
+        if (!absl::SimpleAtoi(part, &b) || b < 1 || b > 64) {
+          std::fprintf(stderr, "specd-bench: --spec-batches: expected batches in [1, 64], got %s\n",
+                       argv[i]);
+          return 2;
+        }
+        spec.distilled_batches.push_back(b);
+      }
+    } else if (a == "--spec-temps" && i + 1 < argc) {
+      spec.distilled_temps.clear();
+      for (absl::string_view part : absl::StrSplit(argv[++i], ',')) {
+        float t = 0;
+        if (!absl::SimpleAtof(part, &t) || !(t >= 0) || t > 2) {
+          std::fprintf(stderr, "specd-bench: --spec-temps: expected temperatures in [0, 2], got %s\n",
+                       argv[i]);
+          return 2;
+        }
+        spec.distilled_temps.push_back(t);
+      }
     } else if (a == "--spec-pairs" && i + 1 < argc) {
       if (!absl::SimpleAtoi(argv[++i], &spec.spec_pairs) || spec.spec_pairs < 0 ||
           spec.spec_pairs > 100) {
@@ -500,7 +522,9 @@ int Main(int argc, char** argv) {
                    "[--spec-prompts N] [--self-draft L]\n"
                    "                    [--no-pair | --pair-only] [--pair-type f16|bf16|f32]\n"
                    "                    [--no-distilled | --distilled-only] [--draft FILE|default]\n"
-                   "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4] [--spec-pairs N]\n                    [--draft-min-keep P] [--draft-min-extend P]\n"
+                   "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4] [--spec-pairs N]\n"
+                   "                    [--spec-batches 1,8] [--spec-temps 0,0.8]\n"
+                   "                    [--draft-min-keep P] [--draft-min-extend P]\n"
                    "  (the pairs' targets default to f16 and f32)\n"
                    "       specd-bench --cost-model DRAFT.gguf [-m TARGET.gguf] [-t THREADS] [--device D]\n");
       return 2;
