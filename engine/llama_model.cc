@@ -506,6 +506,11 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, PagedKvCache& kv, fl
         "LlamaModel::MakeKvCacheConfig)", backend_->name()));
   }
   const StepShape shape = ShapeStep(batch);
+  if (shape.recorded && kv.id() != recorded_kv_id_) {
+    // The recordings name the previous cache's pools (maybe freed by now): record anew.
+    backend_->ForgetSteps(this);
+    recorded_kv_id_ = kv.id();
+  }
   st = PrepareStep(batch, kv);
   if (st.ok()) st = UploadStep(batch, kv, shape);
   if (!st.ok()) return st;

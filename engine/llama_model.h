@@ -197,6 +197,9 @@ class LlamaModel {
     DeviceBuffer slots;                 // [T] int64
     DeviceBuffer logit_rows, hidden_rows;  // [R], [T] int32
   } ws_;
+  // The KV cache (PagedKvCache::id) this model's recorded steps name; steps on another cache
+  // first drop them.
+  uint64_t recorded_kv_id_ = 0;
   // The step's host indices (positions_, slots_ and the staged rows padded to the shape).
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;

@@ -1,6 +1,7 @@
 #include "engine/paged_kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -32,8 +33,12 @@ const char* KvDtypeName(kernels::KvDtype dtype) {
   return "?";
 }
 
+namespace {
+std::atomic<uint64_t> next_cache_id{1};
+}  // namespace
+
 PagedKvCache::PagedKvCache(const KvCacheConfig& config)
-    : config_(config), allocator_(config.num_blocks) {
+    : config_(config), id_(next_cache_id.fetch_add(1)), allocator_(config.num_blocks) {
   if (config.prefix_caching) {
     block_hash_.assign(config.num_blocks, 0);
     block_cached_.assign(config.num_blocks, false);

@@ -65,6 +65,9 @@ class PagedKvCache {
   ~PagedKvCache() = default;
 
   const KvCacheConfig& config() const { return config_; }
+  // Unique in the process, never reused (unlike the address): what a recorded step that names
+  // this cache's pools (engine::LlamaModel) checks it still runs on.
+  uint64_t id() const { return id_; }
   // Bytes held by the K and V pools of all layers.
   uint64_t pool_bytes() const { return pool_bytes_; }
   // The memory the pools are in.
@@ -171,6 +174,7 @@ class PagedKvCache {
   PrefixCacheStats stats_;
 
   KvCacheConfig config_;
+  uint64_t id_;
   BlockAllocator allocator_;
   uint64_t pool_bytes_ = 0;
   // per layer, each [num_blocks, kv_heads, block_size, head_dim], K slabs transposed

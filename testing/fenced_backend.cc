@@ -8,6 +8,7 @@
 
 #include <functional>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -35,7 +36,9 @@ class FencedMemory final : public DeviceMemory {
   }
   bool host_addressable() const override { return false; }
   absl::StatusOr<void*> Allocate(size_t bytes) override;
-  void Free(void*) override {}  // a bump arena: tests are short
+  // A bump arena (tests are short): freed bytes are never handed out again, but they stop
+  // being live, so a recorded step replayed onto them is caught (Fenced::RunStep).
+  void Free(void* p) override { live_.erase(static_cast<const uint8_t*>(p)); }
   absl::Status Upload(void* dst, const void* src, size_t bytes) override;
   absl::Status Download(void* dst, const void* src, size_t bytes) override;
   absl::Status Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
@@ -44,6 +47,14 @@ class FencedMemory final : public DeviceMemory {
   bool Contains(const void* p, size_t bytes) const {
     const auto* b = static_cast<const uint8_t*>(p);
     return base_ != nullptr && b >= base_ && b + bytes <= base_ + used_;
+  }
+  // Whether [p, p + bytes) lies inside one allocation not yet freed.
+  bool Live(const void* p, size_t bytes) const {
+    const auto* b = static_cast<const uint8_t*>(p);
+    auto it = live_.upper_bound(b);
+    if (it == live_.begin()) return false;
+    --it;
+    return b + bytes <= it->first + it->second;
   }
   size_t used() const { return used_; }
   void Protect(bool open) {
@@ -57,6 +68,7 @@ class FencedMemory final : public DeviceMemory {
   size_t capacity_;
   uint8_t* base_ = nullptr;
   size_t used_ = 0;
+  absl::btree_map<const uint8_t*, size_t> live_;  // allocation start -> bytes
 };
 
 class Fenced final : public FencedBackend {
@@ -255,26 +267,28 @@ class Fenced final : public FencedBackend {
   }
 
  private:
+  // An op's argument [p, p + bytes): in the arena now, and remembered by the step being
+  // recorded, whose replays check it is still live memory (a device graph keeps the pointer).
+  void CheckRange(const char* op, const void* p, size_t bytes, const std::string& arg) {
+    if (bytes == 0) return;
+    if (!memory_.Contains(p, bytes)) violations_.push_back(absl::StrCat(op, ": ", arg));
+    if (recording()) recording_ranges_->push_back(RecordedRange{p, bytes, absl::StrCat(op, ": ", arg)});
+  }
   template <typename T>
   void Check(const char* op, const T* p, int64_t n, const char* arg) {
-    if (n > 0 && !memory_.Contains(p, static_cast<size_t>(n) * sizeof(T))) {
-      violations_.push_back(absl::StrCat(op, ": ", arg));
-    }
+    if (n > 0) CheckRange(op, p, static_cast<size_t>(n) * sizeof(T), arg);
   }
   void Check(const char* op, const WeightMatrix& w, const char* arg) {
-    if (!memory_.Contains(w.data, static_cast<size_t>(w.rows * w.row_bytes))) {
-      violations_.push_back(absl::StrCat(op, ": ", arg));
-    }
+    CheckRange(op, w.data, static_cast<size_t>(w.rows * w.row_bytes), arg);
   }
   void Check(const char* op, const PagedKvLayer& l) {
     const size_t bytes = static_cast<size_t>(l.num_blocks) * l.block_size * l.num_kv_heads *
                          l.head_dim * kernels::KvDtypeSize(l.dtype);
-    if (!memory_.Contains(l.k, bytes) || !memory_.Contains(l.v, bytes)) {
-      violations_.push_back(absl::StrCat(op, ": the KV pool"));
-    }
-    if (l.dtype == kernels::KvDtype::kInt8 &&
-        (!memory_.Contains(l.k_scale, 4) || !memory_.Contains(l.v_scale, 4))) {
-      violations_.push_back(absl::StrCat(op, ": the int8 KV scales"));
+    CheckRange(op, l.k, bytes, "the KV pool");
+    CheckRange(op, l.v, bytes, "the KV pool");
+    if (l.dtype == kernels::KvDtype::kInt8) {
+      CheckRange(op, l.k_scale, 4, "the int8 KV scales");
+      CheckRange(op, l.v_scale, 4, "the int8 KV scales");
     }
   }
 
@@ -288,9 +302,19 @@ class Fenced final : public FencedBackend {
   // Step recordings, as the CUDA backend keeps graphs: a key's first step runs op by op, its
   // second is recorded (ops kept, not run) and then replayed, as every later one is.
   bool replays_steps_;
+  struct RecordedRange {
+    const void* p;
+    size_t bytes;
+    std::string what;
+  };
+  struct Recording {
+    std::vector<std::function<void()>> ops;
+    std::vector<RecordedRange> ranges;  // every argument the ops were checked with
+  };
   std::vector<std::function<void()>>* recording_ = nullptr;
+  std::vector<RecordedRange>* recording_ranges_ = nullptr;
   bool recording_broken_ = false;
-  absl::flat_hash_map<engine::StepGraphKey, std::vector<std::function<void()>>> recordings_;
+  absl::flat_hash_map<engine::StepGraphKey, Recording> recordings_;
   absl::flat_hash_set<engine::StepGraphKey> seen_, unrecordable_;
   engine::StepGraphStats stats_;
 };
@@ -304,11 +328,13 @@ absl::Status Fenced::RunStep(const engine::StepGraphKey& key, absl::FunctionRef<
       ++stats_.eager;
       return ops();
     }
-    std::vector<std::function<void()>> recorded;
-    recording_ = &recorded;
+    Recording recorded;
+    recording_ = &recorded.ops;
+    recording_ranges_ = &recorded.ranges;
     recording_broken_ = false;
     absl::Status st = ops();
     recording_ = nullptr;
+    recording_ranges_ = nullptr;
     if (!st.ok() || recording_broken_) {  // as a failed capture: run it as it is
       unrecordable_.insert(key);
       ++stats_.eager;
@@ -318,7 +344,15 @@ absl::Status Fenced::RunStep(const engine::StepGraphKey& key, absl::FunctionRef<
     it = recordings_.emplace(key, std::move(recorded)).first;
   }
   ++stats_.replays;
-  for (const std::function<void()>& op : it->second) op();
+  // What a device would do with a graph naming freed memory (an illegal address, or another
+  // buffer's bytes): named here, and the replay not run.
+  for (const RecordedRange& r : it->second.ranges) {
+    if (!memory_.Live(r.p, r.bytes)) {
+      violations_.push_back(absl::StrCat("replay reads freed memory: ", r.what));
+      return absl::FailedPreconditionError(absl::StrCat("replay reads freed memory: ", r.what));
+    }
+  }
+  for (const std::function<void()>& op : it->second.ops) op();
   return absl::OkStatus();
 }
 
@@ -331,6 +365,7 @@ absl::StatusOr<void*> FencedMemory::Allocate(size_t bytes) {
                         capacity_));
   }
   used_ = at + bytes;
+  live_[base_ + at] = bytes;
   FenceOpening open(*owner_);  // the new pages take the arena's protection
   std::memset(base_ + at, 0, bytes);
   return static_cast<void*>(base_ + at);

@@ -158,8 +158,17 @@ absl::Status WriteTinyModel(const TinyModelSpec& s, const std::string& path) {
 
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> normal(0.0f, s.weight_scale);
+  std::vector<float> tile;  // s.tile_random: the block every weight repeats
+  if (s.tile_random) {
+    tile.resize(int64_t{1} << 20);
+    for (float& x : tile) x = normal(rng);
+  }
   auto random = [&](int64_t n, float scale_mul) {
     std::vector<float> v(n);
+    if (s.tile_random) {
+      for (int64_t i = 0; i < n; ++i) v[i] = tile[i & ((int64_t{1} << 20) - 1)] * scale_mul;
+      return v;
+    }
     for (float& x : v) x = normal(rng) * scale_mul;
     return v;
   };

@@ -41,6 +41,10 @@ struct TinyModelSpec {
   bool feature_conditioned = false;
   uint64_t seed = 1;
   float weight_scale = 0.08f;   // std-dev-like spread of the random weights
+  // Fill each weight by repeating one block of 2^20 draws instead of drawing every value: a
+  // model written only for its shapes (a Llama-3-8B-shaped benchmark target) in seconds, not
+  // minutes. Timing does not depend on the values; numerics tests leave this off.
+  bool tile_random = false;
   // Copy tokenizer.* metadata from this GGUF (its vocabulary size wins); empty = synthetic.
   std::string tokenizer_from;
   // Synthetic tokenizer only: pad the vocabulary with unused tokens up to this size

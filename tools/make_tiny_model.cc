@@ -14,6 +14,7 @@ constexpr char kUsage[] =
     "usage: specd-make-tiny-model -o OUT.gguf [--arch llama|qwen2] [--layers N] [--dim N]\n"
     "       [--ffn N] [--heads N] [--kv-heads N] [--ctx N] [--vocab N] [--type TYPE]\n"
     "       [--seed N] [--untied] [--tokenizer-from FILE.gguf] [--weight-scale S]\n"
+    "       [--tile-weights]  (repeat one random block: a shapes-only benchmark model, fast)\n"
     "  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 (2-D weights; norms stay F32)\n";
 
 bool ParseType(const std::string& s, specd::gguf::GgmlType* t) {
@@ -76,6 +77,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "specd-make-tiny-model: --weight-scale must be > 0\n%s", kUsage);
         return 2;
       }
+    } else if (a == "--tile-weights") {
+      spec.tile_random = true;
     } else if (a == "--untied") {
       spec.tied_output = false;
     } else if (a == "--tokenizer-from" && has_value) {

@@ -146,6 +146,47 @@ TEST_P(CudaModelTest, EachRowAloneEqualsItsRowInABatch) {
 // contexts that grow past several attention chunks (so the plan's buffers grow and graphs are
 // recaptured). Bitwise the same logits (a row depends only on itself, so padding rows change
 // nothing), the same greedy tokens, and graphs actually replayed.
+// A graph names the KV pools it ran on. The same model going on with a new cache once the old
+// one is freed (a new engine over the model: specd-bench's rows) must record anew, not replay
+// onto freed pools (an illegal address on the device: seen on an H200 before the fix).
+TEST_P(CudaModelTest, RecordedStepsFollowTheModelToANewKvCache) {
+  testing::TinyModelSpec spec;
+  spec.num_layers = 2;
+  const std::string path = ::testing::TempDir() + "/cuda_model_new_cache.gguf";
+  ASSERT_TRUE(testing::WriteTinyModel(spec, path).ok());
+  auto gpu = Load(path, "cuda", GetParam()), ref = Load(path, "ref", GetParam());
+  ASSERT_TRUE(gpu && ref);
+  const int vocab = ref->model->vocab_size();
+  const std::vector<int32_t> prompt = Tokens(11, vocab, 3);
+  for (int cache = 0; cache < 2; ++cache) {
+    for (Loaded* l : {gpu.get(), ref.get()}) {
+      if (cache > 0) {  // the new cache is made first, so its pools cannot take the old address
+        auto fresh = PagedKvCache::Create(l->model->MakeKvCacheConfig(64, 16, GetParam()));
+        ASSERT_TRUE(fresh.ok()) << fresh.status();
+        l->kv = std::move(*fresh);
+      }
+      ASSERT_TRUE(l->kv->AddSequence(0).ok());
+      ForwardBatch p;
+      p.Add(0, 0, prompt.data(), static_cast<int32_t>(prompt.size()), false);
+      l->Run(p);
+    }
+    for (int32_t step = 0; step < 4; ++step) {  // one shape: as it is, captured, replayed
+      ForwardBatch s;
+      const int32_t tok = (step * 17 + cache) % vocab;
+      s.Add(0, static_cast<int32_t>(prompt.size()) + step, &tok, 1, false);
+      const std::vector<float> g = gpu->Run(s), r = ref->Run(s);
+      double max_diff = 0, max_abs = 0;
+      for (size_t j = 0; j < g.size(); ++j) {
+        ASSERT_TRUE(std::isfinite(g[j])) << "cache " << cache << " step " << step;
+        max_diff = std::max(max_diff, std::fabs(double{g[j]} - r[j]));
+        max_abs = std::max(max_abs, std::fabs(double{r[j]}));
+      }
+      EXPECT_LT(max_diff, 2e-2 * std::max(1.0, max_abs)) << "cache " << cache << " step " << step;
+    }
+  }
+  EXPECT_GE(gpu->backend->step_graph_stats().replays, 4);
+}
+
 TEST_P(CudaModelTest, StepsAsGraphsEqualStepsLaunchByLaunch) {
   testing::TinyModelSpec spec;
   const std::string path = ::testing::TempDir() + "/cuda_model_graphs.gguf";

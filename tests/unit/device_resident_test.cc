@@ -224,6 +224,48 @@ TEST_P(DeviceResidentTest, RecordedStepsReplayBitwiseTheHostBackend) {
   EXPECT_EQ(fenced->backend->step_graph_stats().discarded, after.captures);
 }
 
+// A recorded step names the KV cache it ran on (its pools' addresses are in the recording,
+// as in a CUDA graph). A model that goes on with a new cache after the old one is freed (a
+// new engine over the same model: the benchmark's rows, a restarted scheduler) must not
+// replay onto the freed pools: the fenced arena names such a replay, a GPU faults on it.
+TEST_P(DeviceResidentTest, RecordedStepsFollowTheModelToANewKvCache) {
+  const Case& c = GetParam();
+  const std::string path = TinyModelPath(c.name, c.spec);
+  auto file = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto fenced = Load(**file, true, c, nullptr, /*step_graph_max_tokens=*/8);
+  auto host = Load(**file, false, c);
+  ASSERT_TRUE(fenced && host);
+  const int vocab = host->model->vocab_size();
+  const std::vector<int32_t> prompt = Tokens(11, vocab, 7);
+  for (int cache = 0; cache < 2; ++cache) {
+    for (Runner* r : {fenced.get(), host.get()}) {
+      if (cache > 0) {  // the first cache goes (its pools freed), a second one comes
+        r->kv.reset();
+        auto kv = PagedKvCache::Create(r->model->MakeKvCacheConfig(24, 16, c.dtype));
+        ASSERT_TRUE(kv.ok()) << kv.status();
+        r->kv = std::move(*kv);
+      }
+      ASSERT_TRUE(r->kv->AddSequence(0).ok());
+      ForwardBatch p;
+      p.Add(0, 0, prompt.data(), static_cast<int32_t>(prompt.size()), false);
+      r->Run(p);
+    }
+    for (int32_t step = 0; step < 4; ++step) {  // one shape: as it is, recorded, replayed twice
+      ForwardBatch s;
+      const int32_t tok = (step * 17 + cache) % vocab;
+      s.Add(0, static_cast<int32_t>(prompt.size()) + step, &tok, 1, false);
+      const std::vector<float> f = fenced->Run(s), h = host->Run(s);
+      ASSERT_EQ(f.size(), h.size());
+      for (size_t j = 0; j < f.size(); ++j) {
+        ASSERT_EQ(f[j], h[j]) << c.name << ": cache " << cache << " step " << step << " value " << j;
+      }
+    }
+  }
+  EXPECT_GE(fenced->backend->step_graph_stats().replays, 4);
+  EXPECT_EQ(fenced->fenced->violations(), std::vector<std::string>{}) << c.name;
+}
+
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   {
