@@ -121,6 +121,18 @@ __device__ __forceinline__ void DecodeQuantBlock(GgmlType type, const uint8_t* r
       wq[i] = Pack4((q[0] & 0x0F) - 8, (q[1] & 0x0F) - 8, (q[2] & 0x0F) - 8, (q[3] & 0x0F) - 8);
       wq[i + 4] = Pack4((q[0] >> 4) - 8, (q[1] >> 4) - 8, (q[2] >> 4) - 8, (q[3] >> 4) - 8);
     }
+  } else if ((reinterpret_cast<uintptr_t>(row) & 3) == 0) {  // Q4_1, the row 4-byte aligned
+    // The 20-byte block as five words (not 20 byte loads): the same codes, masked per byte.
+    const uint32_t* blk = reinterpret_cast<const uint32_t*>(row + b * 20);
+    const uint32_t head = blk[0];
+    *scale = HalfBitsToF32(static_cast<uint16_t>(head & 0xFFFF));
+    *min = HalfBitsToF32(static_cast<uint16_t>(head >> 16));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = blk[1 + i];
+      wq[i] = static_cast<int32_t>(q & 0x0F0F0F0Fu);
+      wq[i + 4] = static_cast<int32_t>((q >> 4) & 0x0F0F0F0Fu);
+    }
   } else {  // Q4_1
     const uint8_t* blk = row + b * 20;
     *scale = HalfBitsToF32(Ld16(blk));

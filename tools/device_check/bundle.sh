@@ -18,6 +18,10 @@ BINS=(tests/cuda_ops_test tests/cuda_sampling_test tests/cuda_plan_test tests/nc
       tests/cuda_model_test tests/llama_model_test tools/specd-bench tools/specd tools/specd-make-tiny-model
       services/specd-target services/specd-draft services/specd-router loadtest/specd-loadtest)
 ninja -C "$BUILD" $(for b in "${BINS[@]}"; do basename "$b"; done)
+# EXTRA_BINS: more build-tree paths to carry as they are (an A/B twin such as
+# tools/specd-bench-before, copied into the build tree by hand).
+# shellcheck disable=SC2206
+BINS+=(${EXTRA_BINS:-})
 for d in devbin devm1 devm2; do
   grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude
 done

@@ -39,6 +39,7 @@ gpu_test nccl_communicator_test
 if [ "$QUICK" = 1 ]; then ls -la /tmp/stash; echo "== part 1 (quick) done in ${SECONDS}s"; exit 0; fi
 echo "== the PyTorch baseline: Llama decode step shapes, bf16, eager and CUDA graph (at ${SECONDS}s)"
 for shape in smollm2-135m llama-3.2-1b llama-3-8b; do
+  [ "${TORCH:-1}" = 1 ] || { echo "skipped (TORCH=0)"; break; }
   [ $SECONDS -lt 170 ] || { echo "skipped $shape: past 170 s"; continue; }
   timeout 60 python3 tools/device_check/torch_llama_step.py --shape $shape --context 128 \
     --batches 1,8,32 --reps 30 2>&1 | tee -a "$OUT/torch.txt" | tail -7
@@ -51,5 +52,20 @@ if [ $SECONDS -lt 250 ]; then wait $W8; cat /tmp/l8b.log; else echo "cost model 
 echo "== the speculation cost model: 8B-shaped target, 1B-shaped draft (at ${SECONDS}s)"
 timeout 100 $RUN $B/tools/specd-bench -m /tmp/l8b.gguf --cost-model /tmp/l1b.gguf --device $DEVICE 2>&1 \
   | tee -a "$OUT/bench_1b_8b.txt" | grep -vE "^\s*$" | head -30
+if [ -x $B/tools/specd-bench-before ]; then
+  # An A/B of a kernel change: the binary before it, alternating with the one after, same models.
+  echo "== A/B: specd-bench-before vs specd-bench, decode, alternating (at ${SECONDS}s)"
+  for m in /tmp/l1b.gguf /tmp/l8b.gguf; do
+    [ -f $m ] || continue
+    for round in 1 2; do
+      [ $SECONDS -lt 300 ] || { echo "A/B round skipped: past 300 s"; break; }
+      for which in specd-bench-before specd-bench; do
+        echo "-- $(basename $m) $which round $round" | tee -a "$OUT/ab.txt"
+        timeout 60 $RUN $B/tools/$which -m $m --device $DEVICE --no-llama-cpp --steps 32 2>&1 \
+          | tee -a "$OUT/ab.txt" | grep -E "^decode batch"
+      done
+    done
+  done
+fi
 rm -f /tmp/l8b.gguf /tmp/l1b.gguf
 ls -la /tmp/stash; echo "== part 1 done in ${SECONDS}s"
