@@ -37,8 +37,10 @@ void CostCurve::ObserveTotal(double shape_seconds, double seconds) {
 void AcceptanceEstimate::Update(int32_t drafted, int32_t accepted) {
   if (drafted <= 0) return;
   const int32_t tried = accepted + (accepted < drafted ? 1 : 0);
-  accepted_ = kDecay * accepted_ + accepted;
-  tried_ = kDecay * tried_ + tried;
+  accepted_ = decay_ * accepted_ + accepted;
+  tried_ = decay_ * tried_ + tried;
+  pinned_accepted_ = kPinnedDecay * pinned_accepted_ + accepted;
+  pinned_tried_ = kPinnedDecay * pinned_tried_ + tried;
 }
 
 double ExpectedTokens(double alpha, int32_t k) {

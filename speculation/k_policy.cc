@@ -70,7 +70,7 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   // Unpinned: one choice for the batch, from the policy-wide acceptance as prior.
   std::vector<KCandidate> cand, best;
   std::vector<size_t> which;
-  const double prior = global_.alpha();
+  const double prior = global_acceptance();
   for (size_t i = 0; i < B; ++i) {
     if (seqs[i].pinned) continue;
     cand.push_back({seqs[i].state->acceptance.alpha(prior), seqs[i].cap});

@@ -106,7 +106,7 @@ class KPolicy {
   void set_costs(CostCurve verify, CostCurve draft);
   void set_pinned_draft_ratio(double ratio) { options_.pinned_draft_ratio = ratio; }
   // Acceptance over every sequence: the prior of a new unpinned one.
-  double global_acceptance() const { return global_.alpha(); }
+  double global_acceptance() const { return global_.alpha(AcceptanceEstimate::kPrior); }
   // Where a new unpinned sequence's probe interval starts: doubled each time a probe (of any
   // sequence) fails to lead to drafting, halved when a sequence drafts on its merits. A probe
   // makes the draft catch up on everything since it last saw the sequence — for a new one the
@@ -115,7 +115,7 @@ class KPolicy {
 
  private:
   KPolicyOptions options_;
-  AcceptanceEstimate global_;
+  AcceptanceEstimate global_{AcceptanceEstimate::kGlobalDecay};
   int32_t probe_start_ = SpecSeqState::kProbeEvery;
 };
 
