@@ -42,11 +42,14 @@ if [ $SECONDS -lt 340 ]; then
   . loadtest/cluster_lib.sh
   start_cluster device_check
   LT=$B/loadtest/specd-loadtest
+  # random: 64-token prompts, the issue's TTFT shape (the model repeats itself after them, so
+  # acceptance reads high); builtin: chat prompts, the honest acceptance.
+  for prompts in random builtin; do
   for c in 1 16; do
     for spec in off auto; do
       n=$(( c == 1 ? 16 : 64 ))
-      echo "-- concurrency $c, speculation $spec" | tee -a "$OUT/cluster.txt"
-      timeout 30 $LT --server localhost:$PORT --mode closed --prompts random --prompt-tokens 64 \
+      echo "-- concurrency $c, speculation $spec, prompts $prompts" | tee -a "$OUT/cluster.txt"
+      timeout 30 $LT --server localhost:$PORT --mode closed --prompts $prompts --prompt-tokens 64 \
         --concurrency $c --requests $n --max-new-tokens 64 --spec $spec --out /tmp/lt.json 2>&1 | tail -3
       cat /tmp/lt.json >>"$OUT/cluster.txt"
       python3 - /tmp/lt.json <<'PY'
@@ -58,6 +61,7 @@ print(f"  ok {p['ok']}/{p['requests']}  tok/s {p['throughput_tokens_per_s']:.0f}
 PY
     done
   done
+  done
   stop_cluster
 fi
 echo "== compute-sanitizer memcheck: a short speculative run, the distilled draft on the GPU (at ${SECONDS}s)"
@@ -65,6 +69,6 @@ CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>
 if [ -n "$CS" ] && [ $SECONDS -lt 420 ]; then
   SPECD_SOURCE_DIR=$R timeout 120 "$CS" --tool memcheck --print-limit 5 $B/tools/specd-bench --spec -m $M \
     --device $DEVICE --distilled-only --draft drafts/SmolLM2-135M-Instruct.Q4_1.draft.gguf --spec-prompts 2 \
-    --spec-tokens 12 --distilled-k 4 --spec-batches 1,8 --spec-temps 0,0.8 2>&1 | tail -15
+    --spec-tokens 8 --distilled-k 4 --spec-batches 1 --spec-temps 0 2>&1 | tail -15
 fi
 echo "== part 2 done in ${SECONDS}s"
