@@ -269,7 +269,7 @@ class Fenced final : public FencedBackend {
  private:
   // An op's argument [p, p + bytes): in the arena now, and remembered by the step being
   // recorded, whose replays check it is still live memory (a device graph keeps the pointer).
-  void CheckRange(const char* op, const void* p, size_t bytes, const std::string& arg) {
+  void CheckRange(const char* op, const void* p, size_t bytes, const char* arg) {
     if (bytes == 0) return;
     if (!memory_.Contains(p, bytes)) violations_.push_back(absl::StrCat(op, ": ", arg));
     if (recording()) recording_ranges_->push_back(RecordedRange{p, bytes, absl::StrCat(op, ": ", arg)});

@@ -152,6 +152,24 @@ void RunScript(Runner& fenced, Runner& host, const std::string& what) {
   EXPECT_EQ(fenced.fenced->violations(), std::vector<std::string>{}) << what;
 }
 
+// The case's model on the fenced backend, recording steps of up to 8 tokens, and on the host
+// backend, from one file that outlives both (null runners when loading failed).
+struct RecordingPair {
+  std::unique_ptr<gguf::GgufFile> file;
+  std::unique_ptr<Runner> fenced, host;
+};
+
+RecordingPair LoadRecordingPair(const Case& c) {
+  RecordingPair p;
+  auto file = gguf::GgufFile::Open(TinyModelPath(c.name, c.spec));
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return p;
+  p.file = std::move(*file);
+  p.fenced = Load(*p.file, true, c, nullptr, /*step_graph_max_tokens=*/8);
+  p.host = Load(*p.file, false, c);
+  return p;
+}
+
 class DeviceResidentTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DeviceResidentTest, ForwardInMemoryTheHostCannotTouchEqualsTheHostBackend) {
@@ -174,12 +192,10 @@ TEST_P(DeviceResidentTest, ForwardInMemoryTheHostCannotTouchEqualsTheHostBackend
 // work. Prompts longer than step_graph_max_tokens run op by op.
 TEST_P(DeviceResidentTest, RecordedStepsReplayBitwiseTheHostBackend) {
   const Case& c = GetParam();
-  const std::string path = TinyModelPath(c.name, c.spec);
-  auto file = gguf::GgufFile::Open(path);
-  ASSERT_TRUE(file.ok()) << file.status();
-  auto fenced = Load(**file, true, c, nullptr, /*step_graph_max_tokens=*/8);
-  auto host = Load(**file, false, c);
-  ASSERT_TRUE(fenced && host);
+  RecordingPair pair = LoadRecordingPair(c);
+  ASSERT_TRUE(pair.fenced && pair.host);
+  std::unique_ptr<Runner>& fenced = pair.fenced;
+  std::unique_ptr<Runner>& host = pair.host;
   const int vocab = host->model->vocab_size();
   std::vector<int32_t> next_pos(3);
   for (Runner* r : {fenced.get(), host.get()}) {
@@ -230,12 +246,10 @@ TEST_P(DeviceResidentTest, RecordedStepsReplayBitwiseTheHostBackend) {
 // replay onto the freed pools: the fenced arena names such a replay, a GPU faults on it.
 TEST_P(DeviceResidentTest, RecordedStepsFollowTheModelToANewKvCache) {
   const Case& c = GetParam();
-  const std::string path = TinyModelPath(c.name, c.spec);
-  auto file = gguf::GgufFile::Open(path);
-  ASSERT_TRUE(file.ok()) << file.status();
-  auto fenced = Load(**file, true, c, nullptr, /*step_graph_max_tokens=*/8);
-  auto host = Load(**file, false, c);
-  ASSERT_TRUE(fenced && host);
+  RecordingPair pair = LoadRecordingPair(c);
+  ASSERT_TRUE(pair.fenced && pair.host);
+  std::unique_ptr<Runner>& fenced = pair.fenced;
+  std::unique_ptr<Runner>& host = pair.host;
   const int vocab = host->model->vocab_size();
   const std::vector<int32_t> prompt = Tokens(11, vocab, 7);
   for (int cache = 0; cache < 2; ++cache) {
