@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "common/sampling/blockwise_verify_host.h"
 #include "engine/device_memory.h"
+#include "engine/huge_page_arena.h"
 #include "kernels/kernel_types.h"
 
 namespace specd::engine {
@@ -36,7 +37,8 @@ enum class WeightUse {
 
 // What placing a model's weights allocated; held as long as the weights.
 struct WeightStorage {
-  std::vector<std::unique_ptr<uint8_t[]>> host;  // re-encoded and packed copies (host memory)
+  std::vector<std::unique_ptr<uint8_t[]>> host;  // re-encoded copies (host memory)
+  HugePageArena packed;                          // the CPU kernels' packed copies
   std::vector<DeviceBuffer> device;              // copies in a backend's memory
 };
 

@@ -32,9 +32,13 @@ class CpuBackend final : public Backend {
     // the lane layout.
     if (use != WeightUse::kMatMul && use != WeightUse::kTableAndMatMul) return absl::OkStatus();
     if (!kernels::cpu::PackingEnabled()) return absl::OkStatus();
-    if (std::unique_ptr<uint8_t[]> packed = kernels::cpu::PackWeightCopy(w)) {
-      keep->host.push_back(std::move(packed));
-    }
+    // Every step streams the packed copies through in full: they go on huge pages.
+    const int64_t bytes = kernels::cpu::PackedWeightBytes(*w);
+    if (bytes == 0) return absl::OkStatus();  // a type without a packed layout
+    absl::StatusOr<uint8_t*> out = keep->packed.Allocate(static_cast<size_t>(bytes));
+    if (!out.ok()) return out.status();
+    kernels::cpu::PackWeight(*w, *out);
+    w->packed = *out;
     return absl::OkStatus();
   }
   void MatMul(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {

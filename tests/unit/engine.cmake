@@ -37,3 +37,7 @@ if(SPECD_HAVE_CUDA)
     DEPS specd_engine specd_backend_factory specd_kernels_cuda specd_nccl_comm specd_spec specd_testing LABELS gpu)
   set_tests_properties(cuda_model_test PROPERTIES SKIP_REGULAR_EXPRESSION "NOT RUN")
 endif()
+# The packed weights' huge-page host memory.
+specd_test(huge_page_arena_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/huge_page_arena_test.cc
+  DEPS specd_engine specd_backend_factory LABELS core)
