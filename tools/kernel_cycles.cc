@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/huge_page_arena.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernel_types.h"
@@ -154,12 +155,18 @@ int Main(int argc, char** argv) {
     const int64_t copies = std::max<int64_t>(2, (int64_t{128} << 20) / one.size() + 1);
     std::vector<uint8_t> all(one.size() * copies);
     for (int64_t c = 0; c < copies; ++c) std::memcpy(all.data() + c * one.size(), one.data(), one.size());
-    std::vector<std::unique_ptr<uint8_t[]>> packs;
+    // The packed copies on huge pages, as the engine places them (engine/huge_page_arena.h).
+    engine::HugePageArena packs;
     std::vector<const uint8_t*> packed_at(copies, nullptr);
     for (int64_t c = 0; packed && c < copies; ++c) {
       WeightMatrix copy{st.s.type, all.data() + c * one.size(), st.rows, st.cols, rb};
-      packs.push_back(cpu::PackWeightCopy(&copy));
-      packed_at[c] = copy.packed;
+      absl::StatusOr<uint8_t*> at = packs.Allocate(static_cast<size_t>(cpu::PackedWeightBytes(copy)));
+      if (!at.ok()) {
+        std::fprintf(stderr, "kernel_cycles: %s\n", std::string(at.status().message()).c_str());
+        return 1;
+      }
+      cpu::PackWeight(copy, *at);
+      packed_at[c] = *at;
     }
     for (int threads : {1, 2}) {
       cpu::ThreadPool& pool = threads == 1 ? pool1 : pool2;
