@@ -1,7 +1,7 @@
 // Host memory for what a step streams through in full (the packed weights): bump-allocated from
 // chunks aligned to 2 MiB and advised as transparent huge pages (madvise MADV_HUGEPAGE), so the
 // ~100 MB of weights a decode step reads sit on ~50 TLB entries instead of ~25,000 4 KiB pages.
-// Measured: batch-1 decode 1.12x on the default model (docs/PERFORMANCE.md, "Huge pages").
+// Measured: batch-1 decode 1.06-1.18x on the default model (Zen 4) (docs/PERFORMANCE.md, "Huge pages").
 // Where the kernel offers no huge pages (transparent_hugepage=never, or madvise refused) the
 // chunks are ordinary anonymous memory and nothing else changes. SPECD_HUGE_PAGES=0 turns the
 // advice off.
