@@ -533,14 +533,17 @@ LlamaModel::~LlamaModel() {
   if (backend_ != nullptr) backend_->ForgetSteps(this);
 }
 
-namespace {
-// The smallest power of two >= n, at most `cap` (n <= cap).
-int64_t Bucket(int64_t n, int64_t cap) {
+int64_t StepBucket(int64_t n, int64_t cap) {
+  constexpr int64_t kGroup = 8;  // the CUDA MatMul's tokens per pass over a weight row
   int64_t b = 1;
-  while (b < n) b *= 2;
+  if (n <= kGroup) {
+    while (b < n) b *= 2;
+  } else {
+    const int64_t step = n <= 8 * kGroup ? kGroup : 4 * kGroup;
+    b = (n + step - 1) / step * step;
+  }
   return std::min(b, cap);
 }
-}  // namespace
 
 LlamaModel::StepShape LlamaModel::ShapeStep(const ForwardBatch& batch) const {
   StepShape s;
@@ -550,11 +553,10 @@ LlamaModel::StepShape LlamaModel::ShapeStep(const ForwardBatch& batch) const {
   s.recorded = backend_->replays_steps() && comm_->works_in_step_graphs() &&
                s.tokens <= options_.step_graph_max_tokens;
   if (!s.recorded) return s;
-  // Few shapes, so few recordings; the padding rows cost little where steps are recorded (a
-  // GPU at small batch reads the weights once for all its rows).
-  s.tokens = Bucket(s.tokens, options_.max_batch_tokens);
-  if (s.logit_rows > 0) s.logit_rows = Bucket(s.logit_rows, options_.max_logit_rows);
-  if (s.hidden_rows > 0) s.hidden_rows = Bucket(s.hidden_rows, options_.max_batch_tokens);
+  // Few shapes, so few recordings, and padding that stays inside the MatMul's token groups.
+  s.tokens = StepBucket(s.tokens, options_.max_batch_tokens);
+  if (s.logit_rows > 0) s.logit_rows = StepBucket(s.logit_rows, options_.max_logit_rows);
+  if (s.hidden_rows > 0) s.hidden_rows = StepBucket(s.hidden_rows, options_.max_batch_tokens);
   s.key = StepGraphKey{this, s.tokens, s.logit_rows, s.hidden_rows};
   return s;
 }

@@ -70,10 +70,18 @@ struct ModelOptions {
   // model. nullptr = every tensor must be in the file.
   const gguf::GgufFile* borrow_from = nullptr;
   // On a backend that records steps (CUDA graphs: Backend::replays_steps), steps of up to this
-  // many tokens are padded to a power-of-two bucket and run as recordings; longer ones
+  // many tokens are padded to a bucket (StepBucket) and run as recordings; longer ones
   // (prefill) are issued op by op. 0 = never record.
   int32_t step_graph_max_tokens = 256;
 };
+
+// The rows a recorded step of n rows (tokens, logit rows or hidden rows; 1 <= n <= cap) is
+// padded to: powers of two up to 8, multiples of 8 up to 64, then multiples of 32; at most cap.
+// The GPU's MatMul reads each weight row once per 8 tokens (kernels/cuda/matmul.cu
+// kWarpTokens), so padding past the next multiple of 8 reads the weights again for rows that
+// are thrown away: a batch of 32 sequences verifying 1-4 drafts each (33-160 rows) used to pad
+// to 64, 128 or 256. Few enough shapes stay to record each once: 17 up to 256 rows.
+int64_t StepBucket(int64_t n, int64_t cap);
 
 class LlamaModel {
  public:

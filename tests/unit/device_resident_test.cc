@@ -12,7 +12,9 @@
 #include <cmath>
 #include <memory>
 #include <ostream>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -308,6 +310,70 @@ std::vector<Case> Cases() {
     cases.push_back(c);
   }
   return cases;
+}
+
+// The recorded sizes: powers of two to 8, multiples of 8 to 64, then of 32, never past the cap,
+// never below the step; 17 shapes up to 256 rows.
+TEST(StepBucketTest, PadsWithinTheMatMulsTokenGroups) {
+  const std::vector<std::pair<int64_t, int64_t>> table = {
+      {1, 1},   {2, 2},   {3, 4},   {5, 8},    {8, 8},    {9, 16},   {16, 16},  {17, 24},
+      {33, 40}, {40, 40}, {41, 48}, {63, 64},  {64, 64},  {65, 96},  {97, 128}, {129, 160},
+      {160, 160}, {161, 192}, {255, 256}, {256, 256}};
+  for (const auto& [n, want] : table) EXPECT_EQ(StepBucket(n, 512), want) << "n = " << n;
+  EXPECT_EQ(StepBucket(70, 80), 80) << "the cap wins";
+  std::set<int64_t> shapes;
+  for (int64_t n = 1; n <= 256; ++n) {
+    const int64_t b = StepBucket(n, 256);
+    ASSERT_GE(b, n);
+    ASSERT_LE(b - n, n <= 64 ? 7 : 31) << "n = " << n;
+    shapes.insert(b);
+  }
+  EXPECT_EQ(shapes.size(), 17u);
+}
+
+// Steps of more than 8 rows pad to multiples of 8 (StepBucket): three sequences verifying 2-5
+// drafts each (9-18 rows, buckets 16 and 24) and the prompts themselves (9-23 tokens) run as
+// recordings, bitwise the host backend's steps as they are.
+TEST_P(DeviceResidentTest, RecordedStepsOfManyRowsReplayBitwiseTheHostBackend) {
+  const Case& c = GetParam();
+  auto file = gguf::GgufFile::Open(TinyModelPath(c.name, c.spec));
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto fenced = Load(**file, true, c, nullptr, /*step_graph_max_tokens=*/32);
+  auto host = Load(**file, false, c);
+  ASSERT_TRUE(fenced && host);
+  const int vocab = host->model->vocab_size();
+  std::vector<int32_t> next_pos(3);
+  for (int32_t seq = 0; seq < 3; ++seq) {
+    ASSERT_TRUE(fenced->kv->AddSequence(seq).ok());
+    ASSERT_TRUE(host->kv->AddSequence(seq).ok());
+    const std::vector<int32_t> prompt = Tokens(9 + 7 * seq, vocab, 60 + seq);
+    ForwardBatch p;
+    p.Add(seq, 0, prompt.data(), static_cast<int32_t>(prompt.size()), true);
+    ASSERT_EQ(fenced->Run(p), host->Run(p)) << c.name << ": prompt " << seq;
+    next_pos[seq] = static_cast<int32_t>(prompt.size());
+  }
+  for (int round = 0; round < 12; ++round) {
+    ForwardBatch s;
+    for (int32_t seq = 0; seq < 3; ++seq) {
+      const int32_t k = 2 + round % 4;  // 9, 12, 15, 18 rows: buckets 16, 16, 16, 24
+      std::vector<int32_t> drafts(static_cast<size_t>(k));
+      for (int32_t i = 0; i < k; ++i) drafts[i] = (round * 7 + seq * 3 + i * 13) % vocab;
+      const std::vector<int32_t> last = {(round * 11 + seq) % vocab};
+      s.AddVerify(seq, next_pos[seq], last, drafts);
+    }
+    const int64_t rows = static_cast<int64_t>(s.tokens.size());
+    ASSERT_GT(rows, 8);
+    const std::vector<float> f = fenced->Run(s), h = host->Run(s);
+    ASSERT_EQ(f.size(), h.size());
+    for (size_t j = 0; j < f.size(); ++j) {
+      ASSERT_EQ(f[j], h[j]) << c.name << ": round " << round << " (" << rows << " rows) value " << j;
+    }
+    for (int32_t seq = 0; seq < 3; ++seq) next_pos[seq] += 2;  // each keeps its first draft
+  }
+  const engine::StepGraphStats st = fenced->backend->step_graph_stats();
+  EXPECT_GE(st.captures, 2) << "verify steps of 16 and 24 rows";
+  EXPECT_GE(st.replays, 8);
+  EXPECT_EQ(fenced->fenced->violations(), std::vector<std::string>{}) << c.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DeviceResidentTest, ::testing::ValuesIn(Cases()),
