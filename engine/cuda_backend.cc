@@ -279,9 +279,7 @@ class CudaBackend final : public Backend {
     }
     absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, ws[0].cols)), &capture_);
     if (st.ok()) st = kc::LaunchQuantizeAct(x, T, ws[0].cols, scratch_.as<void>(), stream_);
-    for (int i = 0; i < n && st.ok(); ++i) {
-      st = kc::LaunchMatMulOnBlocks(ws[i], scratch_.as<void>(), T, ys[i], stream_, matmul_kernel_);
-    }
+    if (st.ok()) st = kc::LaunchMatMulsOnBlocks(ws, n, scratch_.as<void>(), T, ys, stream_, matmul_kernel_);
     errors_.Note(st);
   }
   void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {

@@ -58,6 +58,12 @@ absl::Status LaunchQuantizeAct(const float* x, int64_t T, int64_t cols, void* sc
 absl::Status LaunchMatMulOnBlocks(const WeightMatrix& w, const void* act_blocks, int64_t T, float* y,
                                   void* stream,
                                   CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow);
+// LaunchMatMulOnBlocks for n weights of one input (q, k, v; gate, up) into ys[i]: one launch
+// when the warp kernel runs and they share a quantized type and width (every row's bits the
+// same as its own launch's), else one launch each.
+absl::Status LaunchMatMulsOnBlocks(const WeightMatrix* ws, int n, const void* act_blocks, int64_t T,
+                                   float* const* ys, void* stream,
+                                   CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow);
 
 // One step's attention plan in device memory (PlanCudaAttention's items and merges, every
 // token's block table flattened), used by every layer of the step.

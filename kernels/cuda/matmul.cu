@@ -7,6 +7,7 @@
 // correctness twin the fast kernels (below: a warp per row; cuBLAS for prefill, not yet) are
 // held against.
 #include <cmath>
+#include <vector>
 
 #include "kernels/act_quant.h"
 #include "kernels/cuda/device_util.cuh"
@@ -153,12 +154,11 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-__global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpKernel(GgmlType type, const uint8_t* w,
-                                                                        uint64_t row_bytes, int64_t rows, int64_t nb,
-                                                                        const ActBlockQ8* act, int64_t T, float* y) {
-  const int lane = threadIdx.x & 31;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
-  if (n >= rows) return;  // the whole warp: n is per warp
+// Row n of a quantized weight (rows x nb blocks) for T tokens, by one warp: what every quantized
+// warp kernel runs per row, so a row's bits do not depend on which launch it was part of.
+__device__ __forceinline__ void QuantRowWarp(GgmlType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
+                                             int64_t n, int64_t nb, const ActBlockQ8* act, int64_t T, float* y,
+                                             int lane) {
   const uint8_t* row = w + static_cast<uint64_t>(n) * row_bytes;
   for (int64_t t0 = 0; t0 < T; t0 += kWarpTokens) {
     const int nt = T - t0 < kWarpTokens ? static_cast<int>(T - t0) : kWarpTokens;
@@ -188,6 +188,39 @@ __global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpKernel(GgmlType
       if (lane == 0 && t < nt) y[(t0 + t) * rows + n] = v;
     }
   }
+}
+
+__global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpKernel(GgmlType type, const uint8_t* w,
+                                                                        uint64_t row_bytes, int64_t rows, int64_t nb,
+                                                                        const ActBlockQ8* act, int64_t T, float* y) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
+  if (n >= rows) return;  // the whole warp: n is per warp
+  QuantRowWarp(type, w, row_bytes, rows, n, nb, act, T, y, threadIdx.x & 31);
+}
+
+// Several quantized weights of one input (q, k, v; gate, up) in one launch: matrix i owns the
+// thread blocks [first_block[i], first_block[i + 1]), a whole number of blocks per matrix, and
+// each of its rows runs QuantRowWarp as MatMulQuantWarpKernel would: the same bits, one launch
+// instead of n.
+struct SharedMatMuls {
+  static constexpr int kMax = 4;
+  int n = 0;
+  const uint8_t* w[kMax];
+  uint64_t row_bytes[kMax];
+  int64_t rows[kMax];
+  float* y[kMax];
+  int64_t first_block[kMax + 1];
+};
+
+__global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpSharedKernel(GgmlType type, SharedMatMuls m,
+                                                                              int64_t nb, const ActBlockQ8* act,
+                                                                              int64_t T) {
+  const int64_t block = blockIdx.x;
+  int i = 0;
+  while (i + 1 < m.n && block >= m.first_block[i + 1]) ++i;
+  const int64_t n = (block - m.first_block[i]) * kWarpRows + (threadIdx.x >> 5);
+  if (n >= m.rows[i]) return;  // the whole warp
+  QuantRowWarp(type, m.w[i], m.row_bytes[i], m.rows[i], n, nb, act, T, m.y[i], threadIdx.x & 31);
 }
 
 __global__ void __launch_bounds__(kWarpRows * 32) MatMulFloatWarpKernel(GgmlType type, const uint8_t* w,
@@ -264,6 +297,35 @@ absl::Status LaunchMatMulOnBlocks(const WeightMatrix& w, const void* act_blocks,
   return CudaCheck(cudaGetLastError(), "MatMulQuantKernel");
 }
 
+absl::Status LaunchMatMulsOnBlocks(const WeightMatrix* ws, int n, const void* act_blocks, int64_t T,
+                                   float* const* ys, void* stream, CudaMatMulKernel kernel) {
+  bool one_launch = kernel == CudaMatMulKernel::kWarpPerRow && n >= 1 && n <= SharedMatMuls::kMax;
+  for (int i = 0; i < n && one_launch; ++i) {
+    one_launch = IsQuantizedType(ws[i].type) && ws[i].type == ws[0].type && ws[i].cols == ws[0].cols;
+  }
+  if (!one_launch || ws[0].cols % kActBlockSize != 0) {
+    for (int i = 0; i < n; ++i) {
+      if (absl::Status st = LaunchMatMulOnBlocks(ws[i], act_blocks, T, ys[i], stream, kernel); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  SharedMatMuls m;
+  m.n = n;
+  m.first_block[0] = 0;
+  for (int i = 0; i < n; ++i) {
+    m.w[i] = ws[i].data;
+    m.row_bytes[i] = ws[i].row_bytes;
+    m.rows[i] = ws[i].rows;
+    m.y[i] = ys[i];
+    m.first_block[i + 1] = m.first_block[i] + (ws[i].rows + kWarpRows - 1) / kWarpRows;
+  }
+  if (T == 0 || m.first_block[n] == 0) return absl::OkStatus();
+  MatMulQuantWarpSharedKernel<<<static_cast<unsigned>(m.first_block[n]), kWarpRows * 32, 0,
+                                static_cast<cudaStream_t>(stream)>>>(ws[0].type, m, ws[0].cols / kActBlockSize,
+                                                                     static_cast<const ActBlockQ8*>(act_blocks), T);
+  return CudaCheck(cudaGetLastError(), "MatMulQuantWarpSharedKernel");
+}
+
 absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y, void* scratch, void* stream,
                           CudaMatMulKernel kernel) {
   if (!IsFloatType(w.type) && !IsQuantizedType(w.type)) {
@@ -301,6 +363,31 @@ absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float*
   if (st.ok()) st.Update(LaunchStatus("MatMul"));
   if (!st.ok()) return st;
   return dy.Download(y, static_cast<size_t>(T * w.rows));
+}
+
+absl::Status MatMulSharedHost(const WeightMatrix* ws, int n, const float* x, int64_t T, float* const* ys) {
+  if (n < 1 || n > 4) return absl::InvalidArgumentError("MatMulSharedHost: 1 to 4 weights");
+  const int64_t K = ws[0].cols;
+  std::vector<DeviceArray<uint8_t>> dw(static_cast<size_t>(n));
+  std::vector<DeviceArray<float>> dy(static_cast<size_t>(n));
+  DeviceArray<float> dx;
+  DeviceArray<uint8_t> dact;
+  std::vector<WeightMatrix> on_device(ws, ws + n);
+  std::vector<float*> outs(static_cast<size_t>(n));
+  absl::Status st = dx.Upload(x, static_cast<size_t>(T * K));
+  if (st.ok()) st.Update(dact.Alloc(static_cast<size_t>(MatMulScratchBytes(T, K))));
+  for (int i = 0; i < n && st.ok(); ++i) {
+    if (ws[i].cols != K) return absl::InvalidArgumentError("MatMulSharedHost: the weights' widths differ");
+    st.Update(dw[i].Upload(ws[i].data, static_cast<size_t>(ws[i].rows) * ws[i].row_bytes));
+    if (st.ok()) st.Update(dy[i].Alloc(static_cast<size_t>(T * ws[i].rows)));
+    on_device[i].data = dw[i].get();
+    outs[i] = dy[i].get();
+  }
+  if (st.ok()) st.Update(LaunchQuantizeAct(dx.get(), T, K, dact.get(), nullptr));
+  if (st.ok()) st.Update(LaunchMatMulsOnBlocks(on_device.data(), n, dact.get(), T, outs.data(), nullptr));
+  if (st.ok()) st.Update(LaunchStatus("MatMulShared"));
+  for (int i = 0; i < n && st.ok(); ++i) st.Update(dy[i].Download(ys[i], static_cast<size_t>(T * ws[i].rows)));
+  return st;
 }
 
 }  // namespace specd::kernels::cuda

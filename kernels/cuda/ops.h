@@ -25,6 +25,11 @@ namespace specd::kernels::cuda {
 absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y,
                         CudaMatMulKernel kernel = CudaMatMulKernel::kReference);
 
+// The forward's q/k/v (gate/up) products of one input x ([T, ws[0].cols]) in one launch of
+// the warp kernel (LaunchMatMulsOnBlocks), n in 1..4 quantized weights of one type and width:
+// ys[i]: [T, ws[i].rows], bitwise MatMulHost(ws[i], x, T, ys[i], kWarpPerRow).
+absl::Status MatMulSharedHost(const WeightMatrix* ws, int n, const float* x, int64_t T, float* const* ys);
+
 // x: [T, num_heads, head_dim], in place. The angles come from ref::RopeInvFreq (planned on the
 // host, in double as the reference), cos and sin in double on the device.
 absl::Status RopeHost(float* x, int64_t T, int32_t num_heads, int32_t head_dim,

@@ -233,6 +233,48 @@ TEST(CudaOpsTest, WarpPerRowMatMulMatchesReferenceAndIsBatchInvariant) {
   }
 }
 
+// q, k, v (gate, up) in one launch: every matrix's rows bitwise its own warp-kernel launch,
+// with row counts that leave a thread block's warps idle and T past one 8-token pass.
+TEST(CudaOpsTest, SharedMatMulsInOneLaunchAreBitwiseTheirOwnLaunches) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(21);
+  for (TypeInfo ty : kCudaTypes) {
+    if (ty.type != gguf::GgmlType::kQ8_0 && ty.type != gguf::GgmlType::kQ4_0 && ty.type != gguf::GgmlType::kQ4_1) {
+      continue;
+    }
+    const int64_t cols = 576;
+    const std::vector<int64_t> rows = {576, 193, 5, 64};
+    std::vector<std::vector<uint8_t>> data(rows.size());
+    std::vector<WeightMatrix> ws;
+    for (size_t i = 0; i < rows.size(); ++i) ws.push_back(MakeMatrix(rng, ty, rows[i], cols, &data[i]));
+    for (int n : {1, 3, 4}) {
+      for (int64_t T : {1, 5, 9, 17}) {
+        const std::vector<float> x = Rand(rng, T * cols, -2.0f, 2.0f);
+        std::vector<std::vector<float>> got(n);
+        std::vector<float*> ys;
+        for (int i = 0; i < n; ++i) {
+          got[i].assign(T * rows[i], -1.0f);
+          ys.push_back(got[i].data());
+        }
+        ASSERT_TRUE(cuda::MatMulSharedHost(ws.data(), n, x.data(), T, ys.data()).ok());
+        for (int i = 0; i < n; ++i) {
+          std::vector<float> want(T * rows[i]);
+          ASSERT_TRUE(cuda::MatMulHost(ws[i], x.data(), T, want.data(), cuda::CudaMatMulKernel::kWarpPerRow).ok());
+          ASSERT_EQ(std::memcmp(want.data(), got[i].data(), want.size() * 4), 0)
+              << static_cast<int>(ty.type) << " n " << n << " matrix " << i << " T " << T;
+        }
+      }
+    }
+    // Widths that differ are refused, not mixed up.
+    std::vector<uint8_t> other;
+    const WeightMatrix narrow = MakeMatrix(rng, ty, 8, 64, &other);
+    const WeightMatrix pair[2] = {ws[0], narrow};
+    std::vector<float> x(cols), y0(rows[0]), y1(8);
+    float* ys[2] = {y0.data(), y1.data()};
+    EXPECT_EQ(cuda::MatMulSharedHost(pair, 2, x.data(), 1, ys).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 constexpr KvDtype kAllKv[] = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32, KvDtype::kInt8};
 
 TEST(CudaOpsTest, WriteKvIsBitwiseTheReference) {
