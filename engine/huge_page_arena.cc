@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 
 namespace specd::engine {
+
 bool HugePagesWanted() {
   static const bool wanted = [] {
     const char* v = std::getenv("SPECD_HUGE_PAGES");

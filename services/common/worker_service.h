@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
@@ -25,12 +26,18 @@ template <typename Worker, typename Base, typename StepReq, typename StepResp>
 class WorkerService final : public Base {
  public:
   WorkerService(std::string component, std::unique_ptr<Worker> worker, Metrics* metrics)
-      : component_(std::move(component)), worker_(std::move(worker)), metrics_(metrics) {}
+      : component_(std::move(component)),
+        worker_(std::move(worker)),
+        metrics_(metrics),
+        series_(*metrics, component_) {}
 
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* ctx, const StepReq* req,
                                  StepResp* resp) override {
+    StepRecord rec;
+    const absl::Status st = RunStep(*req, *resp, rec);
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-    r->Finish(ToGrpc(RunStep(*req, *resp)));
+    r->Finish(ToGrpc(st));
+    RecordStep(rec);
     return r;
   }
 
@@ -69,12 +76,17 @@ class WorkerService final : public Base {
   }
 
  private:
-  // One step of either RPC: the worker under the lock, the step metrics, the request count.
-  absl::Status RunStep(const StepReq& req, StepResp& resp) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::Status st;
+  // What a step's histograms and request count record, once its response is on its way.
+  struct StepRecord {
+    double secs = 0;
     int64_t tokens = 0;
-    for (const auto& s : req.sequences()) tokens += s.tokens_size();
+    absl::Status status;
+  };
+
+  // One step of either RPC: the worker under the lock, its KV gauges; `rec` for RecordStep.
+  absl::Status RunStep(const StepReq& req, StepResp& resp, StepRecord& rec) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& s : req.sequences()) rec.tokens += s.tokens_size();
     {
       absl::MutexLock l(&mu_);
       auto r = worker_->Step(req);
@@ -82,14 +94,21 @@ class WorkerService final : public Base {
         resp = std::move(*r);
         Kv(resp.kv());
       }
-      st = r.status();
+      rec.status = r.status();
     }
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    metrics_->service_step_latency.Add({{"component", component_}}, LatencyBuckets()).Observe(secs);
-    metrics_->service_step_tokens.Add({{"component", component_}}, CountBuckets()).Observe(tokens);
-    Count("Step", st);
-    return st;
+    rec.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rec.status;
+  }
+  // After the response was handed to gRPC: the router's next step waits on that response, not
+  // on this bookkeeping.
+  void RecordStep(const StepRecord& rec) {
+    series_.step_latency.Observe(rec.secs);
+    series_.step_tokens.Observe(static_cast<double>(rec.tokens));
+    if (rec.status.ok()) {
+      series_.steps_ok.Increment();
+    } else {
+      Count("Step", rec.status);
+    }
   }
 
   // Read a request, run the step, write its response, read the next: one at a time, in order.
@@ -117,12 +136,16 @@ class WorkerService final : public Base {
         FinishOnce(grpc::Status::OK);
         return;
       }
-      absl::Status st = service_->RunStep(request_, response_);
+      StepRecord rec;
+      absl::Status st = service_->RunStep(request_, response_, rec);
+      WorkerService* service = service_;  // this reactor may be gone once the write is started
       if (!st.ok()) {
         FinishOnce(ToGrpc(st));
+        service->RecordStep(rec);
         return;
       }
       this->StartWrite(&response_);
+      service->RecordStep(rec);
     }
     void OnWriteDone(bool ok) override {
       {
@@ -190,32 +213,54 @@ class WorkerService final : public Base {
     return r;
   }
   void Kv(const specd::internal::v1::KvUsage& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto blocks = [&](const char* state, int32_t n) {
-      metrics_->service_kv_blocks.Add({{"component", component_}, {"state", state}}).Set(n);
-    };
-    blocks("used", kv.used_blocks());
-    blocks("free", kv.free_blocks());
-    blocks("cached", kv.cached_blocks());
-    blocks("evictable", kv.evictable_blocks());
-    blocks("shared", kv.adopted_blocks());
+    if (!kv_series_) kv_series_.emplace(*metrics_, component_);  // they appear with a value
+    KvSeries& g = *kv_series_;
+    g.used.Set(kv.used_blocks());
+    g.free.Set(kv.free_blocks());
+    g.cached.Set(kv.cached_blocks());
+    g.evictable.Set(kv.evictable_blocks());
+    g.shared.Set(kv.adopted_blocks());
     // The worker reports running totals; the counters move by what changed since the last.
     auto advance = [](prometheus::Counter& c, int64_t total, int64_t& seen) {
       if (total > seen) c.Increment(static_cast<double>(total - seen));
       seen = std::max(seen, total);
     };
-    advance(metrics_->service_prefix_lookups.Add({{"component", component_}}), kv.prefix_lookups(),
-            seen_.lookups);
-    advance(metrics_->service_prefix_tokens.Add({{"component", component_}, {"kind", "queried"}}),
-            kv.prefix_queried_tokens(), seen_.queried_tokens);
-    advance(metrics_->service_prefix_tokens.Add({{"component", component_}, {"kind", "hit"}}),
-            kv.prefix_hit_tokens(), seen_.hit_tokens);
-    advance(metrics_->service_prefix_evictions.Add({{"component", component_}}),
-            kv.prefix_evictions(), seen_.evictions);
+    advance(g.prefix_lookups, kv.prefix_lookups(), seen_.lookups);
+    advance(g.prefix_queried, kv.prefix_queried_tokens(), seen_.queried_tokens);
+    advance(g.prefix_hit, kv.prefix_hit_tokens(), seen_.hit_tokens);
+    advance(g.prefix_evictions, kv.prefix_evictions(), seen_.evictions);
     if (kv.prefix_queried_tokens() > 0) {
-      metrics_->service_prefix_hit_rate.Add({{"component", component_}})
-          .Set(static_cast<double>(kv.prefix_hit_tokens()) / kv.prefix_queried_tokens());
+      if (hit_rate_ == nullptr) {  // the series appears once there is a rate to report
+        hit_rate_ = &metrics_->service_prefix_hit_rate.Add({{"component", component_}});
+      }
+      hit_rate_->Set(static_cast<double>(kv.prefix_hit_tokens()) / kv.prefix_queried_tokens());
     }
   }
+  // The series every step updates, looked up once: a step's bookkeeping is a few updates, not a
+  // dozen label maps built and hashed on the way from the step to its response.
+  struct StepSeries {
+    StepSeries(Metrics& m, const std::string& c)
+        : step_latency(m.service_step_latency.Add({{"component", c}}, LatencyBuckets())),
+          step_tokens(m.service_step_tokens.Add({{"component", c}}, CountBuckets())),
+          steps_ok(m.service_requests.Add({{"component", c}, {"method", "Step"}, {"code", "OK"}})) {}
+    prometheus::Histogram& step_latency;
+    prometheus::Histogram& step_tokens;
+    prometheus::Counter& steps_ok;
+  };
+  struct KvSeries {
+    KvSeries(Metrics& m, const std::string& c)
+        : used(m.service_kv_blocks.Add({{"component", c}, {"state", "used"}})),
+          free(m.service_kv_blocks.Add({{"component", c}, {"state", "free"}})),
+          cached(m.service_kv_blocks.Add({{"component", c}, {"state", "cached"}})),
+          evictable(m.service_kv_blocks.Add({{"component", c}, {"state", "evictable"}})),
+          shared(m.service_kv_blocks.Add({{"component", c}, {"state", "shared"}})),
+          prefix_lookups(m.service_prefix_lookups.Add({{"component", c}})),
+          prefix_queried(m.service_prefix_tokens.Add({{"component", c}, {"kind", "queried"}})),
+          prefix_hit(m.service_prefix_tokens.Add({{"component", c}, {"kind", "hit"}})),
+          prefix_evictions(m.service_prefix_evictions.Add({{"component", c}})) {}
+    prometheus::Gauge &used, &free, &cached, &evictable, &shared;
+    prometheus::Counter &prefix_lookups, &prefix_queried, &prefix_hit, &prefix_evictions;
+  };
   struct PrefixTotals {
     int64_t lookups = 0, queried_tokens = 0, hit_tokens = 0, evictions = 0;
   };
@@ -228,6 +273,9 @@ class WorkerService final : public Base {
   absl::flat_hash_set<StepStreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
   bool draining_ ABSL_GUARDED_BY(streams_mu_) = false;
   Metrics* metrics_;
+  const StepSeries series_;
+  std::optional<KvSeries> kv_series_ ABSL_GUARDED_BY(mu_);  // from the first KV report on
+  prometheus::Gauge* hit_rate_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace specd::services
