@@ -37,9 +37,12 @@ print(vals.get("sum", 0), vals.get("count", 0))' "$2"
 }
 
 for round in $(seq 1 "$ROUNDS"); do
-  for streams in false true; do
-    name="r${round}_streams_$streams"
-    SPECD_ROUTER_STEP_STREAMS=$streams start_cluster hop_cost
+  for mode in unary stream socket; do
+    name="r${round}_$mode"
+    streams=true sockets=false
+    [ "$mode" = unary ] && streams=false
+    [ "$mode" = socket ] && sockets=true
+    SPECD_ROUTER_STEP_STREAMS=$streams SPECD_ROUTER_STEP_SOCKETS=$sockets start_cluster hop_cost
     COMMON=(--server "localhost:$PORT" --mode closed --prompts random --prompt-tokens 64
             --spec off --concurrency 1)
     "$LOADTEST" "${COMMON[@]}" --requests 2 --max-new-tokens 4 >/dev/null  # warm-up
@@ -56,19 +59,19 @@ done
 "$PYTHON" - "$OUT" <<'PY'
 import json, os, statistics, sys
 out = sys.argv[1]
-rows = {"false": [], "true": []}
+rows = {"unary": [], "stream": [], "socket": []}
 for line in open(os.path.join(out, "metrics.txt")):
     name, rpc_sum, rpc_n, step_sum, step_n = line.split()
-    streams = name.rsplit("_", 1)[1]
+    mode = name.rsplit("_", 1)[1]
     # The service's sum also holds the router's prefix lookups (steps without sequences, a few
     # us of work each, which the router times under another hop): a negligible over-subtraction.
     hop_ms = (float(rpc_sum) - float(step_sum)) / float(rpc_n) * 1e3
     itl = json.load(open(os.path.join(out, name + ".json")))["points"][0]["itl_ms"]["p50"]
-    rows[streams].append((hop_ms, itl))
+    rows[mode].append((hop_ms, itl))
     print(f"{name}: hop {hop_ms:.3f} ms per target step, ITL p50 {itl:.2f} ms")
-for streams, label in (("false", "unary Step"), ("true", "StepStream")):
-    hops = [h for h, _ in rows[streams]]
-    itls = [i for _, i in rows[streams]]
+for mode, label in (("unary", "unary Step"), ("stream", "StepStream"), ("socket", "step socket")):
+    hops = [h for h, _ in rows[mode]]
+    itls = [i for _, i in rows[mode]]
     print(f"{label}: hop median {statistics.median(hops):.3f} ms "
           f"[{min(hops):.3f}-{max(hops):.3f}], ITL p50 median {statistics.median(itls):.2f} ms "
           f"[{min(itls):.2f}-{max(itls):.2f}]")

@@ -20,6 +20,20 @@
 
 namespace specd::services {
 
+// The step socket a worker serves (empty: none) from its --step-socket flag: "auto" is the
+// unix --listen path + ".step" when the service speaks plaintext (a TLS deployment keeps every
+// step on TLS), "off" or "" none, anything else that path.
+inline std::string StepSocketPath(const std::string& flag, const std::string& listen,
+                                  const GrpcSettings& grpc) {
+  if (flag == "off" || flag.empty()) return "";
+  if (flag != "auto") return flag;
+  const bool tls = std::string(TransportName(grpc)) != "plaintext";
+  if (tls || listen.rfind("unix:", 0) != 0) return "";
+  std::string path = listen.substr(5);
+  if (path.rfind("//", 0) == 0) path = path.substr(2);  // unix:///abs/path
+  return path + ".step";
+}
+
 template <typename Worker, typename Base, typename StepReq, typename StepResp>
 int WorkerMain(int argc, char** argv, const std::string& component, const std::string& env) {
   BlockTerminationSignals();
@@ -80,6 +94,11 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   flags.Add("calibrate", env + "_CALIBRATE", &calibrate,
             "time forwards at start-up and report the cost curve the router's adaptive k "
             "starts from (off: the router drafts only for requests with a fixed k)");
+  std::string step_socket = "auto";
+  flags.Add("step-socket", env + "_STEP_SOCKET", &step_socket,
+            "unix socket a router on this host sends steps to instead of gRPC, past gRPC's thread "
+            "hand-offs (no TLS: the file's permissions guard it): auto = the --listen path + "
+            "\".step\" when --listen is unix:PATH and TLS is off; off = none");
   grpc_settings.AddFlags(flags);
   // A worker with settings of its own (the draft service's draft length) declares them.
   typename Worker::Options worker_options;
@@ -153,14 +172,30 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), server.status().ToString().c_str());
     return 1;
   }
+  std::unique_ptr<StepSocketServer> step_server;
+  if (const std::string path = StepSocketPath(step_socket, listen, grpc_settings); !path.empty()) {
+    auto started = StepSocketServer::Listen(
+        path, grpc_settings.max_message_bytes,
+        [&service](absl::string_view request) { return service.StepFromBytes(request); });
+    if (started.ok()) {
+      step_server = std::move(*started);
+      service.SetStepSocket(path);
+    } else {  // the steps still come over gRPC
+      LogEvent(LogLevel::kWarn, "step_socket_unavailable",
+               {{"reason", started.status().ToString()}});
+    }
+  }
   LogEvent(LogLevel::kInfo, "serving",
            {{"model", mo.model_path},
             {"listen", listen},
             {"port", port},
-            {"transport", TransportName(grpc_settings)}});
+            {"transport", TransportName(grpc_settings)},
+            {"step_socket", step_server ? step_server->path() : std::string("off")}});
   const int sig = WaitForTermination();
   LogEvent(LogLevel::kInfo, "drain_start", {{"signal", sig}, {"grace_s", grace_s}});
   (*server)->GetHealthCheckService()->SetServingStatus(false);
+  // The step socket's connections end after their current step; then the gRPC streams.
+  if (step_server) step_server->Stop();
   service.EndStreams();  // the router's stream would hold Shutdown for its whole grace
   (*server)->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));

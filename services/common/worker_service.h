@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "services/common/grpc_server.h"
 #include "services/common/metrics.h"
+#include "services/common/step_socket.h"
 #include "specd/internal/v1/common.pb.h"
 
 namespace specd::services {
@@ -71,8 +72,32 @@ class WorkerService final : public Base {
     {
       absl::MutexLock l(&mu_);
       *resp = worker_->Info();
+      resp->set_step_socket(step_socket_);
     }
     return Done(ctx, "GetInfo", absl::OkStatus());
+  }
+
+  // The step socket's handler (StepSocketServer): the same step as StepStream's, from and to
+  // bytes; the metrics once the answer is written.
+  StepSocketServer::Reply StepFromBytes(absl::string_view bytes) {
+    StepSocketServer::Reply reply;
+    StepReq req;
+    if (!req.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      reply.status = absl::InvalidArgumentError("StepRequest: the step socket's frame does not parse");
+      Count("Step", reply.status);
+      return reply;
+    }
+    StepResp resp;
+    auto rec = std::make_shared<StepRecord>();
+    reply.status = RunStep(req, resp, *rec);
+    if (reply.status.ok()) resp.SerializeToString(&reply.response);
+    reply.after = [this, rec] { RecordStep(*rec); };
+    return reply;
+  }
+  // Where GetInfo says the step socket is (empty: none).
+  void SetStepSocket(std::string path) {
+    absl::MutexLock l(&mu_);
+    step_socket_ = std::move(path);
   }
 
  private:
@@ -269,6 +294,7 @@ class WorkerService final : public Base {
   absl::Mutex mu_;
   std::unique_ptr<Worker> worker_ ABSL_GUARDED_BY(mu_);
   PrefixTotals seen_ ABSL_GUARDED_BY(mu_);  // the worker's totals the counters have counted
+  std::string step_socket_ ABSL_GUARDED_BY(mu_);
   absl::Mutex streams_mu_;
   absl::flat_hash_set<StepStreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
   bool draining_ ABSL_GUARDED_BY(streams_mu_) = false;

@@ -1,13 +1,17 @@
 // TargetBackend / DraftBackend over gRPC. Steps go over one long-lived StepStream (no call
 // set-up per iteration: the router hop of docs/DESIGN.md), each bounded by the step timeout
 // through a watchdog that cancels the stream; a broken stream is reopened at the next step, and
-// a service without StepStream gets unary Steps. Release and GetInfo are unary, with a deadline.
+// a service without StepStream gets unary Steps. A service on the same host that offers a step
+// socket (GetInfo; services/common/step_socket.h) gets its steps there instead, when the
+// backend is allowed to use one; one it cannot reach gets them over gRPC. Release and GetInfo
+// are unary, with a deadline.
 #ifndef SPECD_SERVICES_ROUTER_GRPC_BACKENDS_H_
 #define SPECD_SERVICES_ROUTER_GRPC_BACKENDS_H_
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -17,6 +21,7 @@
 #include "absl/time/clock.h"
 
 #include "services/common/grpc_server.h"
+#include "services/common/step_socket.h"
 #include "services/router/backends.h"
 #include "specd/internal/v1/draft.grpc.pb.h"
 #include "specd/internal/v1/target.grpc.pb.h"
@@ -27,8 +32,13 @@ template <typename Stub, typename Base, typename StepReq, typename StepResp>
 class GrpcBackend final : public Base {
  public:
   GrpcBackend(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout,
-              bool use_stream = true)
-      : stub_(Stub::NewStub(channel)), timeout_(timeout), use_stream_(use_stream) {}
+              bool use_stream = true, bool use_step_socket = false,
+              int64_t max_message_bytes = 64 << 20)
+      : stub_(Stub::NewStub(channel)),
+        timeout_(timeout),
+        use_step_socket_(use_step_socket),
+        use_stream_(use_stream),
+        socket_(max_message_bytes) {}
   ~GrpcBackend() override {
     absl::MutexLock call(&call_mu_);
     // Why the stream ended matters to no one once the router is going away.
@@ -48,16 +58,20 @@ class GrpcBackend final : public Base {
   absl::StatusOr<StepResp> StepOverlapping(const StepReq& request,
                                            absl::FunctionRef<void()> while_waiting) override {
     absl::MutexLock call(&call_mu_);  // one step at a time on the one stream
-    if (!use_stream_) {
-      while_waiting();
-      return UnaryStep(request);
-    }
-    StepResp resp;
     bool ran = false;
     auto once = [&] {
       if (!ran) while_waiting();
       ran = true;
     };
+    if (std::optional<absl::StatusOr<StepResp>> r = SocketStep(request, once)) {
+      once();  // a step that failed before its write
+      return *std::move(r);
+    }
+    if (!use_stream_) {
+      once();
+      return UnaryStep(request);
+    }
+    StepResp resp;
     absl::Status st = StreamStep(request, resp, once);
     if (st.code() == absl::StatusCode::kUnimplemented) {  // a service older than StepStream
       use_stream_ = false;
@@ -72,6 +86,11 @@ class GrpcBackend final : public Base {
   bool streaming() {
     absl::MutexLock call(&call_mu_);
     return use_stream_;
+  }
+  // Whether the last step went over the service's step socket (its connection is open).
+  bool on_step_socket() {
+    absl::MutexLock call(&call_mu_);
+    return socket_.connected();
   }
   absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
     grpc::ClientContext ctx;
@@ -89,6 +108,10 @@ class GrpcBackend final : public Base {
     iv1::ServiceInfo info;
     grpc::Status s = stub_->GetInfo(&ctx, iv1::GetInfoRequest(), &info);
     if (!s.ok()) return services::ToAbsl(s);
+    if (use_step_socket_) {  // a restarted service may offer another one, or none
+      absl::MutexLock l(&socket_mu_);
+      socket_path_ = info.step_socket();
+    }
     return info;
   }
 
@@ -98,6 +121,43 @@ class GrpcBackend final : public Base {
   // Completion-queue tags: what each finished operation was.
   enum Op : intptr_t { kStart = 1, kWrite, kRead, kFinish };
   static void* Tag(Op op) { return reinterpret_cast<void*>(op); }
+
+  // The step over the service's step socket when it offered one (GetInfo) and it can be
+  // reached; nullopt sends the step over gRPC instead (nothing of it was sent).
+  std::optional<absl::StatusOr<StepResp>> SocketStep(const StepReq& request,
+                                                     absl::FunctionRef<void()> once_written)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
+    std::string path;
+    {
+      absl::MutexLock l(&socket_mu_);
+      path = socket_path_;
+    }
+    if (path.empty()) return std::nullopt;
+    const absl::Time deadline = absl::Now() + timeout_;
+    request.SerializeToString(&request_bytes_);
+    for (;;) {
+      const bool fresh = !socket_.connected();
+      if (fresh && !socket_.Connect(path).ok()) return std::nullopt;  // e.g. another host's path
+      bool unsent = false;
+      absl::Status st = socket_.Call(request_bytes_, once_written, deadline, &response_bytes_,
+                                     &unsent);
+      if (st.ok()) {
+        StepResp resp;
+        if (!resp.ParseFromString(response_bytes_)) {
+          return absl::InternalError("the service's step answer on the step socket does not parse");
+        }
+        return resp;
+      }
+      // The connection had ended while idle (the service drained or restarted): the request
+      // reached no step, so it goes once more on a new connection.
+      if (unsent && !fresh) continue;
+      if (st.code() == absl::StatusCode::kDeadlineExceeded) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("the step took longer than ", absl::FormatDuration(timeout_)));
+      }
+      return st;
+    }
+  }
 
   absl::StatusOr<StepResp> UnaryStep(const StepReq& request) {
     grpc::ClientContext ctx;
@@ -208,6 +268,9 @@ class GrpcBackend final : public Base {
 
   std::unique_ptr<typename Stub::Stub> stub_;
   absl::Duration timeout_;
+  const bool use_step_socket_;
+  absl::Mutex socket_mu_;
+  std::string socket_path_ ABSL_GUARDED_BY(socket_mu_);  // the service's step socket, if any
   absl::Mutex call_mu_;
   bool use_stream_ ABSL_GUARDED_BY(call_mu_);
   grpc::CompletionQueue cq_;  // the stream's operations only; polled by the stepping thread
@@ -216,6 +279,9 @@ class GrpcBackend final : public Base {
   int pending_ ABSL_GUARDED_BY(call_mu_) = 0;  // operations started and not yet completed
   bool timed_out_ ABSL_GUARDED_BY(call_mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(call_mu_) = false;  // the last step's write was refused
+  services::StepSocketClient socket_ ABSL_GUARDED_BY(call_mu_);
+  std::string request_bytes_ ABSL_GUARDED_BY(call_mu_);   // reused: no allocation per step
+  std::string response_bytes_ ABSL_GUARDED_BY(call_mu_);
 };
 
 using GrpcTargetBackend = GrpcBackend<iv1::Target, TargetBackend, iv1::TargetStepRequest,

@@ -14,19 +14,23 @@ void CountError(services::Metrics* m, const char* hop, const absl::Status& s) {
       .Increment();
 }
 
-void ObserveLatency(services::Metrics* m, const char* hop, absl::Time t0) {
-  m->router_rpc_latency.Add({{"hop", hop}}, services::LatencyBuckets())
-      .Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+void ObserveLatency(prometheus::Histogram& h, absl::Time t0) {
+  h.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
 }
 
 // The router's view of a service's KV, refreshed by every answer that reports it (steps and
 // releases alike, so it never lags a release).
-void RecordKv(services::Metrics* m, const char* service, const iv1::KvUsage& kv) {
-  m->router_kv_blocks.Add({{"service", service}, {"state", "used"}}).Set(kv.used_blocks());
-  m->router_kv_blocks.Add({{"service", service}, {"state", "free"}}).Set(kv.free_blocks());
+void RecordKv(HopSeries& s, const iv1::KvUsage& kv) {
+  s.kv_used.Set(kv.used_blocks());
+  s.kv_free.Set(kv.free_blocks());
 }
 
 }  // namespace
+
+HopSeries::HopSeries(services::Metrics& m, const char* hop, const char* service)
+    : latency(m.router_rpc_latency.Add({{"hop", hop}}, services::LatencyBuckets())),
+      kv_used(m.router_kv_blocks.Add({{"service", service}, {"state", "used"}})),
+      kv_free(m.router_kv_blocks.Add({{"service", service}, {"state", "free"}})) {}
 
 // ---- RemoteDrafter -------------------------------------------------------------------------
 
@@ -59,7 +63,7 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
   const absl::Time t0 = absl::Now();
   absl::StatusOr<iv1::DraftStepResponse> response =
       backend_->StepOverlapping(request, while_waiting_);
-  ObserveLatency(metrics_, "draft", t0);
+  ObserveLatency(series_.latency, t0);
   if (!response.ok()) {
     CountError(metrics_, "draft", response.status());
     return response.status();
@@ -80,7 +84,7 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
       out[j].proposals.push_back(services::FromProto(p));
     }
   }
-  RecordKv(metrics_, "draft", response->kv());
+  RecordKv(series_, response->kv());
   return absl::OkStatus();
 }
 
@@ -111,7 +115,7 @@ void RemoteDrafter::ReleaseMany(absl::Span<const spec::SeqId> seqs) {
     CountError(metrics_, "draft", kv.status());
     return;
   }
-  RecordKv(metrics_, "draft", *kv);
+  RecordKv(series_, *kv);
 }
 
 // ---- RemoteTarget --------------------------------------------------------------------------
@@ -133,7 +137,7 @@ absl::Status RemoteTarget::Run(absl::Span<const spec::TargetCall> calls,
       services::ToProto(q, t->add_proposals());
     }
   }
-  absl::StatusOr<iv1::TargetStepResponse> response = CallStep(request, "target");
+  absl::StatusOr<iv1::TargetStepResponse> response = CallStep(request, series_.latency);
   if (!response.ok()) return response.status();
   absl::flat_hash_map<int64_t, const iv1::TargetSequenceResult*> result_of;
   for (const iv1::TargetSequenceResult& r : response->sequences()) result_of[r.seq_id()] = &r;
@@ -175,7 +179,7 @@ void RemoteTarget::Release(absl::Span<const spec::SeqId> seqs) {
   const absl::Time t0 = absl::Now();
   absl::StatusOr<iv1::KvUsage> kv =
       backend_->Release(std::vector<int64_t>(seqs.begin(), seqs.end()));
-  ObserveLatency(metrics_, "target_release", t0);
+  ObserveLatency(release_latency_, t0);
   if (!kv.ok()) {
     CountError(metrics_, "target", kv.status());
     return;
@@ -184,11 +188,11 @@ void RemoteTarget::Release(absl::Span<const spec::SeqId> seqs) {
 }
 
 absl::StatusOr<iv1::TargetStepResponse> RemoteTarget::CallStep(
-    const iv1::TargetStepRequest& request, const char* hop) {
+    const iv1::TargetStepRequest& request, prometheus::Histogram& latency) {
   const absl::Time t0 = absl::Now();
   absl::StatusOr<iv1::TargetStepResponse> response =
       backend_->StepOverlapping(request, while_waiting_);
-  ObserveLatency(metrics_, hop, t0);
+  ObserveLatency(latency, t0);
   if (!response.ok()) {
     CountError(metrics_, "target", response.status());
     return response.status();
@@ -198,7 +202,7 @@ absl::StatusOr<iv1::TargetStepResponse> RemoteTarget::CallStep(
 }
 
 void RemoteTarget::Record(const iv1::KvUsage& kv) {
-  RecordKv(metrics_, "target", kv);
+  RecordKv(series_, kv);
   adopted_blocks_.store(kv.adopted_blocks());
   evictable_blocks_.store(kv.evictable_blocks());
 }
@@ -211,7 +215,7 @@ absl::Status RemoteTarget::LookupPrefixes(absl::Span<const spec::PrefixLookup> l
     p->set_seq_id(l.seq);
     p->mutable_tokens()->Assign(l.tokens.begin(), l.tokens.end());
   }
-  absl::StatusOr<iv1::TargetStepResponse> response = CallStep(request, "target_lookup");
+  absl::StatusOr<iv1::TargetStepResponse> response = CallStep(request, lookup_latency_);
   if (!response.ok()) return response.status();
   if (response->prefix_cached_size() != static_cast<int>(lookups.size())) {
     return absl::InternalError(absl::StrCat("the target answered ", response->prefix_cached_size(),

@@ -17,6 +17,15 @@
 
 namespace specd::router {
 
+// The RPC series a backend updates every step, looked up once: a step's bookkeeping is a few
+// updates, not label maps built and hashed between an answer and the next request.
+struct HopSeries {
+  HopSeries(services::Metrics& m, const char* hop, const char* service);
+  prometheus::Histogram& latency;
+  prometheus::Gauge& kv_used;
+  prometheus::Gauge& kv_free;
+};
+
 // The draft service. Remembers per sequence how many committed tokens the service surely holds
 // (it was fed them in its last Step), so a Step sends only what is new; a service that lost a
 // sequence answers needs_prefill and gets the whole history next time. Loop thread only, but
@@ -25,7 +34,7 @@ class RemoteDrafter final : public spec::Drafter {
  public:
   // Both must outlive this.
   RemoteDrafter(DraftBackend* backend, services::Metrics* metrics)
-      : backend_(backend), metrics_(metrics) {}
+      : backend_(backend), metrics_(metrics), series_(*metrics, "draft", "draft") {}
 
   std::string_view name() const override { return "draft-service"; }
   // Any failure of the call comes back as is (the router then marks the service down).
@@ -59,6 +68,7 @@ class RemoteDrafter final : public spec::Drafter {
  private:
   DraftBackend* backend_;
   services::Metrics* metrics_;
+  HopSeries series_;
   std::function<void()> while_waiting_ = [] {};
   uint64_t weight_bytes_ = 0;
   std::atomic<bool> available_{false};
@@ -77,7 +87,13 @@ class RemoteTarget final : public spec::TargetExecutor {
  public:
   // Both must outlive this.
   RemoteTarget(TargetBackend* backend, services::Metrics* metrics)
-      : backend_(backend), metrics_(metrics) {}
+      : backend_(backend),
+        metrics_(metrics),
+        series_(*metrics, "target", "target"),
+        lookup_latency_(metrics->router_rpc_latency.Add({{"hop", "target_lookup"}},
+                                                        services::LatencyBuckets())),
+        release_latency_(metrics->router_rpc_latency.Add({{"hop", "target_release"}},
+                                                         services::LatencyBuckets())) {}
   absl::Status Run(absl::Span<const spec::TargetCall> calls,
                    std::vector<spec::TargetOutcome>& out) override;
   void Release(absl::Span<const spec::SeqId> seqs) override;
@@ -94,11 +110,14 @@ class RemoteTarget final : public spec::TargetExecutor {
  private:
   // One Target.Step: its latency under `hop`, errors counted, the KV usage recorded.
   absl::StatusOr<iv1::TargetStepResponse> CallStep(const iv1::TargetStepRequest& request,
-                                                   const char* hop);
+                                                   prometheus::Histogram& latency);
   void Record(const iv1::KvUsage& kv);  // the router's gauges and the cache counts
 
   TargetBackend* backend_;
   services::Metrics* metrics_;
+  HopSeries series_;
+  prometheus::Histogram& lookup_latency_;
+  prometheus::Histogram& release_latency_;
   std::function<void()> while_waiting_ = [] {};
   std::atomic<int32_t> adopted_blocks_{0};  // from the target's last answer
   std::atomic<int32_t> evictable_blocks_{0};

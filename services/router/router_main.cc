@@ -102,6 +102,7 @@ int Main(int argc, char** argv) {
   double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30, drain_linger_s = 5,
          startup_timeout_s = 300;
   bool step_streams = true;
+  bool step_sockets = true;
   services::GrpcSettings gs;
   services::FlagSet f("specd-router");
   f.Add("listen", "SPECD_ROUTER_LISTEN", &listen, "address to serve on: host:port or unix:/path");
@@ -127,6 +128,9 @@ int Main(int argc, char** argv) {
         "deadline of one step");
   f.Add("step-streams", "SPECD_ROUTER_STEP_STREAMS", &step_streams,
         "send steps over one long-lived stream per service (false: one unary call per step)");
+  f.Add("step-sockets", "SPECD_ROUTER_STEP_SOCKETS", &step_sockets,
+        "send steps over a service's unix step socket when it offers one (a service on this "
+        "host; false: gRPC only)");
   f.Add("overlap-client-writes", "SPECD_ROUTER_OVERLAP_CLIENT_WRITES", &o.overlap_client_writes,
         "write a step's tokens to the clients while the next step runs (false: before it is "
         "sent)");
@@ -200,13 +204,14 @@ int Main(int argc, char** argv) {
   const absl::Duration step_timeout = absl::Seconds(step_timeout_s);
   std::unique_ptr<DraftBackend> draft_backend;
   if (!draft.empty()) {
-    draft_backend =
-        std::make_unique<GrpcDraftBackend>(services::MakeChannel(draft, gs), step_timeout,
-                                           step_streams);
+    draft_backend = std::make_unique<GrpcDraftBackend>(
+        services::MakeChannel(draft, gs), step_timeout, step_streams, step_sockets,
+        gs.max_message_bytes);
   }
   RouterEngine engine(o,
                       std::make_unique<GrpcTargetBackend>(services::MakeChannel(target, gs),
-                                                          step_timeout, step_streams),
+                                                          step_timeout, step_streams, step_sockets,
+                                                          gs.max_message_bytes),
                       std::move(draft_backend), **tokenizer, &metrics);
   const absl::Time give_up = absl::Now() + absl::Seconds(startup_timeout_s);
   for (;;) {

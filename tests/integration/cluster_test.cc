@@ -572,61 +572,74 @@ bool WaitStopped(pid_t pid) {
 // INVALID_ARGUMENT naming the problem and the next step opens a new stream; a step that
 // outlives the step timeout (the target stopped) is DEADLINE_EXCEEDED, and the stream works
 // again once the target runs.
-TEST_F(ClusterTest, StepStreamAnswersLikeUnaryStepsAndRecovers) {
-  Cluster& c = *cluster_;
-  router::GrpcTargetBackend streamed(c.Channel(c.target_addr), absl::Seconds(2),
-                                     /*use_stream=*/true);
+// One target step of a greedy sequence with 2 logprobs per token.
+specd::internal::v1::TargetStepRequest DecodeStep(int64_t seq, int32_t start,
+                                                  std::vector<int32_t> tokens,
+                                                  int32_t prompt_len) {
+  specd::internal::v1::TargetStepRequest r;
+  auto* s = r.add_sequences();
+  s->set_seq_id(seq);
+  s->set_start_pos(start);
+  s->mutable_tokens()->Assign(tokens.begin(), tokens.end());
+  s->set_emit(true);
+  s->set_num_prompt_tokens(prompt_len);
+  s->mutable_sampling()->set_top_p(1);
+  s->mutable_sampling()->set_repetition_penalty(1);
+  s->mutable_sampling()->set_ignore_eos(true);
+  s->mutable_sampling()->set_num_logprobs(2);
+  return r;
+}
+
+// A prompt, then greedy decode steps on `b`: each step's emitted token with its logprobs.
+std::vector<std::string> DecodeOn(router::TargetBackend& b, int64_t seq) {
+  std::vector<int32_t> tokens = Prompt(12, 9);
+  const int32_t prompt_len = tokens.size();
+  std::vector<std::string> out;
+  for (int i = 0; i < 8; ++i) {
+    const int32_t start = i == 0 ? 0 : static_cast<int32_t>(tokens.size()) - 1;
+    std::vector<int32_t> fresh(tokens.begin() + start, tokens.end());
+    auto r = b.Step(DecodeStep(seq, start, fresh, prompt_len));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok() || r->sequences_size() != 1 || r->sequences(0).tokens_size() != 1) break;
+    tokens.push_back(r->sequences(0).tokens(0).token());
+    out.push_back(r->sequences(0).tokens(0).SerializeAsString());
+  }
+  EXPECT_TRUE(b.Release({seq}).ok());
+  return out;
+}
+
+// Steps on `tested` (the router's backend over the step stream, or over the target's step
+// socket) against unary Steps: the same answers and errors, the overlapped work once per step, a
+// stopped target bounded by the step timeout, and a drain and a restart recovered from.
+void StepsAnswerLikeUnaryAndRecover(Cluster& c, bool step_socket, int64_t seq) {
+  router::GrpcTargetBackend tested(c.Channel(c.target_addr), absl::Seconds(2),
+                                   /*use_stream=*/true, step_socket);
   router::GrpcTargetBackend unary(c.Channel(c.target_addr), absl::Seconds(2),
                                   /*use_stream=*/false);
-  auto step = [](int64_t seq, int32_t start, std::vector<int32_t> tokens, int32_t prompt_len) {
-    specd::internal::v1::TargetStepRequest r;
-    auto* s = r.add_sequences();
-    s->set_seq_id(seq);
-    s->set_start_pos(start);
-    s->mutable_tokens()->Assign(tokens.begin(), tokens.end());
-    s->set_emit(true);
-    s->set_num_prompt_tokens(prompt_len);
-    s->mutable_sampling()->set_top_p(1);
-    s->mutable_sampling()->set_repetition_penalty(1);
-    s->mutable_sampling()->set_ignore_eos(true);
-    s->mutable_sampling()->set_num_logprobs(2);
-    return r;
-  };
-  // A prompt, then greedy decode steps: each step's emitted token with its logprobs.
-  auto generate = [&](router::TargetBackend& b, int64_t seq) {
-    std::vector<int32_t> tokens = Prompt(12, 9);
-    const int32_t prompt_len = tokens.size();
-    std::vector<std::string> out;
-    for (int i = 0; i < 8; ++i) {
-      const int32_t start = i == 0 ? 0 : static_cast<int32_t>(tokens.size()) - 1;
-      std::vector<int32_t> fresh(tokens.begin() + start, tokens.end());
-      auto r = b.Step(step(seq, start, fresh, prompt_len));
-      EXPECT_TRUE(r.ok()) << r.status();
-      if (!r.ok() || r->sequences_size() != 1 || r->sequences(0).tokens_size() != 1) break;
-      tokens.push_back(r->sequences(0).tokens(0).token());
-      out.push_back(r->sequences(0).tokens(0).SerializeAsString());
-    }
-    EXPECT_TRUE(b.Release({seq}).ok());
-    return out;
-  };
-  const std::vector<std::string> want = generate(unary, 910001);
+  if (step_socket) {  // the router learns the socket from GetInfo
+    auto info = tested.GetInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->step_socket(), c.target_addr.substr(5) + ".step");
+  }
+  const std::vector<std::string> want = DecodeOn(unary, seq + 1);
   ASSERT_EQ(want.size(), 8u);
-  EXPECT_EQ(generate(streamed, 910002), want);
+  EXPECT_EQ(DecodeOn(tested, seq + 2), want);
+  EXPECT_EQ(tested.on_step_socket(), step_socket);
 
-  auto bad = streamed.Step(step(910003, 0, {1, 999999}, 2));
+  auto bad = tested.Step(DecodeStep(seq + 3, 0, {1, 999999}, 2));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
   EXPECT_NE(bad.status().message().find("999999"), std::string::npos) << bad.status();
-  EXPECT_EQ(generate(streamed, 910004), want);
+  EXPECT_EQ(DecodeOn(tested, seq + 4), want);
 
   // The router's overlapped work (its client writes) runs exactly once per step: on the stream
-  // once the request is written, on a unary call before it, and on a step that fails as well.
-  for (router::GrpcTargetBackend* b : {&streamed, &unary}) {
+  // or socket once the request is written, on a unary call before it, and on a failed step.
+  for (router::GrpcTargetBackend* b : {&tested, &unary}) {
     int ran = 0;
-    auto ok = b->StepOverlapping(step(910007, 0, Prompt(12, 9), 12), [&] { ++ran; });
+    auto ok = b->StepOverlapping(DecodeStep(seq + 7, 0, Prompt(12, 9), 12), [&] { ++ran; });
     EXPECT_TRUE(ok.ok()) << ok.status();
     EXPECT_EQ(ran, 1);
-    EXPECT_TRUE(b->Release({910007}).ok());
-    auto failed = b->StepOverlapping(step(910008, 0, {1, 999999}, 2), [&] { ++ran; });
+    EXPECT_TRUE(b->Release({seq + 7}).ok());
+    auto failed = b->StepOverlapping(DecodeStep(seq + 8, 0, {1, 999999}, 2), [&] { ++ran; });
     EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument) << failed.status();
     EXPECT_EQ(ran, 2);
   }
@@ -634,27 +647,38 @@ TEST_F(ClusterTest, StepStreamAnswersLikeUnaryStepsAndRecovers) {
   c.target->Signal(SIGSTOP);
   ASSERT_TRUE(WaitStopped(c.target->pid())) << "the target did not stop";
   const auto t0 = std::chrono::steady_clock::now();
-  auto stalled = streamed.Step(step(910005, 0, Prompt(12, 9), 12));
+  auto stalled = tested.Step(DecodeStep(seq + 5, 0, Prompt(12, 9), 12));
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   c.target->Signal(SIGCONT);
   EXPECT_EQ(stalled.status().code(), absl::StatusCode::kDeadlineExceeded) << stalled.status();
   EXPECT_GE(waited, 1.9);
   EXPECT_LT(waited, 10.0);
-  EXPECT_TRUE(streamed.Release({910005}).ok());  // the stopped step may have run after all
-  EXPECT_EQ(generate(streamed, 910006), want);
-  EXPECT_TRUE(streamed.streaming());  // never fell back to unary Steps
+  EXPECT_TRUE(tested.Release({seq + 5}).ok());  // the stopped step may have run after all
+  EXPECT_EQ(DecodeOn(tested, seq + 6), want);
+  EXPECT_TRUE(tested.streaming());  // never fell back to unary Steps
+  EXPECT_EQ(tested.on_step_socket(), step_socket);
 
-  // SIGTERM: the service ends the open streams (the router's and this one) at once instead of
-  // waiting out its 10 s drain grace for them.
+  // SIGTERM: the service ends the open streams and socket connections (the router's and this
+  // one) at once instead of waiting out its 10 s drain grace for them.
   const auto t1 = std::chrono::steady_clock::now();
   c.target->Signal(SIGTERM);
   EXPECT_EQ(c.target->Wait(8), 0);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 5.0);
   c.StartTarget();
   ASSERT_TRUE(c.WaitHealthy(c.target_addr, 30));
-  EXPECT_EQ(generate(streamed, 910007), want);  // a new stream to the new process
+  EXPECT_EQ(DecodeOn(tested, seq + 9), want);  // a new stream or connection to the new process
+  EXPECT_EQ(tested.on_step_socket(), step_socket);
   EXPECT_TRUE(c.WaitHealthy(c.router_addr, 30));
+}
+
+TEST_F(ClusterTest, StepStreamAnswersLikeUnaryStepsAndRecovers) {
+  StepsAnswerLikeUnaryAndRecover(*cluster_, /*step_socket=*/false, 910000);
+}
+
+// The router's default on one host: the target's step socket.
+TEST_F(ClusterTest, StepSocketAnswersLikeUnaryStepsAndRecovers) {
+  StepsAnswerLikeUnaryAndRecover(*cluster_, /*step_socket=*/true, 920000);
 }
 
 // Health tells the truth: the router is NOT_SERVING while its target is down, SERVING again

@@ -45,3 +45,8 @@ if(NOT SPECD_CORE_ONLY)
     SRCS ${PROJECT_SOURCE_DIR}/tests/unit/event_log_test.cc
     DEPS specd_event_log LABELS services)
 endif()
+if(NOT SPECD_CORE_ONLY)
+  specd_test(step_socket_test
+    SRCS ${PROJECT_SOURCE_DIR}/tests/unit/step_socket_test.cc
+    DEPS specd_step_socket LABELS services)
+endif()
