@@ -18,7 +18,7 @@ ROUNDS="${ROUNDS:-3}"
 REQUESTS="${REQUESTS:-16}"
 LOADTEST="$BUILD/loadtest/specd-loadtest"
 [ -x "$LOADTEST" ] || { echo "hop_cost: $LOADTEST missing (build first)" >&2; exit 1; }
-PYTHON="$("$ROOT/scripts/python_env.sh")"
+PYTHON="${PYTHON:-$("$ROOT/scripts/python_env.sh")}"  # stdlib only: any python3 will do
 mkdir -p "$OUT"
 rm -f "$OUT/metrics.txt"
 # shellcheck source=loadtest/cluster_lib.sh

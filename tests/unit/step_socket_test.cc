@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -42,7 +44,13 @@ StepSocketServer::Reply Echo(absl::string_view request) {
 
 TEST(StepSocketTest, AnswersAndErrorsCrossUnchanged) {
   std::atomic<int> after{0};
+  absl::Mutex mu;
+  absl::flat_hash_set<std::thread::id> step_threads;  // the threads that ran steps
   auto server = StepSocketServer::Listen(SocketPath("echo"), 1 << 20, [&](absl::string_view req) {
+    {
+      absl::MutexLock l(&mu);
+      step_threads.insert(std::this_thread::get_id());
+    }
     StepSocketServer::Reply r = Echo(req);
     r.after = [&] { ++after; };
     return r;
@@ -72,6 +80,10 @@ TEST(StepSocketTest, AnswersAndErrorsCrossUnchanged) {
   EXPECT_EQ(resp, "echo:again");
   (*server)->Stop();
   EXPECT_EQ(after.load(), 53) << "the bookkeeping runs after every reply";
+  // No hand-off: every step of the connection ran on one thread, the one that read it.
+  absl::MutexLock l(&mu);
+  EXPECT_EQ(step_threads.size(), 1u);
+  EXPECT_FALSE(step_threads.contains(std::this_thread::get_id()));
 }
 
 TEST(StepSocketTest, MalformedFramesAreRefusedWithWhy) {

@@ -64,6 +64,11 @@ PY
   done
   stop_cluster
 fi
+echo "== the router hop on the GPU machine: unary, StepStream, step socket (at ${SECONDS}s)"
+if [ $SECONDS -lt 380 ]; then
+  PYTHON=python3 SPECD_BUILD=$B THREADS=$(nproc) ROUNDS=1 REQUESTS=8 timeout 120 loadtest/hop_cost.sh /tmp/hop 2>&1 \
+    | grep -v "^run_cluster" | tee "$OUT/hop.txt" | tail -4
+fi
 echo "== compute-sanitizer memcheck: a short speculative run, the distilled draft on the GPU (at ${SECONDS}s)"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$CS" ] && [ $SECONDS -lt 420 ]; then
