@@ -121,6 +121,15 @@ absl::StatusOr<sockaddr_un> Address(const std::string& path) {
 
 }  // namespace
 
+std::string StepSocketPath(const std::string& flag, const std::string& listen, bool tls) {
+  if (flag == "off" || flag.empty()) return "";
+  if (flag != "auto") return flag;
+  if (tls || listen.rfind("unix:", 0) != 0) return "";
+  std::string path = listen.substr(5);
+  if (path.rfind("//", 0) == 0) path = path.substr(2);  // unix:///abs/path
+  return path + ".step";
+}
+
 // ---- StepSocketServer -----------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<StepSocketServer>> StepSocketServer::Listen(

@@ -32,6 +32,11 @@ namespace specd::services {
 
 enum class StepFrame : uint8_t { kRequest = 1, kOk = 2, kError = 3 };
 
+// The step socket a worker serves (empty: none) from its --step-socket flag: "auto" is the
+// unix --listen path + ".step" when the service speaks plaintext (a TLS deployment keeps every
+// step on TLS), "off" or "" none, anything else that path.
+std::string StepSocketPath(const std::string& flag, const std::string& listen, bool tls);
+
 // Serves a handler, one request at a time per connection, each on its connection's thread.
 class StepSocketServer {
  public:

@@ -20,20 +20,6 @@
 
 namespace specd::services {
 
-// The step socket a worker serves (empty: none) from its --step-socket flag: "auto" is the
-// unix --listen path + ".step" when the service speaks plaintext (a TLS deployment keeps every
-// step on TLS), "off" or "" none, anything else that path.
-inline std::string StepSocketPath(const std::string& flag, const std::string& listen,
-                                  const GrpcSettings& grpc) {
-  if (flag == "off" || flag.empty()) return "";
-  if (flag != "auto") return flag;
-  const bool tls = std::string(TransportName(grpc)) != "plaintext";
-  if (tls || listen.rfind("unix:", 0) != 0) return "";
-  std::string path = listen.substr(5);
-  if (path.rfind("//", 0) == 0) path = path.substr(2);  // unix:///abs/path
-  return path + ".step";
-}
-
 template <typename Worker, typename Base, typename StepReq, typename StepResp>
 int WorkerMain(int argc, char** argv, const std::string& component, const std::string& env) {
   BlockTerminationSignals();
@@ -173,7 +159,7 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
     return 1;
   }
   std::unique_ptr<StepSocketServer> step_server;
-  if (const std::string path = StepSocketPath(step_socket, listen, grpc_settings); !path.empty()) {
+  if (const std::string path = StepSocketPath(step_socket, listen, std::string(TransportName(grpc_settings)) != "plaintext"); !path.empty()) {
     auto started = StepSocketServer::Listen(
         path, grpc_settings.max_message_bytes,
         [&service](absl::string_view request) { return service.StepFromBytes(request); });

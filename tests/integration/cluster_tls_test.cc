@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -84,6 +85,10 @@ TEST(ClusterTlsTest, MutualTlsOnEveryHopRefusesStrangers) {
   EXPECT_NE(ReadLog(c.dir + "/draft.log").find(" transport=mtls"), std::string::npos);
   EXPECT_NE(ReadLog(c.dir + "/router.log").find(" transport=tls "), std::string::npos);
   EXPECT_NE(ReadLog(c.dir + "/router.log").find(" upstream_transport=mtls"), std::string::npos);
+  // A service that speaks TLS takes no steps past it: no plaintext step socket.
+  EXPECT_NE(ReadLog(c.dir + "/target.log").find(" step_socket=off"), std::string::npos);
+  EXPECT_NE(ReadLog(c.dir + "/draft.log").find(" step_socket=off"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(c.target_addr.substr(5) + ".step"));
 }
 
 // `specd client health` over TLS: the Helm chart's probe when TLS is on (the kubelet's own

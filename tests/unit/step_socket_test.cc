@@ -182,6 +182,17 @@ TEST(StepSocketTest, StopEndsConnectionsBetweenStepsAndRemovesTheSocket) {
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "the socket file is removed";
 }
 
+TEST(StepSocketTest, AWorkerServesOneBesideAUnixListenInPlaintextOnly) {
+  EXPECT_EQ(StepSocketPath("auto", "unix:/run/specd/target.sock", false),
+            "/run/specd/target.sock.step");
+  EXPECT_EQ(StepSocketPath("auto", "unix:///run/t.sock", false), "/run/t.sock.step");
+  EXPECT_EQ(StepSocketPath("auto", "unix:/run/t.sock", /*tls=*/true), "") << "TLS keeps steps on TLS";
+  EXPECT_EQ(StepSocketPath("auto", "0.0.0.0:50052", false), "") << "another host may be the router";
+  EXPECT_EQ(StepSocketPath("off", "unix:/run/t.sock", false), "");
+  EXPECT_EQ(StepSocketPath("", "unix:/run/t.sock", false), "");
+  EXPECT_EQ(StepSocketPath("/tmp/steps.sock", "0.0.0.0:50052", false), "/tmp/steps.sock");
+}
+
 TEST(StepSocketTest, BadPathsAreNamed) {
   auto too_long = StepSocketServer::Listen("/tmp/" + std::string(200, 'p'), 100, Echo);
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
