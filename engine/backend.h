@@ -154,6 +154,14 @@ class Backend {
   virtual void SwiGlu(const float* gate, const float* up, int64_t T, int64_t F, float* out) = 0;
   // x[i] += y[i], i < n
   virtual void AddInPlace(float* x, const float* y, int64_t n) = 0;
+  // x += y, then out = RmsNorm(x, w): a layer's residual add and the norm after it.
+  // x, y, out: [T, D]; w: [D]. Bitwise AddInPlace then RmsNorm; a device backend runs the
+  // two as one launch.
+  virtual void AddRmsNorm(float* x, const float* y, const float* w, int64_t T, int64_t D,
+                          float eps, float* out) {
+    AddInPlace(x, y, T * D);
+    RmsNorm(x, w, T, D, eps, out);
+  }
   // x: [T, N] += b: [N]
   virtual void AddBias(float* x, const float* b, int64_t T, int64_t N) = 0;
   // table: [vocab, D]; ids: [T] -> out: [T, D]

@@ -305,6 +305,10 @@ class CudaBackend final : public Backend {
   void AddInPlace(float* x, const float* y, int64_t n) override {
     errors_.Note(kc::LaunchAddInPlace(x, y, n, stream_));
   }
+  void AddRmsNorm(float* x, const float* y, const float* w, int64_t T, int64_t D, float eps,
+                  float* out) override {
+    errors_.Note(kc::LaunchAddRmsNorm(x, y, T, D, w, eps, out, stream_));
+  }
   void AddBias(float* x, const float* b, int64_t T, int64_t N) override {
     errors_.Note(kc::LaunchAddBias(x, T, N, b, stream_));
   }

@@ -564,6 +564,11 @@ LlamaModel::StepShape LlamaModel::ShapeStep(const ForwardBatch& batch) const {
 absl::Status LlamaModel::IssueStep(const StepShape& shape, PagedKvCache& kv, float* logits_out,
                                    float* hidden_out) {
   EmbedInputs(shape.tokens);  // x: [T, D]
+  // h: [T, D], the first layer's normed input; each layer leaves the next one's.
+  if (num_layers() > 0) {
+    backend_->RmsNorm(ws_.x.as<float>(), weights_.layers[0].attn_norm, shape.tokens,
+                      config_.embedding_dim, config_.rms_eps, ws_.h.as<float>());
+  }
   absl::Status st;
   for (int32_t l = 0; l < num_layers() && st.ok(); ++l) st = RunLayer(l, shape.tokens, kv);
   if (st.ok()) IssueOutputs(shape, logits_out, hidden_out);
@@ -651,7 +656,7 @@ absl::Status LlamaModel::RunLayer(int32_t l, int64_t T, PagedKvCache& kv) {
   float* attn = ws_.attn.as<float>();
   const int32_t* positions = ws_.positions.as<int32_t>();
 
-  be.RmsNorm(x, w.attn_norm, T, D, eps, h);
+  // h: RmsNorm(x, w.attn_norm), left by the step or the layer before.
   {  // q: [T, Hq, d], k, v: [T, Hkv, d]
     const kernels::WeightMatrix qkv[3] = {w.wq, w.wk, w.wv};
     float* const ys[3] = {q, k, v};
@@ -669,9 +674,7 @@ absl::Status LlamaModel::RunLayer(int32_t l, int64_t T, PagedKvCache& kv) {
   MatMul(w.wo, attn, T, o);  // o: [T, D] (partial sum on this shard)
   absl::Status st = comm_->AllReduceSum(o, T * D);
   if (!st.ok()) return st;
-  be.AddInPlace(x, o, T * D);
-
-  be.RmsNorm(x, w.ffn_norm, T, D, eps, h);
+  be.AddRmsNorm(x, o, w.ffn_norm, T, D, eps, h);  // x += o; h = RmsNorm(x)
   float* gate = ws_.gate.as<float>();
   float* up = ws_.up.as<float>();
   float* act = ws_.act.as<float>();
@@ -684,7 +687,11 @@ absl::Status LlamaModel::RunLayer(int32_t l, int64_t T, PagedKvCache& kv) {
   MatMul(w.w_down, act, T, o);  // [T, D] partial
   st = comm_->AllReduceSum(o, T * D);
   if (!st.ok()) return st;
-  be.AddInPlace(x, o, T * D);
+  if (l + 1 < num_layers()) {  // the residual add and the next layer's input norm, one op
+    be.AddRmsNorm(x, o, weights_.layers[l + 1].attn_norm, T, D, eps, h);
+  } else {
+    be.AddInPlace(x, o, T * D);
+  }
   return absl::OkStatus();
 }
 

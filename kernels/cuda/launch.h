@@ -20,6 +20,10 @@ namespace specd::kernels::cuda {
 // x, out: [T, D]; w: [D]
 absl::Status LaunchRmsNorm(const float* x, int64_t T, int64_t D, const float* w, float eps,
                            float* out, void* stream);
+// x += y, then out = RmsNorm(x): bitwise LaunchAddInPlace then LaunchRmsNorm, one launch.
+// x, y, out: [T, D]; w: [D]
+absl::Status LaunchAddRmsNorm(float* x, const float* y, int64_t T, int64_t D, const float* w,
+                              float eps, float* out, void* stream);
 // x: [T, num_heads, head_dim] in place; inv_freq: [rope_dim / 2] doubles (ref::RopeInvFreq,
 // planned on the host and uploaded once).
 absl::Status LaunchRope(float* x, int64_t T, int32_t num_heads, int32_t head_dim,

@@ -16,6 +16,10 @@ int DeviceCount();
 // copies out [T, D] back. Same math as ref::RmsNorm.
 absl::Status RmsNormHost(const float* x, int64_t T, int64_t D, const float* w, float eps,
                          float* out);
+// The residual add and the norm in one launch: x [T, D] += y, out = RmsNorm(x); x and out are
+// copied back.
+absl::Status AddRmsNormHost(float* x, const float* y, int64_t T, int64_t D, const float* w,
+                            float eps, float* out);
 
 }  // namespace specd::kernels::cuda
 

@@ -51,6 +51,26 @@ bool AllFinite(const std::vector<float>& v) {
   return true;
 }
 
+// A layer's residual add and the next norm in one launch: x and the normed rows bitwise
+// AddInPlace's and RmsNorm's own launches, at widths that leave threads idle or loop.
+TEST(CudaOpsTest, AddRmsNormIsBitwiseItsTwoLaunches) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(31);
+  for (int64_t T : {1, 3, 17}) {
+    for (int64_t D : {1, 15, 256, 576, 4097}) {
+      const std::vector<float> x = Rand(rng, T * D, -4.0f, 4.0f), y = Rand(rng, T * D, -4.0f, 4.0f),
+                               w = Rand(rng, D, -2.0f, 2.0f);
+      std::vector<float> want_x = x, want_out(T * D), got_x = x, got_out(T * D, -1.0f);
+      ASSERT_TRUE(cuda::AddInPlaceHost(want_x.data(), y.data(), T * D).ok());
+      ASSERT_TRUE(cuda::RmsNormHost(want_x.data(), T, D, w.data(), 1e-5f, want_out.data()).ok());
+      ASSERT_TRUE(cuda::AddRmsNormHost(got_x.data(), y.data(), T, D, w.data(), 1e-5f, got_out.data()).ok());
+      ASSERT_TRUE(AllFinite(got_out));
+      EXPECT_EQ(std::memcmp(want_x.data(), got_x.data(), want_x.size() * 4), 0) << "T " << T << " D " << D;
+      EXPECT_EQ(std::memcmp(want_out.data(), got_out.data(), want_out.size() * 4), 0) << "T " << T << " D " << D;
+    }
+  }
+}
+
 TEST(CudaOpsTest, GatherRowsCopiesTheRequestedRows) {
   SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(3);

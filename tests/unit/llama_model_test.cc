@@ -3,6 +3,8 @@
 // (scripts/gen_model_goldens.py).
 #include "engine/llama_model.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -54,8 +56,14 @@ std::unique_ptr<Loaded> Load(const std::string& path, bool reference, int32_t bl
   return l;
 }
 
+// A file of this process's under the test temp dir: ctest runs this binary twice at once
+// (llama_model_test_vnni_emulated), and the two must not write each other's files.
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
+}
+
 std::string TinyModelPath(const std::string& name, testing::TinyModelSpec spec = {}) {
-  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
+  const std::string path = TempPath(name + ".gguf");
   absl::Status st = testing::WriteTinyModel(spec, path);
   EXPECT_TRUE(st.ok()) << st;
   return path;
@@ -437,11 +445,11 @@ TEST(LlamaModelTest, TruncatedHeadScoresOnlyItsTokens) {
   testing::TinyModelSpec full;
   full.tied_output = false;
   full.seed = 21;
-  const std::string full_path = ::testing::TempDir() + "/head_full.gguf";
+  const std::string full_path = TempPath("head_full.gguf");
   ASSERT_TRUE(testing::WriteTinyModel(full, full_path).ok());
   testing::TinyModelSpec cut = full;
   for (int32_t id = 0; id < 300; id += 3) cut.head_token_ids.push_back(id);
-  const std::string cut_path = ::testing::TempDir() + "/head_cut.gguf";
+  const std::string cut_path = TempPath("head_cut.gguf");
   ASSERT_TRUE(testing::WriteTinyModel(cut, cut_path).ok());
   for (bool reference : {true, false}) {
     auto a = Load(full_path, reference);
@@ -472,7 +480,7 @@ TEST(LlamaModelTest, TruncatedHeadScoresOnlyItsTokens) {
   // Ids must be strictly increasing: the error names the tensor.
   testing::TinyModelSpec bad = full;
   bad.head_token_ids = {5, 9, 9};
-  const std::string bad_path = ::testing::TempDir() + "/head_bad.gguf";
+  const std::string bad_path = TempPath("head_bad.gguf");
   ASSERT_TRUE(testing::WriteTinyModel(bad, bad_path).ok());
   auto f = gguf::GgufFile::Open(bad_path);
   ASSERT_TRUE(f.ok());
@@ -488,11 +496,11 @@ TEST(LlamaModelTest, TruncatedHeadScoresOnlyItsTokens) {
 TEST(LlamaModelTest, BorrowedEmbeddingsComeFromTheTarget) {
   testing::TinyModelSpec own;
   own.seed = 23;
-  const std::string own_path = ::testing::TempDir() + "/borrow_own.gguf";
+  const std::string own_path = TempPath("borrow_own.gguf");
   ASSERT_TRUE(testing::WriteTinyModel(own, own_path).ok());
   testing::TinyModelSpec lean = own;
   lean.omit_token_embd = true;
-  const std::string lean_path = ::testing::TempDir() + "/borrow_lean.gguf";
+  const std::string lean_path = TempPath("borrow_lean.gguf");
   ASSERT_TRUE(testing::WriteTinyModel(lean, lean_path).ok());
   auto own_file = gguf::GgufFile::Open(own_path);
   auto lean_file = gguf::GgufFile::Open(lean_path);
@@ -528,7 +536,7 @@ TEST(LlamaModelTest, MissingTensorAndUnknownArchitectureAreClearErrors) {
   {
     gguf::GgufWriter w;
     w.Set("general.architecture", gguf::Value::Str("mamba"));
-    const std::string path = ::testing::TempDir() + "/mamba.gguf";
+    const std::string path = TempPath("mamba.gguf");
     ASSERT_TRUE(w.WriteFile(path).ok());
     auto f = gguf::GgufFile::Open(path);
     ASSERT_TRUE(f.ok());
@@ -551,7 +559,7 @@ TEST(LlamaModelTest, MissingTensorAndUnknownArchitectureAreClearErrors) {
                               std::vector<uint8_t>(t.data, t.data + t.num_bytes))
                       .ok());
     }
-    const std::string path = ::testing::TempDir() + "/missing.gguf";
+    const std::string path = TempPath("missing.gguf");
     ASSERT_TRUE(w.WriteFile(path).ok());
     auto f2 = gguf::GgufFile::Open(path);
     ASSERT_TRUE(f2.ok());
