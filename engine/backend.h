@@ -150,6 +150,13 @@ class Backend {
   // PlanAttention to the next): positions and params keep their contents through a step.
   virtual void Rope(float* x, int64_t T, int64_t H, int64_t head_dim, const int32_t* positions,
                     const kernels::RopeParams& params) = 0;
+  // A layer's q: [T, Hq, head_dim] and k: [T, Hk, head_dim] at the same positions: bitwise
+  // Rope(q) then Rope(k); a device backend rotates both in one launch.
+  virtual void RopeQK(float* q, int64_t Hq, float* k, int64_t Hk, int64_t T, int64_t head_dim,
+                      const int32_t* positions, const kernels::RopeParams& params) {
+    Rope(q, T, Hq, head_dim, positions, params);
+    Rope(k, T, Hk, head_dim, positions, params);
+  }
   // gate, up, out: [T, F]
   virtual void SwiGlu(const float* gate, const float* up, int64_t T, int64_t F, float* out) = 0;
   // x[i] += y[i], i < n

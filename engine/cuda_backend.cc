@@ -299,6 +299,17 @@ class CudaBackend final : public Backend {
     }
     errors_.Note(st);
   }
+  void RopeQK(float* q, int64_t Hq, float* k, int64_t Hk, int64_t T, int64_t head_dim, const int32_t* positions,
+              const kernels::RopeParams& params) override {
+    absl::StatusOr<const double*> inv_freq = PlanRope(params);
+    absl::Status st = inv_freq.status();
+    if (st.ok()) {
+      st = kc::LaunchRopeQK(q, static_cast<int32_t>(Hq), k, static_cast<int32_t>(Hk), T,
+                            static_cast<int32_t>(head_dim), params.rope_dim,
+                            params.layout == kernels::RopeLayout::kNeox, positions, *inv_freq, stream_);
+    }
+    errors_.Note(st);
+  }
   void SwiGlu(const float* gate, const float* up, int64_t T, int64_t F, float* out) override {
     errors_.Note(kc::LaunchSwiGlu(gate, up, T * F, out, stream_));
   }

@@ -667,8 +667,7 @@ absl::Status LlamaModel::RunLayer(int32_t l, int64_t T, PagedKvCache& kv) {
     be.AddBias(k, w.bk, T, Hkv * d);
     be.AddBias(v, w.bv, T, Hkv * d);
   }
-  be.Rope(q, T, Hq, d, positions, config_.rope);
-  be.Rope(k, T, Hkv, d, positions, config_.rope);
+  be.RopeQK(q, Hq, k, Hkv, T, d, positions, config_.rope);
   be.WriteKv(k, v, ws_.slots.as<int64_t>(), T, layer);
   be.PagedAttention(q, Hq, layer, scale, attn);  // attn: [T, Hq, d]
   MatMul(w.wo, attn, T, o);  // o: [T, D] (partial sum on this shard)

@@ -18,16 +18,20 @@ namespace {
 
 using gguf::GgmlType;
 
-// x: [T, H, head_dim]; inv_freq: [rope_dim / 2] (double, from the host). One thread per
-// (token, head, pair).
-__global__ void RopeKernel(float* x, int64_t T, int32_t H, int32_t head_dim, int32_t half,
-                           bool neox, const int32_t* positions, const double* inv_freq) {
+// Two tensors at the same positions (a layer's q and k) in one launch; x1 may be absent (H1 0).
+// x0: [T, H0, head_dim], x1: [T, H1, head_dim]; inv_freq: [rope_dim / 2] (double, from the
+// host). One thread per (token, head of either, pair): each pair's arithmetic is the same
+// whichever tensor it is in and whatever else the launch carries.
+__global__ void RopeKernel(float* x0, int32_t H0, float* x1, int32_t H1, int64_t T, int32_t head_dim,
+                           int32_t half, bool neox, const int32_t* positions, const double* inv_freq) {
+  const int32_t H = H0 + H1;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= T * H * half) return;
   const int32_t i = static_cast<int32_t>(idx % half);
   const int64_t th = idx / half;
   const int64_t t = th / H;
-  float* v = x + th * head_dim;
+  const int32_t h = static_cast<int32_t>(th % H);
+  float* v = h < H0 ? x0 + (t * H0 + h) * head_dim : x1 + (t * H1 + (h - H0)) * head_dim;
   const double angle = static_cast<double>(positions[t]) * inv_freq[i];
   const float c = static_cast<float>(cos(angle));
   const float s = static_cast<float>(sin(angle));
@@ -163,11 +167,17 @@ cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 absl::Status LaunchRope(float* x, int64_t T, int32_t num_heads, int32_t head_dim, int32_t rope_dim, bool neox,
                         const int32_t* positions, const double* inv_freq, void* stream) {
+  return LaunchRopeQK(x, num_heads, nullptr, 0, T, head_dim, rope_dim, neox, positions, inv_freq, stream);
+}
+
+absl::Status LaunchRopeQK(float* q, int32_t q_heads, float* k, int32_t k_heads, int64_t T, int32_t head_dim,
+                          int32_t rope_dim, bool neox, const int32_t* positions, const double* inv_freq,
+                          void* stream) {
   const int32_t half = rope_dim / 2;
-  const int64_t work = T * num_heads * half;
+  const int64_t work = T * (q_heads + k_heads) * half;
   if (work == 0) return absl::OkStatus();
-  RopeKernel<<<BlocksFor(work, kThreads), kThreads, 0, Stream(stream)>>>(x, T, num_heads, head_dim, half, neox,
-                                                                         positions, inv_freq);
+  RopeKernel<<<BlocksFor(work, kThreads), kThreads, 0, Stream(stream)>>>(q, q_heads, k, k_heads, T, head_dim, half,
+                                                                         neox, positions, inv_freq);
   return CudaCheck(cudaGetLastError(), "RopeKernel");
 }
 
@@ -240,6 +250,30 @@ absl::Status RopeHost(float* x, int64_t T, int32_t num_heads, int32_t head_dim, 
   if (st.ok()) st.Update(LaunchStatus("RopeKernel"));
   if (!st.ok()) return st;
   return dx.Download(x, n);
+}
+
+absl::Status RopeQKHost(float* q, int32_t q_heads, float* k, int32_t k_heads, int64_t T, int32_t head_dim,
+                        const int32_t* positions, const RopeParams& p) {
+  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > head_dim) {
+    return absl::InvalidArgumentError("RopeQKHost: rope_dim must be even and at most head_dim");
+  }
+  std::vector<double> inv_freq(p.rope_dim / 2);
+  ref::RopeInvFreq(p, inv_freq.data());
+  const size_t nq = static_cast<size_t>(T) * q_heads * head_dim, nk = static_cast<size_t>(T) * k_heads * head_dim;
+  DeviceArray<float> dq, dk;
+  DeviceArray<int32_t> dpos;
+  DeviceArray<double> dfreq;
+  absl::Status st = dq.Upload(q, nq);
+  if (st.ok()) st.Update(dk.Upload(k, nk));
+  if (st.ok()) st.Update(dpos.Upload(positions, static_cast<size_t>(T)));
+  if (st.ok()) st.Update(dfreq.Upload(inv_freq.data(), inv_freq.size()));
+  if (!st.ok()) return st;
+  st.Update(LaunchRopeQK(dq.get(), q_heads, dk.get(), k_heads, T, head_dim, p.rope_dim,
+                         p.layout == RopeLayout::kNeox, dpos.get(), dfreq.get(), nullptr));
+  if (st.ok()) st.Update(LaunchStatus("RopeKernel"));
+  if (st.ok()) st.Update(dq.Download(q, nq));
+  if (st.ok()) st.Update(dk.Download(k, nk));
+  return st;
 }
 
 absl::Status SwiGluHost(const float* gate, const float* up, int64_t T, int64_t F, float* out) {

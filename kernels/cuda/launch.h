@@ -29,6 +29,11 @@ absl::Status LaunchAddRmsNorm(float* x, const float* y, int64_t T, int64_t D, co
 absl::Status LaunchRope(float* x, int64_t T, int32_t num_heads, int32_t head_dim,
                         int32_t rope_dim, bool neox, const int32_t* positions,
                         const double* inv_freq, void* stream);
+// q: [T, q_heads, head_dim] and k: [T, k_heads, head_dim] at the same positions, one launch:
+// each bitwise its own LaunchRope.
+absl::Status LaunchRopeQK(float* q, int32_t q_heads, float* k, int32_t k_heads, int64_t T,
+                          int32_t head_dim, int32_t rope_dim, bool neox,
+                          const int32_t* positions, const double* inv_freq, void* stream);
 absl::Status LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
                           void* stream);
 absl::Status LaunchAddInPlace(float* x, const float* y, int64_t n, void* stream);

@@ -34,6 +34,9 @@ absl::Status MatMulSharedHost(const WeightMatrix* ws, int n, const float* x, int
 // host, in double as the reference), cos and sin in double on the device.
 absl::Status RopeHost(float* x, int64_t T, int32_t num_heads, int32_t head_dim,
                       const int32_t* positions, const RopeParams& p);
+// q: [T, q_heads, head_dim] and k: [T, k_heads, head_dim] in one launch, both in place.
+absl::Status RopeQKHost(float* q, int32_t q_heads, float* k, int32_t k_heads, int64_t T,
+                        int32_t head_dim, const int32_t* positions, const RopeParams& p);
 
 // out = silu(gate) * up.  gate, up, out: [T, F].
 absl::Status SwiGluHost(const float* gate, const float* up, int64_t T, int64_t F, float* out);

@@ -71,6 +71,33 @@ TEST(CudaOpsTest, AddRmsNormIsBitwiseItsTwoLaunches) {
   }
 }
 
+// q and k rotated in one launch: each bitwise its own launch, with head counts and rope widths
+// that leave a block's threads idle, both layouts, partial rotary dims.
+TEST(CudaOpsTest, RopeOfQAndKInOneLaunchIsBitwiseTheirOwnLaunches) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(41);
+  for (RopeLayout layout : {RopeLayout::kNormal, RopeLayout::kNeox}) {
+    for (int32_t rope_dim : {64, 32}) {
+      RopeParams p{};
+      p.rope_dim = rope_dim;
+      p.freq_base = 10000.0f;
+      p.layout = layout;
+      for (int64_t T : {1, 7, 33}) {
+        const int32_t Hq = 9, Hk = 3, d = 64;
+        std::vector<int32_t> pos(T);
+        for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>((t * 977) % 8192);
+        const std::vector<float> q = Rand(rng, T * Hq * d, -3.0f, 3.0f), k = Rand(rng, T * Hk * d, -3.0f, 3.0f);
+        std::vector<float> want_q = q, want_k = k, got_q = q, got_k = k;
+        ASSERT_TRUE(cuda::RopeHost(want_q.data(), T, Hq, d, pos.data(), p).ok());
+        ASSERT_TRUE(cuda::RopeHost(want_k.data(), T, Hk, d, pos.data(), p).ok());
+        ASSERT_TRUE(cuda::RopeQKHost(got_q.data(), Hq, got_k.data(), Hk, T, d, pos.data(), p).ok());
+        EXPECT_EQ(std::memcmp(want_q.data(), got_q.data(), want_q.size() * 4), 0) << "T " << T << " rope " << rope_dim;
+        EXPECT_EQ(std::memcmp(want_k.data(), got_k.data(), want_k.size() * 4), 0) << "T " << T << " rope " << rope_dim;
+      }
+    }
+  }
+}
+
 TEST(CudaOpsTest, GatherRowsCopiesTheRequestedRows) {
   SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(3);
