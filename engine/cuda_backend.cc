@@ -278,8 +278,7 @@ class CudaBackend final : public Backend {
       return;
     }
     absl::Status st = scratch_.Reserve(memory_, static_cast<size_t>(kc::MatMulScratchBytes(T, ws[0].cols)), &capture_);
-    if (st.ok()) st = kc::LaunchQuantizeAct(x, T, ws[0].cols, scratch_.as<void>(), stream_);
-    if (st.ok()) st = kc::LaunchMatMulsOnBlocks(ws, n, scratch_.as<void>(), T, ys, stream_, matmul_kernel_);
+    if (st.ok()) st = kc::LaunchMatMuls(ws, n, x, T, ys, scratch_.as<void>(), stream_, matmul_kernel_);
     errors_.Note(st);
   }
   void MatMulExact(const kernels::WeightMatrix& w, const float* x, int64_t T, float* y) override {

@@ -51,6 +51,11 @@ absl::Status LaunchWriteKv(const float* k, const float* v, int64_t T, const int6
 // decode and verification), or one thread per (row, token) with the reference's exact steps
 // (bitwise ref::MatMul; slow). Both batch invariant.
 enum class CudaMatMulKernel { kWarpPerRow, kReference };
+// Where a quantized product's int8 activation blocks are made: kAuto, inside the warp kernel's
+// own thread blocks (shared memory, one launch) when T's blocks fit 32 KiB, else by a launch of
+// their own before it; kSeparateLaunch always the latter. The same blocks either way, so the
+// same bits.
+enum class ActQuant { kAuto, kSeparateLaunch };
 
 // Bytes of activation blocks MatMul needs for T tokens of `cols` inputs (quantized weights).
 int64_t MatMulScratchBytes(int64_t T, int64_t cols);
@@ -58,7 +63,8 @@ int64_t MatMulScratchBytes(int64_t T, int64_t cols);
 // ref::MatMul). scratch: MatMulScratchBytes(T, w.cols) bytes of device memory.
 absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y,
                           void* scratch, void* stream,
-                          CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow);
+                          CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow,
+                          ActQuant act = ActQuant::kAuto);
 
 // MatMul's two steps, for several products of one input (q, k, v; gate, up): x's int8
 // activation blocks once (scratch: MatMulScratchBytes(T, cols)), then each quantized weight's
@@ -73,6 +79,13 @@ absl::Status LaunchMatMulOnBlocks(const WeightMatrix& w, const void* act_blocks,
 absl::Status LaunchMatMulsOnBlocks(const WeightMatrix* ws, int n, const void* act_blocks, int64_t T,
                                    float* const* ys, void* stream,
                                    CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow);
+// n products of one float input x: [T, ws[0].cols] (all quantized, one type and width): one
+// launch of the warp kernel that also quantizes x (ActQuant::kAuto, T's blocks fitting), else
+// LaunchQuantizeAct into scratch then LaunchMatMulsOnBlocks.
+absl::Status LaunchMatMuls(const WeightMatrix* ws, int n, const float* x, int64_t T, float* const* ys,
+                           void* scratch, void* stream,
+                           CudaMatMulKernel kernel = CudaMatMulKernel::kWarpPerRow,
+                           ActQuant act = ActQuant::kAuto);
 
 // One step's attention plan in device memory (PlanCudaAttention's items and merges, every
 // token's block table flattened), used by every layer of the step.

@@ -212,15 +212,59 @@ struct SharedMatMuls {
   int64_t first_block[kMax + 1];
 };
 
-__global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpSharedKernel(GgmlType type, SharedMatMuls m,
-                                                                              int64_t nb, const ActBlockQ8* act,
-                                                                              int64_t T) {
+// This thread block's rows of the matrices in m: matrix i owns blocks [first_block[i], ...).
+__device__ __forceinline__ void SharedMatMulsRows(GgmlType type, const SharedMatMuls& m, int64_t nb,
+                                                  const ActBlockQ8* act, int64_t T) {
   const int64_t block = blockIdx.x;
   int i = 0;
   while (i + 1 < m.n && block >= m.first_block[i + 1]) ++i;
   const int64_t n = (block - m.first_block[i]) * kWarpRows + (threadIdx.x >> 5);
   if (n >= m.rows[i]) return;  // the whole warp
   QuantRowWarp(type, m.w[i], m.row_bytes[i], m.rows[i], n, nb, act, T, m.y[i], threadIdx.x & 31);
+}
+
+__global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpSharedKernel(GgmlType type, SharedMatMuls m,
+                                                                              int64_t nb, const ActBlockQ8* act,
+                                                                              int64_t T) {
+  SharedMatMulsRows(type, m, nb, act, T);
+}
+
+// ---- Activations quantized by each thread block itself (decode and verification steps):
+// every block turns x's T x nb activation blocks into shared memory with QuantizeActRow, as
+// QuantizeActKernel would into global memory, then runs the same warp code on them. The same
+// bits, and one launch per product instead of two (the H200 step is launch-bound). Used when
+// the blocks fit kFusedActBytes of shared memory.
+constexpr int64_t kFusedActBytes = 32 * 1024;
+
+extern __shared__ __align__(16) unsigned char fused_act_smem[];
+
+__device__ __forceinline__ const ActBlockQ8* QuantizeActIntoShared(const float* x, int64_t blocks) {
+  ActBlockQ8* act = reinterpret_cast<ActBlockQ8*>(fused_act_smem);
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+    QuantizeActRow(x + b * kActBlockSize, kActBlockSize, act + b);
+  }
+  __syncthreads();  // before any warp returns: every thread takes part above
+  return act;
+}
+
+__global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpFusedKernel(GgmlType type, const uint8_t* w,
+                                                                             uint64_t row_bytes, int64_t rows,
+                                                                             int64_t nb, const float* x, int64_t T,
+                                                                             float* y) {
+  const ActBlockQ8* act = QuantizeActIntoShared(x, T * nb);
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
+  if (n >= rows) return;
+  QuantRowWarp(type, w, row_bytes, rows, n, nb, act, T, y, threadIdx.x & 31);
+}
+
+__global__ void __launch_bounds__(kWarpRows * 32) MatMulQuantWarpSharedFusedKernel(GgmlType type, SharedMatMuls m,
+                                                                                   int64_t nb, const float* x,
+                                                                                   int64_t T) {
+  SharedMatMulsRows(type, m, nb, QuantizeActIntoShared(x, T * nb), T);
+}
+
+bool FusesActQuant(int64_t T, int64_t nb) {
+  return T * nb * static_cast<int64_t>(sizeof(ActBlockQ8)) <= kFusedActBytes;
 }
 
 __global__ void __launch_bounds__(kWarpRows * 32) MatMulFloatWarpKernel(GgmlType type, const uint8_t* w,
@@ -297,27 +341,38 @@ absl::Status LaunchMatMulOnBlocks(const WeightMatrix& w, const void* act_blocks,
   return CudaCheck(cudaGetLastError(), "MatMulQuantKernel");
 }
 
-absl::Status LaunchMatMulsOnBlocks(const WeightMatrix* ws, int n, const void* act_blocks, int64_t T,
-                                   float* const* ys, void* stream, CudaMatMulKernel kernel) {
+namespace {
+
+// The one-launch plan of n quantized weights of one type and width (the warp kernel); false
+// when they cannot share a launch.
+bool PlanSharedMatMuls(const WeightMatrix* ws, int n, float* const* ys, CudaMatMulKernel kernel, SharedMatMuls* m) {
   bool one_launch = kernel == CudaMatMulKernel::kWarpPerRow && n >= 1 && n <= SharedMatMuls::kMax;
   for (int i = 0; i < n && one_launch; ++i) {
     one_launch = IsQuantizedType(ws[i].type) && ws[i].type == ws[0].type && ws[i].cols == ws[0].cols;
   }
-  if (!one_launch || ws[0].cols % kActBlockSize != 0) {
+  if (!one_launch || ws[0].cols % kActBlockSize != 0) return false;
+  m->n = n;
+  m->first_block[0] = 0;
+  for (int i = 0; i < n; ++i) {
+    m->w[i] = ws[i].data;
+    m->row_bytes[i] = ws[i].row_bytes;
+    m->rows[i] = ws[i].rows;
+    m->y[i] = ys[i];
+    m->first_block[i + 1] = m->first_block[i] + (ws[i].rows + kWarpRows - 1) / kWarpRows;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status LaunchMatMulsOnBlocks(const WeightMatrix* ws, int n, const void* act_blocks, int64_t T,
+                                   float* const* ys, void* stream, CudaMatMulKernel kernel) {
+  SharedMatMuls m;
+  if (!PlanSharedMatMuls(ws, n, ys, kernel, &m)) {
     for (int i = 0; i < n; ++i) {
       if (absl::Status st = LaunchMatMulOnBlocks(ws[i], act_blocks, T, ys[i], stream, kernel); !st.ok()) return st;
     }
     return absl::OkStatus();
-  }
-  SharedMatMuls m;
-  m.n = n;
-  m.first_block[0] = 0;
-  for (int i = 0; i < n; ++i) {
-    m.w[i] = ws[i].data;
-    m.row_bytes[i] = ws[i].row_bytes;
-    m.rows[i] = ws[i].rows;
-    m.y[i] = ys[i];
-    m.first_block[i + 1] = m.first_block[i] + (ws[i].rows + kWarpRows - 1) / kWarpRows;
   }
   if (T == 0 || m.first_block[n] == 0) return absl::OkStatus();
   MatMulQuantWarpSharedKernel<<<static_cast<unsigned>(m.first_block[n]), kWarpRows * 32, 0,
@@ -326,12 +381,39 @@ absl::Status LaunchMatMulsOnBlocks(const WeightMatrix* ws, int n, const void* ac
   return CudaCheck(cudaGetLastError(), "MatMulQuantWarpSharedKernel");
 }
 
+absl::Status LaunchMatMuls(const WeightMatrix* ws, int n, const float* x, int64_t T, float* const* ys, void* scratch,
+                           void* stream, CudaMatMulKernel kernel, ActQuant act) {
+  SharedMatMuls m;
+  const bool planned = PlanSharedMatMuls(ws, n, ys, kernel, &m);
+  const int64_t nb = ws[0].cols / kActBlockSize;
+  if (planned && act == ActQuant::kAuto && FusesActQuant(T, nb)) {
+    if (T == 0 || m.first_block[n] == 0) return absl::OkStatus();
+    MatMulQuantWarpSharedFusedKernel<<<static_cast<unsigned>(m.first_block[n]), kWarpRows * 32,
+                                       static_cast<size_t>(T * nb) * sizeof(ActBlockQ8),
+                                       static_cast<cudaStream_t>(stream)>>>(ws[0].type, m, nb, x, T);
+    return CudaCheck(cudaGetLastError(), "MatMulQuantWarpSharedFusedKernel");
+  }
+  absl::Status st = LaunchQuantizeAct(x, T, ws[0].cols, scratch, stream);
+  if (!st.ok()) return st;
+  return LaunchMatMulsOnBlocks(ws, n, scratch, T, ys, stream, kernel);
+}
+
 absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, float* y, void* scratch, void* stream,
-                          CudaMatMulKernel kernel) {
+                          CudaMatMulKernel kernel, ActQuant act) {
   if (!IsFloatType(w.type) && !IsQuantizedType(w.type)) {
     return absl::UnimplementedError("MatMul: weight type not supported on CUDA yet");
   }
   if (IsQuantizedType(w.type)) {
+    const int64_t nb = w.cols / kActBlockSize;
+    if (kernel == CudaMatMulKernel::kWarpPerRow && act == ActQuant::kAuto && w.cols % kActBlockSize == 0 &&
+        FusesActQuant(T, nb)) {
+      if (T * w.rows == 0) return absl::OkStatus();
+      MatMulQuantWarpFusedKernel<<<BlocksFor(w.rows, kWarpRows), kWarpRows * 32,
+                                   static_cast<size_t>(T * nb) * sizeof(ActBlockQ8),
+                                   static_cast<cudaStream_t>(stream)>>>(w.type, w.data, w.row_bytes, w.rows, nb, x,
+                                                                        T, y);
+      return CudaCheck(cudaGetLastError(), "MatMulQuantWarpFusedKernel");
+    }
     absl::Status st = LaunchQuantizeAct(x, T, w.cols, scratch, stream);
     if (!st.ok()) return st;
     return LaunchMatMulOnBlocks(w, scratch, T, y, stream, kernel);
@@ -348,7 +430,8 @@ absl::Status LaunchMatMul(const WeightMatrix& w, const float* x, int64_t T, floa
   return CudaCheck(cudaGetLastError(), "MatMulFloatKernel");
 }
 
-absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y, CudaMatMulKernel kernel) {
+absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y, CudaMatMulKernel kernel,
+                        ActQuant act) {
   const int64_t K = w.cols;
   DeviceArray<uint8_t> dw, dact;
   DeviceArray<float> dx, dy;
@@ -359,13 +442,14 @@ absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float*
   if (!st.ok()) return st;
   WeightMatrix on_device = w;
   on_device.data = dw.get();
-  st.Update(LaunchMatMul(on_device, dx.get(), T, dy.get(), dact.get(), nullptr, kernel));
+  st.Update(LaunchMatMul(on_device, dx.get(), T, dy.get(), dact.get(), nullptr, kernel, act));
   if (st.ok()) st.Update(LaunchStatus("MatMul"));
   if (!st.ok()) return st;
   return dy.Download(y, static_cast<size_t>(T * w.rows));
 }
 
-absl::Status MatMulSharedHost(const WeightMatrix* ws, int n, const float* x, int64_t T, float* const* ys) {
+absl::Status MatMulSharedHost(const WeightMatrix* ws, int n, const float* x, int64_t T, float* const* ys,
+                              ActQuant act) {
   if (n < 1 || n > 4) return absl::InvalidArgumentError("MatMulSharedHost: 1 to 4 weights");
   const int64_t K = ws[0].cols;
   std::vector<DeviceArray<uint8_t>> dw(static_cast<size_t>(n));
@@ -383,8 +467,10 @@ absl::Status MatMulSharedHost(const WeightMatrix* ws, int n, const float* x, int
     on_device[i].data = dw[i].get();
     outs[i] = dy[i].get();
   }
-  if (st.ok()) st.Update(LaunchQuantizeAct(dx.get(), T, K, dact.get(), nullptr));
-  if (st.ok()) st.Update(LaunchMatMulsOnBlocks(on_device.data(), n, dact.get(), T, outs.data(), nullptr));
+  if (st.ok()) {
+    st.Update(LaunchMatMuls(on_device.data(), n, dx.get(), T, outs.data(), dact.get(), nullptr,
+                            CudaMatMulKernel::kWarpPerRow, act));
+  }
   if (st.ok()) st.Update(LaunchStatus("MatMulShared"));
   for (int i = 0; i < n && st.ok(); ++i) st.Update(dy[i].Download(ys[i], static_cast<size_t>(T * ws[i].rows)));
   return st;

@@ -23,12 +23,15 @@ namespace specd::kernels::cuda {
 // types: Unimplemented. kReference: ref::MatMul's exact arithmetic, so bitwise its result;
 // kWarpPerRow: the forward's kernel (launch.h), within rounding of it and batch invariant.
 absl::Status MatMulHost(const WeightMatrix& w, const float* x, int64_t T, float* y,
-                        CudaMatMulKernel kernel = CudaMatMulKernel::kReference);
+                        CudaMatMulKernel kernel = CudaMatMulKernel::kReference,
+                        ActQuant act = ActQuant::kAuto);
 
 // The forward's q/k/v (gate/up) products of one input x ([T, ws[0].cols]) in one launch of
 // the warp kernel (LaunchMatMulsOnBlocks), n in 1..4 quantized weights of one type and width:
-// ys[i]: [T, ws[i].rows], bitwise MatMulHost(ws[i], x, T, ys[i], kWarpPerRow).
-absl::Status MatMulSharedHost(const WeightMatrix* ws, int n, const float* x, int64_t T, float* const* ys);
+// ys[i]: [T, ws[i].rows], bitwise MatMulHost(ws[i], x, T, ys[i], kWarpPerRow). act: where x's
+// activation blocks are made (launch.h).
+absl::Status MatMulSharedHost(const WeightMatrix* ws, int n, const float* x, int64_t T, float* const* ys,
+                              ActQuant act = ActQuant::kAuto);
 
 // x: [T, num_heads, head_dim], in place. The angles come from ref::RopeInvFreq (planned on the
 // host, in double as the reference), cos and sin in double on the device.

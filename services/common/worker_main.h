@@ -152,14 +152,10 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
   }
   WorkerService<Worker, Base, StepReq, StepResp> service(
       component, std::move(worker), &metrics);
-  int port = 0;
-  auto server = StartServer(listen, {&service}, grpc_settings, &port);
-  if (!server.ok()) {
-    std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), server.status().ToString().c_str());
-    return 1;
-  }
+  // The step socket before gRPC: a router's first GetInfo already finds it.
   std::unique_ptr<StepSocketServer> step_server;
-  if (const std::string path = StepSocketPath(step_socket, listen, std::string(TransportName(grpc_settings)) != "plaintext"); !path.empty()) {
+  const bool tls = std::string(TransportName(grpc_settings)) != "plaintext";
+  if (const std::string path = StepSocketPath(step_socket, listen, tls); !path.empty()) {
     auto started = StepSocketServer::Listen(
         path, grpc_settings.max_message_bytes,
         [&service](absl::string_view request) { return service.StepFromBytes(request); });
@@ -170,6 +166,12 @@ int WorkerMain(int argc, char** argv, const std::string& component, const std::s
       LogEvent(LogLevel::kWarn, "step_socket_unavailable",
                {{"reason", started.status().ToString()}});
     }
+  }
+  int port = 0;
+  auto server = StartServer(listen, {&service}, grpc_settings, &port);
+  if (!server.ok()) {
+    std::fprintf(stderr, "specd-%s: %s\n", component.c_str(), server.status().ToString().c_str());
+    return 1;
   }
   LogEvent(LogLevel::kInfo, "serving",
            {{"model", mo.model_path},

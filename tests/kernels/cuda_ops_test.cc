@@ -322,6 +322,52 @@ TEST(CudaOpsTest, SharedMatMulsInOneLaunchAreBitwiseTheirOwnLaunches) {
   }
 }
 
+// The warp kernels that quantize x themselves (decode and verification steps: one launch per
+// product) against the activation blocks of a launch of their own: bitwise, single and shared
+// (q/k/v) products, T up to and past what fits their shared memory, widths whose block count
+// leaves threads idle.
+TEST(CudaOpsTest, ActivationsQuantizedInTheMatMulAreBitwiseTheirOwnLaunch) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(51);
+  for (TypeInfo ty : kCudaTypes) {
+    if (ty.type != gguf::GgmlType::kQ8_0 && ty.type != gguf::GgmlType::kQ4_0 && ty.type != gguf::GgmlType::kQ4_1) {
+      continue;
+    }
+    for (int64_t cols : {32, 576, 1536}) {
+      const std::vector<int64_t> rows = {193, 64, 5};
+      std::vector<std::vector<uint8_t>> data(rows.size());
+      std::vector<WeightMatrix> ws;
+      for (size_t i = 0; i < rows.size(); ++i) ws.push_back(MakeMatrix(rng, ty, rows[i], cols, &data[i]));
+      // 1536 columns: 48 blocks a token, 40 bytes each; 17 tokens pass the 32 KiB of shared memory.
+      for (int64_t T : {1, 5, 8, 17}) {
+        const std::vector<float> x = Rand(rng, T * cols, -2.0f, 2.0f);
+        std::vector<float> fused(T * rows[0]), separate(T * rows[0], -1.0f);
+        ASSERT_TRUE(cuda::MatMulHost(ws[0], x.data(), T, fused.data(), cuda::CudaMatMulKernel::kWarpPerRow).ok());
+        ASSERT_TRUE(cuda::MatMulHost(ws[0], x.data(), T, separate.data(), cuda::CudaMatMulKernel::kWarpPerRow,
+                                     cuda::ActQuant::kSeparateLaunch)
+                        .ok());
+        ASSERT_TRUE(AllFinite(fused));
+        EXPECT_EQ(std::memcmp(fused.data(), separate.data(), fused.size() * 4), 0)
+            << static_cast<int>(ty.type) << " cols " << cols << " T " << T;
+        std::vector<std::vector<float>> a(rows.size()), b(rows.size());
+        std::vector<float*> ya, yb;
+        for (size_t i = 0; i < rows.size(); ++i) {
+          a[i].assign(T * rows[i], -1.0f);
+          b[i].assign(T * rows[i], -2.0f);
+          ya.push_back(a[i].data());
+          yb.push_back(b[i].data());
+        }
+        ASSERT_TRUE(cuda::MatMulSharedHost(ws.data(), 3, x.data(), T, ya.data()).ok());
+        ASSERT_TRUE(cuda::MatMulSharedHost(ws.data(), 3, x.data(), T, yb.data(), cuda::ActQuant::kSeparateLaunch).ok());
+        for (size_t i = 0; i < rows.size(); ++i) {
+          EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4), 0)
+              << static_cast<int>(ty.type) << " cols " << cols << " T " << T << " matrix " << i;
+        }
+      }
+    }
+  }
+}
+
 constexpr KvDtype kAllKv[] = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kF32, KvDtype::kInt8};
 
 TEST(CudaOpsTest, WriteKvIsBitwiseTheReference) {
