@@ -173,7 +173,9 @@ void StepSocketServer::Stop() {
   std::vector<std::thread> connections;
   {
     absl::MutexLock l(&mu_);
-    connections.swap(connections_);
+    for (auto& [id, t] : connections_) connections.push_back(std::move(t));
+    connections_.clear();
+    ended_.clear();
   }
   for (std::thread& t : connections) t.join();
   close(listen_fd_);
@@ -184,26 +186,44 @@ void StepSocketServer::AcceptLoop() {
   for (;;) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     const int accept_errno = errno;
+    std::vector<std::thread> ended;  // threads of closed connections, joined outside the lock
     {
       absl::MutexLock l(&mu_);
       if (stopping_) {
         if (fd >= 0) close(fd);
         return;
       }
+      ReapLocked(ended);
       if (fd >= 0) {
         // An answer blocked on a router that stopped reading cannot hold Stop() forever.
         timeval tv{30, 0};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         open_.insert(fd);
-        connections_.emplace_back([this, fd] { Serve(fd); });
-        continue;
+        std::thread t([this, fd] { Serve(fd); });
+        connections_.emplace(t.get_id(), std::move(t));
       }
     }
+    for (std::thread& t : ended) t.join();
     // E.g. out of descriptors for a moment: try again shortly.
-    if (accept_errno != EINTR && accept_errno != ECONNABORTED) {
+    if (fd < 0 && accept_errno != EINTR && accept_errno != ECONNABORTED) {
       absl::SleepFor(absl::Milliseconds(10));
     }
   }
+}
+
+void StepSocketServer::ReapLocked(std::vector<std::thread>& out) {
+  for (const std::thread::id& id : ended_) {
+    auto it = connections_.find(id);
+    if (it == connections_.end()) continue;
+    out.push_back(std::move(it->second));
+    connections_.erase(it);
+  }
+  ended_.clear();
+}
+
+int64_t StepSocketServer::threads_held() {
+  absl::MutexLock l(&mu_);
+  return static_cast<int64_t>(connections_.size());
 }
 
 void StepSocketServer::Serve(int fd) {
@@ -234,6 +254,7 @@ void StepSocketServer::Serve(int fd) {
   absl::MutexLock l(&mu_);
   open_.erase(fd);  // before close: Stop() must never shut down a reused descriptor
   close(fd);
+  ended_.push_back(std::this_thread::get_id());  // the next accept joins this thread
 }
 
 // ---- StepSocketClient -----------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -58,11 +59,16 @@ class StepSocketServer {
   // all have ended. The socket file is removed.
   void Stop();
   const std::string& path() const { return path_; }
+  // Connection threads not yet joined (open connections, and closed ones until the next
+  // accept joins them): a router that reconnects often does not pile them up.
+  int64_t threads_held();
 
  private:
   StepSocketServer(std::string path, int listen_fd, int64_t max_frame_bytes, Handler handler);
   void AcceptLoop();
   void Serve(int fd);
+  // Moves the threads of connections that have ended into `out` (to be joined unlocked).
+  void ReapLocked(std::vector<std::thread>& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const int listen_fd_;
@@ -72,7 +78,8 @@ class StepSocketServer {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<int> open_ ABSL_GUARDED_BY(mu_);  // connections' fds, until they close
-  std::vector<std::thread> connections_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::thread::id, std::thread> connections_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread::id> ended_ ABSL_GUARDED_BY(mu_);  // returning; not yet joined
 };
 
 // The router's end: one connection, one step at a time (the caller serializes).

@@ -182,6 +182,26 @@ TEST(StepSocketTest, StopEndsConnectionsBetweenStepsAndRemovesTheSocket) {
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "the socket file is removed";
 }
 
+// A router that reconnects again and again (timeouts, restarts) leaves no threads behind: each
+// closed connection's thread is joined by the next accept.
+TEST(StepSocketTest, ClosedConnectionsLeaveNoThreadsBehind) {
+  auto server = StepSocketServer::Listen(SocketPath("reconnect"), 1 << 20, Echo);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::string resp;
+  bool unsent;
+  for (int i = 0; i < 40; ++i) {
+    StepSocketClient client(1 << 20);
+    ASSERT_TRUE(client.Connect((*server)->path()).ok());
+    ASSERT_TRUE(client.Call("x", [] {}, Soon(), &resp, &unsent).ok());
+  }  // each client closes its connection here
+  StepSocketClient last(1 << 20);
+  ASSERT_TRUE(last.Connect((*server)->path()).ok());
+  ASSERT_TRUE(last.Call("y", [] {}, Soon(), &resp, &unsent).ok());
+  // The last connection, and the few closed just before it whose threads were still returning
+  // when the next connection was accepted; never the 41 of every connection so far.
+  EXPECT_LE((*server)->threads_held(), 5);
+}
+
 TEST(StepSocketTest, AWorkerServesOneBesideAUnixListenInPlaintextOnly) {
   EXPECT_EQ(StepSocketPath("auto", "unix:/run/specd/target.sock", false),
             "/run/specd/target.sock.step");
