@@ -88,10 +88,10 @@ class WorkerService final : public Base {
       return reply;
     }
     StepResp resp;
-    auto rec = std::make_shared<StepRecord>();
-    reply.status = RunStep(req, resp, *rec);
+    StepRecord rec;
+    reply.status = RunStep(req, resp, rec);
     if (reply.status.ok()) resp.SerializeToString(&reply.response);
-    reply.after = [this, rec] { RecordStep(*rec); };
+    reply.after = [this, rec] { RecordStep(rec); };
     return reply;
   }
   // Where GetInfo says the step socket is (empty: none).

@@ -111,6 +111,7 @@ class GrpcBackend final : public Base {
     if (use_step_socket_) {  // a restarted service may offer another one, or none
       absl::MutexLock l(&socket_mu_);
       socket_path_ = info.step_socket();
+      socket_offered_.store(!socket_path_.empty());
     }
     return info;
   }
@@ -127,17 +128,14 @@ class GrpcBackend final : public Base {
   std::optional<absl::StatusOr<StepResp>> SocketStep(const StepReq& request,
                                                      absl::FunctionRef<void()> once_written)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
-    std::string path;
-    {
-      absl::MutexLock l(&socket_mu_);
-      path = socket_path_;
-    }
-    if (path.empty()) return std::nullopt;
+    // An open connection is used as is (a dead one fails its write and is replaced below); the
+    // path is read only to connect.
+    if (!socket_.connected() && !socket_offered_.load()) return std::nullopt;
     const absl::Time deadline = absl::Now() + timeout_;
     request.SerializeToString(&request_bytes_);
     for (;;) {
       const bool fresh = !socket_.connected();
-      if (fresh && !socket_.Connect(path).ok()) return std::nullopt;  // e.g. another host's path
+      if (fresh && !ConnectSocket()) return std::nullopt;  // none offered now, or another host's
       bool unsent = false;
       absl::Status st = socket_.Call(request_bytes_, once_written, deadline, &response_bytes_,
                                      &unsent);
@@ -157,6 +155,15 @@ class GrpcBackend final : public Base {
       }
       return st;
     }
+  }
+
+  bool ConnectSocket() ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_) {
+    std::string path;
+    {
+      absl::MutexLock l(&socket_mu_);
+      path = socket_path_;
+    }
+    return !path.empty() && socket_.Connect(path).ok();
   }
 
   absl::StatusOr<StepResp> UnaryStep(const StepReq& request) {
@@ -271,6 +278,7 @@ class GrpcBackend final : public Base {
   const bool use_step_socket_;
   absl::Mutex socket_mu_;
   std::string socket_path_ ABSL_GUARDED_BY(socket_mu_);  // the service's step socket, if any
+  std::atomic<bool> socket_offered_{false};  // socket_path_ is not empty
   absl::Mutex call_mu_;
   bool use_stream_ ABSL_GUARDED_BY(call_mu_);
   grpc::CompletionQueue cq_;  // the stream's operations only; polled by the stepping thread
