@@ -167,6 +167,43 @@ struct Runner {
     return steps / secs;
   }
 
+  // Verification at depth: forwards of 1 .. max_rows tokens (every row's logits, as a
+  // speculative step asks) at positions depth .. of one sequence, the row counts interleaved
+  // `reps` times (the rows truncated after each) so the machine's drift falls on all alike;
+  // returns the median seconds a forward, [rows - 1].
+  std::vector<double> VerifyAtDepth(int depth, int max_rows, int reps) {
+    constexpr engine::SeqId kSeq = 2001;
+    std::vector<int32_t> ids(depth + max_rows);
+    for (int i = 0; i < depth + max_rows; ++i) ids[i] = 100 + (i * 7) % 5000;
+    Check(kv->AddSequence(kSeq));
+    engine::ForwardBatch b;
+    for (int done = 0; done < depth;) {
+      const int n = std::min(depth - done, model->options().max_batch_tokens);
+      b.Clear();
+      b.Add(kSeq, done, ids.data() + done, n, false);
+      Check(model->Forward(b, *kv, logits.data()));
+      done += n;
+    }
+    std::vector<std::vector<double>> secs(max_rows);
+    for (int rep = 0; rep < reps; ++rep) {
+      for (int rows = 1; rows <= max_rows; ++rows) {
+        b.Clear();
+        b.Add(kSeq, depth, ids.data() + depth, rows, /*all_logits=*/true);
+        const auto t0 = Clock::now();
+        Check(model->Forward(b, *kv, logits.data()));
+        secs[rows - 1].push_back(Seconds(t0, Clock::now()));
+        Check(kv->Truncate(kSeq, depth));
+      }
+    }
+    kv->FreeSequence(kSeq);
+    std::vector<double> median;
+    for (std::vector<double>& v : secs) {
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      median.push_back(v[v.size() / 2]);
+    }
+    return median;
+  }
+
   double Prefill(int len, int reps) {
     std::vector<int32_t> prompt(len);
     for (int i = 0; i < len; ++i) prompt[i] = 100 + (i * 7) % 5000;
@@ -380,6 +417,7 @@ int Main(int argc, char** argv) {
   // and prints the ratio from the same run.
   kernels::KvDtype kv_dtype_vs = kernels::KvDtype::kF16;
   bool with_vs = false;
+  bool verify_at_depth = false;  // --verify: with --depth, verify(k+1) / verify(1) at each depth
   std::vector<int> prefill_lens;  // --prefill N,N,...: prefill at these prompt lengths
   std::string prefill_arg;
   std::string device = "cpu";  // --device: where the decode / --depth / --prefill model runs
@@ -419,6 +457,8 @@ int Main(int argc, char** argv) {
         }
         depths.push_back(d);
       }
+    } else if (a == "--verify") {
+      verify_at_depth = true;
     } else if (a == "--prefill" && i + 1 < argc) {
       prefill_arg = argv[++i];
       for (absl::string_view part : absl::StrSplit(prefill_arg, ',')) {
@@ -516,6 +556,7 @@ int Main(int argc, char** argv) {
                    "usage: specd-bench [-m FILE.gguf] [-t THREADS] [--device cpu|cuda[:N]] [--steps N] "
                    "[--no-llama-cpp | --llama-cpp-python PYTHON] [--only-decode BATCH]\n"
                    "       specd-bench --depth N[,N...] [-m FILE.gguf] [-t THREADS] [--steps N] [--kv-dtype f16|bf16|int8]\n"
+                   "                   [--verify]  (verify(k+1)/verify(1), k = 1..8, at each depth instead of decode)\n"
                    "       specd-bench --prefill N[,N...] [-m FILE.gguf] [-t THREADS] "
                    "[--kv-dtype f16|bf16|int8] [--kv-dtype-vs DTYPE] [--no-llama-cpp | --llama-cpp-python PYTHON]\n"
                    "       specd-bench --spec [-m FILE.gguf] [-t THREADS] [--spec-tokens N] "
@@ -604,6 +645,19 @@ int Main(int argc, char** argv) {
   std::printf("memory read bandwidth: %.2f GB/s -> decode roofline %.1f tok/s\n", bandwidth,
               roofline);
   r.Decode(1, 8, 8);  // warm-up: page in the weights
+  if (!depths.empty() && verify_at_depth) {
+    // A speculative step's verification of k + 1 rows against one row, at each context depth
+    // (the calibration the engine runs measures it at depth 0, where attention costs nothing).
+    std::printf("verification at depth (batch 1, median of %d forwards, every row's logits, KV %s):\n", steps,
+                engine::KvDtypeName((*kv)->config().dtype));
+    for (int d : depths) {
+      const std::vector<double> t = r.VerifyAtDepth(d, 9, steps);
+      std::printf("  depth %5d: verify(1) %.3f ms, verify(k+1)/verify(1), k = 1..8:", d, 1e3 * t[0]);
+      for (int rows = 2; rows <= 9; ++rows) std::printf(" %.2f", t[rows - 1] / t[0]);
+      std::printf("\n");
+    }
+    return 0;
+  }
   if (!depths.empty()) {
     // Decode at depth: bytes read per step = the weights + the sequence's whole KV (K and V,
     // every layer), against the read bandwidth measured above in this run.

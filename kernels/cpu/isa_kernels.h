@@ -26,15 +26,17 @@ inline constexpr int32_t kAttnChunk = 64;
 // computed alone, in the same order, so the tile changes no bit of any output.
 inline constexpr int32_t kAttnTile = 64;
 
-// One attention work item: chunks [c0, c1) of the pair (t, kv head h), or with tokens > 1
-// all chunks of the pairs (t .. t + tokens - 1, h): consecutive positions of one sequence.
+// One attention work item: chunks [c0, c1) of the pairs (t .. t + tokens - 1, kv head h), a
+// tile of consecutive positions of one sequence (tokens == 1: one query). Each query takes
+// the chunks it sees (causal).
 struct AttnItem {
   int32_t t;
   int32_t h;
   int32_t c0;
   int32_t c1;
-  // -1: fold the chunks and write the output; otherwise (c1 == c0 + 1, tokens == 1) store
-  // the raw partial at partials + partial * AttnPartialFloats(group, d) for a later merge.
+  // -1: fold every chunk of each query and write the outputs (c0 == 0, c1 the last query's
+  // chunk count); otherwise (c1 == c0 + 1) store query k's raw partial at partials +
+  // (partial + k) * AttnPartialFloats(group, d) for a later merge.
   int64_t partial;
   int32_t tokens = 1;
 };
@@ -113,13 +115,15 @@ inline void RunAttnItems(const AttnArgs& a, int64_t i0, int64_t i1, float* part,
     const AttnItem& it = a.items[i];
     for (int32_t t = it.t; t < it.t + it.tokens; ++t) {  // a tile: each query alone
       const int64_t len = static_cast<int64_t>(a.positions[t]) + 1;
-      const int32_t c1 = it.tokens > 1 ? static_cast<int32_t>((len + kAttnChunk - 1) / kAttnChunk)
-                                       : it.c1;
+      const int32_t c1 = it.tokens > 1 && it.partial < 0
+                             ? static_cast<int32_t>((len + kAttnChunk - 1) / kAttnChunk)
+                             : it.c1;
       for (int32_t c = it.c0; c < c1; ++c) {
         const int64_t j0 = static_cast<int64_t>(c) * kAttnChunk;
+        if (j0 >= len) break;  // a split tile's chunk past this query (causal)
         const int64_t j1 = j0 + kAttnChunk < len ? j0 + kAttnChunk : len;
         if (it.partial >= 0) {
-          chunk(t, it.h, j0, j1, a.partials + it.partial * pf);
+          chunk(t, it.h, j0, j1, a.partials + (it.partial + (t - it.t)) * pf);
         } else {
           chunk(t, it.h, j0, j1, part);
           fold(c == it.c0, part, state);

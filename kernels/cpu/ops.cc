@@ -679,49 +679,53 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
     if (positions[t] < 0) Fail("PagedAttention: negative position");
   }
   const Backend& be = (d % 8 == 0 && d <= 512) ? Be() : kGeneric;
-  // Work items. Many pairs (prefill, batches): one item per (token, kv head) folds all
-  // its chunks. Few pairs (single-sequence decode): one item per chunk so every thread
-  // gets work, then a merge pass folds the stored partials in the same order (bitwise
-  // the same result).
-  const int64_t pairs = T * hkv;
-  bool split = false;
-  if (pairs < 4 * static_cast<int64_t>(pool.num_threads())) {
-    for (int64_t t = 0; t < T; ++t) split = split || positions[t] + 1 > kAttnChunk;
+  // Work items. A tile is a run of consecutive positions of one sequence (a prefill chunk, a
+  // verification step; a decode token alone). Many tiles (prefill, batches): one item per
+  // (tile, kv head) folds all its chunks. Few (a single sequence's decode or verification):
+  // one item per (tile, chunk, kv head) so every thread gets work, then a merge pass folds
+  // each query's stored partials in chunk order (bitwise the same result).
+  static thread_local std::vector<std::pair<int32_t, int32_t>> tiles;  // (first token, tokens)
+  tiles.clear();
+  bool long_context = false;
+  for (int64_t t = 0; t < T;) {
+    int32_t tokens = 1;
+    while (tokens < internal::kAttnTile && t + tokens < T && block_tables[t + tokens] == block_tables[t] &&
+           positions[t + tokens] == positions[t] + tokens) {
+      ++tokens;
+    }
+    tiles.emplace_back(static_cast<int32_t>(t), tokens);
+    long_context = long_context || positions[t + tokens - 1] + 1 > kAttnChunk;
+    t += tokens;
   }
+  const bool split = long_context && static_cast<int64_t>(tiles.size()) * hkv < 4 * static_cast<int64_t>(pool.num_threads());
   static thread_local std::vector<AttnItem> items;
   static thread_local std::vector<AttnMerge> merges;
   static thread_local std::vector<float> partial_buf;
   items.clear();
   merges.clear();
   int64_t num_partials = 0;
-  for (int64_t t = 0; t < T;) {
-    const int32_t chunks = (positions[t] + kAttnChunk) / kAttnChunk;
+  for (const auto& [t, tokens] : tiles) {
+    const auto chunks_of = [&](int32_t k) { return (positions[t + k] + kAttnChunk) / kAttnChunk; };
     if (!split) {
-      // A tile: the run of consecutive positions of one sequence (prefill) from t.
-      int32_t tokens = 1;
-      while (tokens < internal::kAttnTile && t + tokens < T &&
-             block_tables[t + tokens] == block_tables[t] &&
-             positions[t + tokens] == positions[t] + tokens) {
-        ++tokens;
-      }
-      for (int32_t h = 0; h < hkv; ++h) {
-        items.push_back(AttnItem{static_cast<int32_t>(t), h, 0, chunks, -1, tokens});
-      }
-      t += tokens;
+      for (int32_t h = 0; h < hkv; ++h) items.push_back(AttnItem{t, h, 0, chunks_of(tokens - 1), -1, tokens});
       continue;
     }
     // Chunk-major: a thread's run of items reads every kv head of a block in turn, which the
-    // pool stores next to each other (one long stream instead of a slab in every few).
-    for (int32_t h = 0; h < hkv; ++h) {
-      merges.push_back(AttnMerge{static_cast<int32_t>(t), h, num_partials + h, chunks, hkv});
+    // pool stores next to each other (one long stream instead of a slab in every few). Query
+    // k's partial of chunk c, head h: num_partials + (c * hkv + h) * tokens + k.
+    const int32_t chunks = chunks_of(tokens - 1);
+    for (int32_t k = 0; k < tokens; ++k) {
+      for (int32_t h = 0; h < hkv; ++h) {
+        merges.push_back(AttnMerge{t + k, h, num_partials + static_cast<int64_t>(h) * tokens + k, chunks_of(k),
+                                   static_cast<int64_t>(hkv) * tokens});
+      }
     }
     for (int32_t c = 0; c < chunks; ++c) {
       for (int32_t h = 0; h < hkv; ++h) {
-        items.push_back(AttnItem{static_cast<int32_t>(t), h, c, c + 1, num_partials + c * hkv + h});
+        items.push_back(AttnItem{t, h, c, c + 1, num_partials + (static_cast<int64_t>(c) * hkv + h) * tokens, tokens});
       }
     }
-    num_partials += static_cast<int64_t>(chunks) * hkv;
-    ++t;
+    num_partials += static_cast<int64_t>(chunks) * hkv * tokens;
   }
   float* partials = split ? Scratch(partial_buf, num_partials * internal::AttnPartialFloats(group, d)) : nullptr;
   const int64_t scratch_n = internal::AttnScratchFloats(group, d);

@@ -1320,12 +1320,19 @@ void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1
 // bf16 attention (KvDtype::kBF16, kernels/attn_bf16.h) keeps this shape with its operands
 // rounded to bf16 and each chain taken in pairs, odd element first: the Src types' kPairs
 // here, vdpbf16ps itself in Bf16RowsChunk below, the same bits.
+// kPoolRowsMax: up to this many query rows read a chunk's K and V straight from the pool
+// (PoolRowsChunk), converting them in registers once per row block; more rows stage the chunk
+// in scratch once. On AVX-512 a verification tile (up to 10 tokens of a 3-query group) stays
+// on the pool: converting once per row block costs less than staging (docs/PERFORMANCE.md,
+// "Verification at depth").
 #if SPECD_X8_DOT == 1
 using AttnVec = Vec16;
 constexpr int kAttnRowBlock = 6;  // 6 rows x 4 vectors of accumulators + 4 loads: 28 of 32 zmm
+constexpr int kPoolRowsMax = 5 * kAttnRowBlock;
 #else
 using AttnVec = Vec8;             // also the emulated VNNI build: the bits are the same
 constexpr int kAttnRowBlock = 2;  // 2 rows x 4 vectors + 4 loads + 1 broadcast: 13 of 16 ymm
+constexpr int kPoolRowsMax = kAttnRowBlock;
 #endif
 
 // One query row's view of a key chunk: it sees the chunk's first n keys (causal).
@@ -1555,7 +1562,7 @@ void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_
 
 // The chunk of a one-chunk item (a.items[i].partial >= 0).
 void PrefetchItemChunk(const AttnArgs& a, const AttnItem& it) {
-  const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
+  const int64_t len = static_cast<int64_t>(a.positions[it.t + it.tokens - 1]) + 1;  // a tile's longest
   const int64_t j0 = static_cast<int64_t>(it.c0) * kAttnChunk;
   PrefetchKvChunk(a, it.t, it.h, j0, j0 + kAttnChunk < len ? j0 + kAttnChunk : len);
 }
@@ -1893,7 +1900,7 @@ void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   if (!prefetched) PrefetchKvChunk(a, t, h, j0, j1);
   if (next_end > j1) PrefetchKvChunk(a, t, h, j1, next_end < j1 + kAttnChunk ? next_end : j1 + kAttnChunk);
   const PagedKvLayer& kv = *a.kv;
-  if (R <= kAttnRowBlock && kv.block_size == 16 && j0 % 16 == 0) {  // decode: a few rows
+  if (R <= kPoolRowsMax && kv.block_size == 16 && j0 % 16 == 0) {  // decode, verification: a few rows
     if (kv.dtype == KvDtype::kF16) return PoolRowsChunk<KvDtype::kF16>(a, t, h, j0, j1, rows, R);
     if (kv.dtype == KvDtype::kInt8) return PoolRowsChunk<KvDtype::kInt8>(a, t, h, j0, j1, rows, R);
   }
@@ -1964,22 +1971,27 @@ void AttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) {
   }
 }
 
-// A prefill tile: the queries it.t .. it.t + it.tokens - 1 (consecutive positions of one
-// sequence) against kv head it.h. Each key chunk is loaded once for every query row of the
-// tile that sees it, and the score and PV kernels share each K and V load across blocks of
-// rows; every row's arithmetic is still exactly what it gets alone (see "The attention
-// arithmetic" above), and each query folds its chunks into its own state in order, so its
-// output is bitwise the same.
+// A tile: the queries it.t .. it.t + it.tokens - 1 (consecutive positions of one sequence)
+// against kv head it.h. Each key chunk is loaded once for every query row of the tile that
+// sees it, and the score and PV kernels share each K and V load across blocks of rows; every
+// row's arithmetic is still exactly what it gets alone (see "The attention arithmetic"
+// above), and each query folds its chunks into its own state in order, so its output is
+// bitwise the same. An item of a split tile (it.partial >= 0) computes its one chunk and
+// stores each query's raw partial for the merge pass, which folds them in the same order.
 // kvbuf: [kAttnChunk][d]  s: [tile][group][kAttnChunk]  parts, states: [tile][group][d + 2]
 // rows: [tile * group]
 void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, float* parts,
-              float* states, AttnRow* rows) {
+              float* states, AttnRow* rows, bool prefetched) {
   const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
   const int64_t pf = AttnPartialFloats(group, d), sf = static_cast<int64_t>(group) * kAttnChunk;
   const int32_t t0 = it.t, h = it.h;
+  const bool stored = it.partial >= 0;
   const int64_t longest = static_cast<int64_t>(a.positions[t0 + it.tokens - 1]) + 1;
-  for (int64_t j0 = 0; j0 < longest; j0 += kAttnChunk) {
-    const int64_t j1 = j0 + kAttnChunk < longest ? j0 + kAttnChunk : longest;
+  const int64_t end = stored && static_cast<int64_t>(it.c1) * kAttnChunk < longest
+                          ? static_cast<int64_t>(it.c1) * kAttnChunk
+                          : longest;
+  for (int64_t j0 = static_cast<int64_t>(it.c0) * kAttnChunk; j0 < end; j0 += kAttnChunk) {
+    const int64_t j1 = j0 + kAttnChunk < end ? j0 + kAttnChunk : end;
     int32_t R = 0, first_query = -1;
     for (int32_t k = 0; k < it.tokens; ++k) {
       const int64_t len = static_cast<int64_t>(a.positions[t0 + k]) + 1;
@@ -1987,18 +1999,21 @@ void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, flo
       if (first_query < 0) first_query = k;
       const float* qh = a.q + (static_cast<int64_t>(t0 + k) * a.num_q_heads +
                                static_cast<int64_t>(h) * group) * d;
-      float* m = parts + k * pf + static_cast<int64_t>(group) * d;
+      float* part = stored ? a.partials + (it.partial + k) * pf : parts + k * pf;
+      float* m = part + static_cast<int64_t>(group) * d;
       for (int32_t g = 0; g < group; ++g) {
         rows[R++] = AttnRow{qh + static_cast<int64_t>(g) * d, (j1 < len ? j1 : len) - j0,
                             s + k * sf + static_cast<int64_t>(g) * kAttnChunk,
-                            parts + k * pf + static_cast<int64_t>(g) * d, m + g, m + group + g};
+                            part + static_cast<int64_t>(g) * d, m + g, m + group + g};
       }
     }
-    AttnRowsChunk(a, t0, h, j0, j1, rows, R, kvbuf, /*prefetched=*/j0 > 0, longest);
+    AttnRowsChunk(a, t0, h, j0, j1, rows, R, kvbuf, /*prefetched=*/stored ? prefetched : j0 > 0, stored ? 0 : longest);
+    if (stored) continue;
     for (int32_t k = first_query; k < it.tokens; ++k) {
       AttnFold(j0 == 0, parts + k * pf, states + k * pf, group, d);
     }
   }
+  if (stored) return;
   for (int32_t k = 0; k < it.tokens; ++k) AttnFinish(a, t0 + k, h, states + k * pf);
 }
 
@@ -2011,25 +2026,29 @@ void Attention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
   // The row descriptors go last, 64-byte aligned (AttnScratchFloats keeps room for them).
   const uintptr_t rows_at = reinterpret_cast<uintptr_t>(states + kAttnTile * AttnPartialFloats(group, d));
   AttnRow* rows = reinterpret_cast<AttnRow*>((rows_at + 63) & ~uintptr_t{63});
+  // A stored partial is one chunk (a split decode or verification): this thread's items run
+  // in order, so each requests the chunk two items ahead (the first item also the next one),
+  // and its own chunk was requested by the items before it.
+  const auto prefetch_ahead = [&](int64_t i) {
+    if (i == i0 && i + 1 < i1 && a.items[i + 1].partial >= 0) PrefetchItemChunk(a, a.items[i + 1]);
+    if (i + 2 < i1 && a.items[i + 2].partial >= 0) PrefetchItemChunk(a, a.items[i + 2]);
+  };
   for (int64_t i = i0; i < i1; ++i) {
     if (a.items[i].tokens > 1) {
-      AttnTile(a, a.items[i], kvbuf, s, parts, states, rows);
+      if (a.items[i].partial >= 0) prefetch_ahead(i);
+      AttnTile(a, a.items[i], kvbuf, s, parts, states, rows, /*prefetched=*/a.items[i].partial >= 0 && i > i0);
       continue;
     }
     RunAttnItems(
         a, i, i + 1, parts, states,
         [&](int32_t t, int32_t h, int64_t j0, int64_t j1, float* p) {
-          // An item folding all of its pair's chunks fetches each next chunk one ahead. A
-          // stored partial is one chunk (a split decode): its thread's items run in order,
-          // so it requests the chunk two items ahead (the first item also the next one), and
-          // its own chunk was requested by the items before it.
+          // An item folding all of its pair's chunks fetches each next chunk one ahead.
           if (a.items[i].partial < 0) {
             AttnChunk(a, t, h, j0, j1, kvbuf, s, rows, p, /*prefetched=*/j0 > 0,
                       static_cast<int64_t>(a.positions[t]) + 1);
             return;
           }
-          if (i == i0 && i + 1 < i1 && a.items[i + 1].partial >= 0) PrefetchItemChunk(a, a.items[i + 1]);
-          if (i + 2 < i1 && a.items[i + 2].partial >= 0) PrefetchItemChunk(a, a.items[i + 2]);
+          prefetch_ahead(i);
           AttnChunk(a, t, h, j0, j1, kvbuf, s, rows, p, /*prefetched=*/i > i0, 0);
         },
         [&](bool first, const float* p, float* st) { AttnFold(first, p, st, group, d); },

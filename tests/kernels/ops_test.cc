@@ -1028,6 +1028,66 @@ TEST_P(BackendTest, PagedAttentionLongContexts) {
   }
 }
 
+// Verification steps: one or two sequences' runs of consecutive queries at the end of a long
+// context. So few tiles are split over the threads by key chunk, each query's partials merged
+// afterwards; every query must still match the reference, be bitwise what it gives alone (a
+// split decode), and bitwise what the same run gives inside a batch too big to split.
+TEST_P(BackendTest, PagedAttentionVerificationStepsSplitByChunkAreBitwise) {
+  std::mt19937 rng(29);
+  struct Heads {
+    int32_t hq, hkv, d;
+  };
+  struct Case {
+    size_t seq;  // of lens' first four
+    int64_t run;
+    bool pair;   // with the next long sequence's run beside it (two tiles)
+  };
+  const Case cases[] = {{0, 2, false}, {0, 9, true}, {1, 5, false}, {2, 5, true}, {2, 9, false}, {3, 5, false}};
+  for (Heads hs : {Heads{9, 3, 64}, Heads{6, 2, 72}}) {
+    for (KvDtype dt : AllKvDtypes()) {
+      // Lengths around the key chunk, a long one, and 16 short ones to fill the big batch.
+      std::vector<int64_t> lens = {66, 129, 1000, 4096};
+      for (int i = 0; i < 16; ++i) lens.push_back(20 + 7 * i);
+      KvPool pool(dt, 600, 16, hs.hkv, hs.d);
+      SeqSet seqs = MakeSeqs(rng, pool, lens);
+      const int64_t row = static_cast<int64_t>(hs.hq) * hs.d;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
+      for (const Case& c : cases) {
+        std::vector<int32_t> pos;
+        std::vector<const int32_t*> bt;
+        for (size_t u : {c.seq, (c.seq + 1) % 4}) {
+          for (int64_t i = lens[u] - c.run; i < lens[u]; ++i) {
+            pos.push_back(static_cast<int32_t>(i));
+            bt.push_back(seqs.tables[u].data());
+          }
+          if (!c.pair) break;
+        }
+        std::vector<float> q = RandVec(rng, static_cast<int64_t>(pos.size()) * row, -3.0f, 3.0f);
+        const std::vector<float> split = AttentionMatchesReferenceAndAlone(B(), q, pos, bt, pool, hs.hq, hs.d);
+        if (HasFailure()) return;
+        // The same queries after 16 lone queries of other sequences: too many tiles to split.
+        std::vector<int32_t> bpos;
+        std::vector<const int32_t*> bbt;
+        for (size_t u = 4; u < lens.size(); ++u) {
+          bpos.push_back(static_cast<int32_t>(lens[u] - 1));
+          bbt.push_back(seqs.tables[u].data());
+        }
+        const int64_t lone = static_cast<int64_t>(bpos.size());
+        bpos.insert(bpos.end(), pos.begin(), pos.end());
+        bbt.insert(bbt.end(), bt.begin(), bt.end());
+        std::vector<float> bq = RandVec(rng, lone * row, -3.0f, 3.0f);
+        bq.insert(bq.end(), q.begin(), q.end());
+        std::vector<float> batched(bq.size());
+        B().PagedAttention(bq.data(), static_cast<int64_t>(bpos.size()), hs.hq, bpos.data(), bbt.data(),
+                           pool.layer, scale, batched.data());
+        ASSERT_EQ(std::memcmp(batched.data() + lone * row, split.data(), split.size() * 4), 0)
+            << "run " << c.run << " of sequence " << c.seq << (c.pair ? " (two runs)" : "") << " d=" << hs.d
+            << " kv " << static_cast<int>(dt);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
                          ::testing::Range(0, static_cast<int>(Backends().size())), BackendName);
 
@@ -1124,7 +1184,7 @@ TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
 // Attention's arithmetic does not depend on the vector width: every score is one FMA chain
 // over the head dims in order and every output column one over the keys, with vectors
 // across keys or columns. So the AVX2, AVX-512 and emulated paths agree bitwise, decode
-// queries, prefill tiles and long contexts alike (and head_dim 72 takes a 256-bit column
+// queries, prefill tiles, verification steps and long contexts alike (and head_dim 72 takes a 256-bit column
 // tail on the AVX-512 path).
 TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
   if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2: no SIMD backends to compare";
@@ -1139,23 +1199,29 @@ TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
     for (KvDtype dt : {KvDtype::kF16, KvDtype::kF32, KvDtype::kInt8, KvDtype::kBF16}) {
       LongContextCase c = MakeLongContextCase(rng, dt, hs.hq, hs.hkv, hs.d);
       const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
-      const int64_t T = c.pos.size();
-      std::vector<float> want(c.q.size());
-      cpu::SetIsa(cpu::Isa::kAvx2);
-      cpu::PagedAttention(pool, c.q.data(), T, hs.hq, c.pos.data(), c.bt.data(), c.pool.layer,
-                          scale, want.data());
-      for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
-        if (!cpu::IsaSupported(isa)) continue;
-        cpu::SetIsa(isa);
-        std::vector<float> got(c.q.size(), -1.0f);
-        cpu::PagedAttention(pool, c.q.data(), T, hs.hq, c.pos.data(), c.bt.data(), c.pool.layer,
-                            scale, got.data());
-        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-            << cpu::IsaName(isa) << " d=" << hs.d << " kv " << static_cast<int>(dt);
-        ++compared;
-        // bf16 KV on the VNNI path with AVX-512 BF16 runs vdpbf16ps itself (d % 16 == 0).
-        native_bf16 += dt == KvDtype::kBF16 && isa == cpu::Isa::kAvx512Vnni &&
-                       cpu::Avx512Bf16Supported() && hs.d % 16 == 0;
+      const int64_t all = c.pos.size(), row = static_cast<int64_t>(hs.hq) * hs.d;
+      // Every query, then the longest sequence's last 5 alone: a verification step, split by
+      // key chunk over the threads (on AVX-512 its 15 query rows read K and V from the pool).
+      for (int64_t first : {int64_t{0}, all - 5}) {
+        const int64_t T = all - first;
+        const float* q = c.q.data() + first * row;
+        std::vector<float> want(T * row);
+        cpu::SetIsa(cpu::Isa::kAvx2);
+        cpu::PagedAttention(pool, q, T, hs.hq, c.pos.data() + first, c.bt.data() + first, c.pool.layer,
+                            scale, want.data());
+        for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+          if (!cpu::IsaSupported(isa)) continue;
+          cpu::SetIsa(isa);
+          std::vector<float> got(T * row, -1.0f);
+          cpu::PagedAttention(pool, q, T, hs.hq, c.pos.data() + first, c.bt.data() + first, c.pool.layer,
+                              scale, got.data());
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+              << cpu::IsaName(isa) << " d=" << hs.d << " kv " << static_cast<int>(dt) << " from query " << first;
+          ++compared;
+          // bf16 KV on the VNNI path with AVX-512 BF16 runs vdpbf16ps itself (d % 16 == 0).
+          native_bf16 += dt == KvDtype::kBF16 && isa == cpu::Isa::kAvx512Vnni &&
+                         cpu::Avx512Bf16Supported() && hs.d % 16 == 0;
+        }
       }
     }
   }
