@@ -14,12 +14,19 @@
 
 namespace specd::spec {
 
-// Target forwards of 1, 2, 4, ..., max_tokens tokens, each asking for logits of its last
-// min(tokens, max_rows) rows (verification asks for every decode row's): best of several runs
-// per size, so one slow run on a shared core does not make decode-sized steps look dear.
-// Uses (and frees) the sequence id `probe`.
+// Target forwards of every size 1 .. kDenseCalibrationTokens, then 16, 32, ..., max_tokens
+// tokens, each asking for logits of its last min(tokens, max_rows) rows (verification asks for
+// every decode row's): best of several runs per size, so one slow run on a shared core does not
+// make decode-sized steps look dear. The curve never falls as tokens grow (a larger forward
+// does a superset of the work: a lower time is noise). Uses (and frees) the sequence id `probe`.
 absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t max_tokens,
                                           int32_t max_rows, engine::SeqId probe = -1);
+
+// A batch-1 verification of up to 8 drafts has 1..9 rows, and its cost is not a line between
+// powers of two: the CPU MatMul takes tokens in passes of up to 8 (AVX-512) or 4 (AVX2), each
+// pass unpacking the weights once, so 9 rows cost a pass more than 8 (docs/PERFORMANCE.md,
+// "Verification at depth"). Every size a batch-1 step can ask for is measured.
+inline constexpr int32_t kDenseCalibrationTokens = 9;
 
 // Drafter::Propose for 1, 4 and 16 sequences (at most max_sequences) at k = 1 (one round),
 // after a prefill; seconds per draft round. Uses (and releases) ids -1 .. -max_sequences.

@@ -4,12 +4,16 @@
 #include "speculation/spec_engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/sampling/draft_proposal.h"
 
+#include "speculation/calibration.h"
 #include "speculation/model_drafter.h"
 #include "speculation/ngram_drafter.h"
 #include "testing/tiny_model.h"
@@ -121,6 +125,65 @@ class SpecEngineTest : public ::testing::Test {
   TargetIdentity identity_;
   int32_t vocab_ = 0;
 };
+
+// A runner whose forwards cost what a test says: the tiny model's forward plus a sleep of
+// extra(tokens, nth), nth counting the earlier forwards of that many tokens.
+class CostedRunner final : public engine::ModelRunner {
+ public:
+  using Extra = std::chrono::microseconds (*)(int32_t tokens, int nth);
+  CostedRunner(engine::LlamaModel* model, engine::PagedKvCache* kv, Extra extra)
+      : inner_(model, kv), extra_(extra) {}
+  absl::Status Forward(const engine::ForwardBatch& batch, float* logits, float* hidden) override {
+    const int32_t n = static_cast<int32_t>(batch.tokens.size());
+    std::this_thread::sleep_for(extra_(n, calls_[n]++));
+    return inner_.Forward(batch, logits, hidden);
+  }
+  absl::Status AddSequence(SeqId seq) override { return inner_.AddSequence(seq); }
+  void FreeSequence(SeqId seq) override { inner_.FreeSequence(seq); }
+  absl::Status Truncate(SeqId seq, int64_t length) override { return inner_.Truncate(seq, length); }
+  absl::StatusOr<int64_t> AdoptPrefix(SeqId seq, absl::Span<const int32_t> prompt) override {
+    return inner_.AdoptPrefix(seq, prompt);
+  }
+  absl::Status Publish(SeqId seq, absl::Span<const int32_t> committed) override {
+    return inner_.Publish(seq, committed);
+  }
+  void DropPrefixCache() override { inner_.DropPrefixCache(); }
+  const engine::PagedKvCache& kv() const override { return inner_.kv(); }
+  const engine::LlamaModel& model() const override { return inner_.model(); }
+
+ private:
+  engine::LocalModelRunner inner_;
+  Extra extra_;
+  std::map<int32_t, int> calls_;
+};
+
+// The verify curve the policy starts from: every decode size 1..9 measured (not interpolated
+// between powers of two), the slow first forward of each size left out, and a size timed below
+// a smaller one (noise) raised to it.
+TEST_F(SpecEngineTest, CalibrationTimesEveryDecodeSizeWithoutFirstTouches) {
+  auto kv = engine::PagedKvCache::Create(target_->model->MakeKvCacheConfig(16, 16, kernels::KvDtype::kF16));
+  ASSERT_TRUE(kv.ok());
+  // 2 ms a token, 30 ms more the first time a size runs; 6 tokens read as cheap as 1.
+  CostedRunner runner(target_->model.get(), kv->get(), [](int32_t tokens, int nth) {
+    return std::chrono::microseconds((tokens == 6 ? 2000 : 2000 * tokens) + (nth == 0 ? 30000 : 0));
+  });
+  absl::StatusOr<CostCurve> curve = CalibrateVerify(runner, 40, 40);
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  std::vector<double> sizes;
+  for (const auto& [x, secs] : curve->points()) sizes.push_back(x);
+  EXPECT_EQ(sizes, (std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 40}));
+  for (size_t i = 0; i < curve->points().size(); ++i) {
+    const auto& [x, secs] = curve->points()[i];
+    if (i > 0) {
+      EXPECT_GE(secs, curve->points()[i - 1].second) << "x=" << x;
+    }
+    if (x == 6) continue;  // raised to 5 tokens' time
+    EXPECT_GE(secs, 0.002 * x) << "x=" << x;
+    // A sleep overshoots by well under the 30 ms of a first forward.
+    EXPECT_LT(secs, 0.002 * x + 0.015) << "x=" << x << ": the first forward was kept";
+  }
+  EXPECT_GE(curve->Shape(6), curve->Shape(5));
+}
 
 TEST_F(SpecEngineTest, GreedyEqualsPlainForEveryDrafterAndK) {
   const auto prompts = Prompts(12, vocab_);
