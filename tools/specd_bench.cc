@@ -138,21 +138,27 @@ struct Runner {
     return batch * steps / secs;
   }
 
+  // Adds sequence `seq` with the KV of its first `len` tokens (prefilled in chunks, untimed).
+  void PrefillSequence(engine::SeqId seq, const int32_t* ids, int len) {
+    Check(kv->AddSequence(seq));
+    engine::ForwardBatch b;
+    for (int done = 0; done < len;) {
+      const int n = std::min(len - done, model->options().max_batch_tokens);
+      b.Clear();
+      b.Add(seq, done, ids + done, n, false);
+      Check(model->Forward(b, *kv, logits.data()));
+      done += n;
+    }
+  }
+
   // Decode `steps` tokens of one sequence whose context is already `depth` tokens (prefilled
   // in chunks first, not timed); returns tok/s.
   double DecodeAtDepth(int depth, int steps) {
     std::vector<int32_t> prompt(depth);
     for (int i = 0; i < depth; ++i) prompt[i] = 100 + (i * 7) % 5000;
     constexpr engine::SeqId kSeq = 2000;
-    Check(kv->AddSequence(kSeq));
+    PrefillSequence(kSeq, prompt.data(), depth);
     engine::ForwardBatch b;
-    for (int done = 0; done < depth;) {
-      const int n = std::min(depth - done, model->options().max_batch_tokens);
-      b.Clear();
-      b.Add(kSeq, done, prompt.data() + done, n, false);
-      Check(model->Forward(b, *kv, logits.data()));
-      done += n;
-    }
     int32_t next = 300;
     const auto t0 = Clock::now();
     for (int step = 0; step < steps; ++step) {
@@ -175,15 +181,8 @@ struct Runner {
     constexpr engine::SeqId kSeq = 2001;
     std::vector<int32_t> ids(depth + max_rows);
     for (int i = 0; i < depth + max_rows; ++i) ids[i] = 100 + (i * 7) % 5000;
-    Check(kv->AddSequence(kSeq));
+    PrefillSequence(kSeq, ids.data(), depth);
     engine::ForwardBatch b;
-    for (int done = 0; done < depth;) {
-      const int n = std::min(depth - done, model->options().max_batch_tokens);
-      b.Clear();
-      b.Add(kSeq, done, ids.data() + done, n, false);
-      Check(model->Forward(b, *kv, logits.data()));
-      done += n;
-    }
     std::vector<std::vector<double>> secs(max_rows);
     for (int rep = 0; rep < reps; ++rep) {
       for (int rows = 1; rows <= max_rows; ++rows) {
