@@ -681,12 +681,15 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
   const Backend& be = (d % 8 == 0 && d <= 512) ? Be() : kGeneric;
   // Work items. A tile is a run of consecutive positions of one sequence (a prefill chunk, a
   // verification step; a decode token alone). Many tiles (prefill, batches): one item per
-  // (tile, kv head) folds all its chunks. Few (a single sequence's decode or verification):
-  // one item per (tile, chunk, kv head) so every thread gets work, then a merge pass folds
-  // each query's stored partials in chunk order (bitwise the same result).
+  // (tile, kv head) folds all its chunks. Few small ones (a single sequence's decode or
+  // verification): one item per (tile, chunk, kv head) so every thread gets work, then a merge
+  // pass folds each query's stored partials in chunk order (bitwise the same result). Only
+  // tiles of a verification's size split: a prefill chunk's partials would be its tokens times
+  // more floats, for items that already keep the threads busy.
+  constexpr int32_t kMaxSplitTileTokens = 16;
   static thread_local std::vector<std::pair<int32_t, int32_t>> tiles;  // (first token, tokens)
   tiles.clear();
-  bool long_context = false;
+  bool long_context = false, small_tiles = true;
   for (int64_t t = 0; t < T;) {
     int32_t tokens = 1;
     while (tokens < internal::kAttnTile && t + tokens < T && block_tables[t + tokens] == block_tables[t] &&
@@ -695,9 +698,11 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
     }
     tiles.emplace_back(static_cast<int32_t>(t), tokens);
     long_context = long_context || positions[t + tokens - 1] + 1 > kAttnChunk;
+    small_tiles = small_tiles && tokens <= kMaxSplitTileTokens;
     t += tokens;
   }
-  const bool split = long_context && static_cast<int64_t>(tiles.size()) * hkv < 4 * static_cast<int64_t>(pool.num_threads());
+  const bool split = long_context && small_tiles &&
+                     static_cast<int64_t>(tiles.size()) * hkv < 4 * static_cast<int64_t>(pool.num_threads());
   static thread_local std::vector<AttnItem> items;
   static thread_local std::vector<AttnMerge> merges;
   static thread_local std::vector<float> partial_buf;

@@ -1042,7 +1042,8 @@ TEST_P(BackendTest, PagedAttentionVerificationStepsSplitByChunkAreBitwise) {
     int64_t run;
     bool pair;   // with the next long sequence's run beside it (two tiles)
   };
-  const Case cases[] = {{0, 2, false}, {0, 9, true}, {1, 5, false}, {2, 5, true}, {2, 9, false}, {3, 5, false}};
+  // (A run of 17 is past the split limit, kMaxSplitTileTokens: folded unsplit, the same bits.)
+  const Case cases[] = {{0, 2, false}, {0, 9, true}, {1, 5, false}, {2, 5, true}, {2, 9, false}, {3, 5, false}, {2, 17, false}};
   for (Heads hs : {Heads{9, 3, 64}, Heads{6, 2, 72}}) {
     for (KvDtype dt : AllKvDtypes()) {
       // Lengths around the key chunk, a long one, and 16 short ones to fill the big batch.
