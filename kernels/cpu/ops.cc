@@ -709,7 +709,8 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
   items.clear();
   merges.clear();
   int64_t num_partials = 0;
-  for (const auto& [t, tokens] : tiles) {
+  for (const std::pair<int32_t, int32_t>& tile : tiles) {
+    const int32_t t = tile.first, tokens = tile.second;
     const auto chunks_of = [&](int32_t k) { return (positions[t + k] + kAttnChunk) / kAttnChunk; };
     if (!split) {
       for (int32_t h = 0; h < hkv; ++h) items.push_back(AttnItem{t, h, 0, chunks_of(tokens - 1), -1, tokens});
