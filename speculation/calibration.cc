@@ -43,14 +43,15 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
   std::vector<float> logits(static_cast<size_t>(std::min(max_tokens, max_rows)) * vocab);
   if (absl::Status st = runner.AddSequence(probe); !st.ok()) return st;
   engine::ForwardBatch batch;
-  // One forward of the probe's first x tokens, with the logits of its last rows; seconds.
-  const auto timed_forward = [&](int32_t x, double* best) {
+  // One forward of the probe's first x tokens, with the logits of its last rows; keeps the
+  // least seconds in *best (nullptr: untimed).
+  const auto forward = [&](int32_t x, double* best) {
     batch.Clear();
     batch.AddPrompt(probe, 0, ids.data(), x);
     for (int32_t r = x - std::min(x, max_rows); r < x; ++r) batch.logit_rows.push_back(r);
     const auto t0 = Clock::now();
     absl::Status st = runner.Forward(batch, logits.data(), nullptr);
-    *best = std::min(*best, Since(t0));
+    if (best != nullptr) *best = std::min(*best, Since(t0));
     return st;
   };
   // The decode-sized forwards go round-robin: one untimed pass (a size's first forward touches
@@ -61,14 +62,11 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
   std::vector<double> best(dense.size() + large.size(), 1e30);
   absl::Status st;
   for (int pass = 0; pass <= kTimedPasses && st.ok(); ++pass) {
-    for (size_t i = 0; i < dense.size() && st.ok(); ++i) {
-      double untimed = 1e30;
-      st = timed_forward(dense[i], pass == 0 ? &untimed : &best[i]);
-    }
+    for (size_t i = 0; i < dense.size() && st.ok(); ++i) st = forward(dense[i], pass == 0 ? nullptr : &best[i]);
   }
   // The prefill-sized ones: best of 2 each (one slow run is a small part of a long forward).
   for (size_t i = 0; i < large.size() && st.ok(); ++i) {
-    for (int rep = 0; rep < 2 && st.ok(); ++rep) st = timed_forward(large[i], &best[dense.size() + i]);
+    for (int rep = 0; rep < 2 && st.ok(); ++rep) st = forward(large[i], &best[dense.size() + i]);
   }
   runner.FreeSequence(probe);
   if (!st.ok()) return st;

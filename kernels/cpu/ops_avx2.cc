@@ -1320,6 +1320,7 @@ void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1
 // bf16 attention (KvDtype::kBF16, kernels/attn_bf16.h) keeps this shape with its operands
 // rounded to bf16 and each chain taken in pairs, odd element first: the Src types' kPairs
 // here, vdpbf16ps itself in Bf16RowsChunk below, the same bits.
+//
 // kPoolRowsMax: up to this many query rows read a chunk's K and V straight from the pool
 // (PoolRowsChunk), converting them in registers once per row block; more rows stage the chunk
 // in scratch once. On AVX-512 a verification tile (up to 10 tokens of a 3-query group) stays
