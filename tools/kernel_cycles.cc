@@ -133,7 +133,7 @@ int Main(int argc, char** argv) {
     std::vector<uint8_t> wb = MakeWeights(s, rows, cols, &rb);
     WeightMatrix w{s.type, wb.data(), rows, cols, rb};
     std::unique_ptr<uint8_t[]> pb = packed ? cpu::PackWeightCopy(&w) : nullptr;
-    for (int64_t T : {1, 2, 4, 8, 16, 64}) {
+    for (int64_t T : {1, 2, 3, 4, 5, 6, 8, 9, 16, 64}) {
       if (only_t > 0 && T != only_t) continue;
       const uint64_t c = MinCycles(reps, [&] { cpu::MatMul(pool1, w, x.data(), T, y.data()); });
       const double wblk = static_cast<double>(rows) * (cols / 32);
