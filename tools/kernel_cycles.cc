@@ -170,7 +170,7 @@ int Main(int argc, char** argv) {
     }
     for (int threads : {1, 2}) {
       cpu::ThreadPool& pool = threads == 1 ? pool1 : pool2;
-      for (int64_t T : {1, 5, 16}) {
+      for (int64_t T : {1, 2, 3, 5, 16}) {
         int64_t i = 0;
         const uint64_t c = MinCycles(std::max(8, reps / 4), [&] {
           WeightMatrix w{st.s.type, all.data() + (i % copies) * one.size(), st.rows, st.cols, rb};
