@@ -141,8 +141,8 @@ int Main(int argc, char** argv) {
                   c / wblk);
     }
   }
-  // Streaming from DRAM: 576 x 1536 Q4_1 (and the Q8_0 head), T = 1, 5 (a verify row group) and
-  // 16, one and two threads.
+  // Streaming (copies rotated through ~128 MB): 576 x 1536 Q4_1 (and the Q8_0 head), T = 1,
+  // 2, 3, 5 (the verifications of k = 1, 2, 4 drafts) and 16, one and two threads.
   cpu::ThreadPool pool2(2);
   struct Stream {
     TypeSpec s;
