@@ -62,7 +62,9 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
   std::vector<double> best(dense.size() + large.size(), 1e30);
   absl::Status st;
   for (int pass = 0; pass <= kTimedPasses && st.ok(); ++pass) {
-    for (size_t i = 0; i < dense.size() && st.ok(); ++i) st = forward(dense[i], pass == 0 ? nullptr : &best[i]);
+    for (size_t i = 0; i < dense.size() && st.ok(); ++i) {
+      st = forward(dense[i], pass == 0 ? nullptr : &best[i]);
+    }
   }
   // The prefill-sized ones: best of 2 each (one slow run is a small part of a long forward).
   for (size_t i = 0; i < large.size() && st.ok(); ++i) {

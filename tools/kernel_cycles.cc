@@ -141,8 +141,8 @@ int Main(int argc, char** argv) {
                   c / wblk);
     }
   }
-  // Streaming (copies rotated through ~128 MB): 576 x 1536 Q4_1 (and the Q8_0 head), T = 1,
-  // 2, 3, 5 (the verifications of k = 1, 2, 4 drafts) and 16, one and two threads.
+  // Streaming (copies rotated through ~128 MB): Q4_1 576 x 1536 and 1536 x 576 and the Q8_0
+  // head, T = 1, 2, 3, 5 (the verifications of k = 1, 2, 4 drafts) and 16, one and two threads.
   cpu::ThreadPool pool2(2);
   struct Stream {
     TypeSpec s;
