@@ -66,9 +66,19 @@ TEST(OpenAiClientTest, AFullQueueIsRateLimitError) {
   SPECD_REQUIRE_OPENAI();
   ClusterOptions o;
   o.router_flags = {"--max-queue", "2", "--max-running", "2"};
+  // A wider target, as in the drain test: the held streams (400 tokens, unread) must outlast
+  // the requests sent after them. With the 64-wide default, a fast machine finished one first,
+  // freeing its slot, and the fifth request was admitted (CI, stop 44).
+  o.target_model_spec = [](TinyModelSpec& spec) {
+    spec.num_layers = 4;
+    spec.embedding_dim = 512;
+    spec.ffn_dim = 2048;
+  };
   Cluster c(o);
   const std::string cmd = Python() + " " + Script() + " overload --base http://127.0.0.1:" +
-                          std::to_string(c.router_http_port) + "/v1";
+                          std::to_string(c.router_http_port) +
+                          "/v1 --router-metrics http://127.0.0.1:" +
+                          std::to_string(c.router_metrics_port) + "/metrics";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

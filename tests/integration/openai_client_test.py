@@ -2,7 +2,7 @@
 
 Run by tests/integration/openai_client_test.cc against a real cluster (tiny models):
   openai_client_test.py main --base URL --target-metrics URL --draft-metrics URL
-  openai_client_test.py overload --base URL
+  openai_client_test.py overload --base URL --router-metrics URL
 Exits non-zero on the first failed check (each check prints what it compared).
 """
 import argparse
@@ -27,6 +27,13 @@ def kv_used(metrics_url, component):
     m = re.search(
         r'specd_service_kv_blocks\{component="%s",state="used"\} (\S+)' % component, body)
     return float(m.group(1)) if m else None
+
+
+def router_held(metrics_url):
+    """Requests the router holds: running sequences plus waiting requests."""
+    body = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+    return sum(float(m.group(1)) for m in re.finditer(
+        r'^specd_router_(?:running_sequences|waiting_requests) (\S+)$', body, re.M))
 
 
 def expect_bad_request(client, model, param, **kwargs):
@@ -190,11 +197,18 @@ def overload_checks(args):
         held.append(hold(i))
         next(iter(held[-1]))
     held += [hold(i) for i in range(2, 4)]
+    # The router must hold all four before the fifth is sent; a held stream that had already
+    # finished (the target is sized so 400 tokens take far longer than this) would free a slot.
+    deadline = time.time() + 5
+    while router_held(args.router_metrics) != 4 and time.time() < deadline:
+        time.sleep(0.01)
+    check(router_held(args.router_metrics) == 4, "the router holds 2 running + 2 waiting")
     t0 = time.time()
     try:
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
                                        max_tokens=4)
-        check(False, "a request beyond a full queue must be refused")
+        check(False, "a request beyond a full queue must be refused (the router then held "
+              f"{router_held(args.router_metrics):.0f})")
     except openai.RateLimitError:
         took = time.time() - t0
         check(took < 0.05, f"full queue: RateLimitError in {took * 1e3:.1f} ms (< 50 ms)")
@@ -208,6 +222,7 @@ if __name__ == "__main__":
     p.add_argument("--base", required=True)
     p.add_argument("--target-metrics")
     p.add_argument("--draft-metrics")
+    p.add_argument("--router-metrics")
     a = p.parse_args()
     main_checks(a) if a.mode == "main" else overload_checks(a)
     print("all checks passed")
