@@ -219,7 +219,10 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
           !d.runs_model() ? 0
           : s.pinned()    ? s.n() - StateFor(s, s.step_drafter).seen_through
                           : static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0));
-      group[s.step_drafter].push_back({&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind});
+      const int64_t tokens_left = std::min<int64_t>(
+          int64_t{s.max_new_tokens} - s.generated(), int64_t{options_.context_length} - s.n());
+      group[s.step_drafter].push_back({&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind,
+                                       static_cast<int32_t>(std::max<int64_t>(tokens_left, 0))});
       index[s.step_drafter].push_back(i);
     }
     for (size_t g = 0; g < drafters_.size(); ++g) {

@@ -198,6 +198,7 @@ void RouterEngine::MaybeReconnectDraft() {
                      {{"target_step_1_ms", v.Predict(1) * 1e3},
                       {"target_step_5_ms", v.Predict(5) * 1e3},
                       {"draft_round_ms", d.Predict(1) * 1e3},
+                      {"pinned_draft_ratio", policy->options().pinned_draft_ratio},
                       {"adaptive", !d.empty()}});
   SetDraftUp(true, "");
 }

@@ -341,7 +341,8 @@ TEST(KPolicyTest, NearTheBestFixedK) {
           policy.AfterDraft(s, 0);  // its first token came from the prefill
           int32_t produced = 1, behind = 60;
           while (produced < 32) {
-            const KRequest r{&s, std::min(8, 32 - produced), /*pinned=*/false, behind};
+            const KRequest r{&s, std::min(8, 32 - produced), /*pinned=*/false, behind,
+                             32 - produced};
             const int32_t k = fixed_k >= 0 ? std::min(fixed_k, r.cap) : policy.Choose({&r, 1}, 0)[0];
             policy.AfterDraft(s, k);
             int32_t accepted = 0;
@@ -397,6 +398,66 @@ TEST(KPolicyTest, PinnedSequencesPriceTheDraftsCatchUp) {
   const KRequest along{&poor, 4, /*pinned=*/true, 1};
   EXPECT_EQ(policy.Choose({&fresh, 1}, 0)[0], 0);
   EXPECT_GT(policy.Choose({&along, 1}, 0)[0], 0);
+}
+
+// A probe is exploration: taken only with enough tokens left to use what it finds. A seeded
+// (pinned) sequence whose draft is never accepted, on the nominal costs (a draft at 0.15 of the
+// target), catching up on a 60-token prompt: a 64-token request never probes (at batch 8 such
+// probes cost 8-10 % of plain), a 1024-token one still does, but not near its end. A free
+// drafter's probe costs one verified row and is taken until a few tokens before the end.
+TEST(KPolicyTest, ProbesNeedTokensLeftToRepayThem) {
+  KPolicyOptions o;
+  o.max_k = 4;
+  o.track_load = false;
+  o.verify_cost = CostCurve({{1, 1.0}, {8, 1.4}});
+  o.draft_cost = CostCurve({{1, 0.15}, {16, 1.0}});
+  o.pinned_draft_ratio = 0.15;
+  struct Probes {
+    int count = 0;
+    int last_left = -1;  // tokens left at the last probe
+  };
+  // tell_left false: the request does not say how many tokens it has left (the control).
+  auto run = [&](const KPolicyOptions& options, bool pinned, int32_t max_tokens,
+                 bool tell_left = true) {
+    KPolicy policy(options);
+    SpecSeqState s;
+    policy.AfterDraft(s, 0);  // the first token came from the prefill
+    Probes p;
+    int32_t seen_through = 0;
+    for (int32_t produced = 1; produced < max_tokens; ++produced) {
+      const int32_t n = 60 + produced;
+      const int32_t left = max_tokens - produced;
+      const KRequest r{&s, std::min(4, left - 1), pinned, n - seen_through,
+                       tell_left ? left : INT32_MAX};
+      const int32_t k = policy.Choose({&r, 1}, 0)[0];
+      if (s.probed) {
+        EXPECT_EQ(k, 1);
+        ++p.count;
+        p.last_left = left;
+      }
+      if (k > 0) seen_through = n - 1;
+      policy.AfterDraft(s, k);
+      policy.AfterVerify(s, k, 0);
+    }
+    return p;
+  };
+  EXPECT_EQ(run(o, /*pinned=*/true, 64).count, 0);
+  const Probes long_request = run(o, /*pinned=*/true, 1024);
+  EXPECT_GE(long_request.count, 2);
+  // Its catch-up then is ~0.15 x (1 + 0.3 x ~1000) = 45 steps: 16 x that is more than is left.
+  EXPECT_GT(long_request.last_left, 100);
+  // Not told how many tokens are left, the same 64-token request probes (the control).
+  EXPECT_GE(run(o, /*pinned=*/true, 64, /*tell_left=*/false).count, 1);
+  // A free drafter (its record starts on the prior, drafts, fails, then probes): a probe costs
+  // one verified row, 0.3 of a step on the nominal costs, so it probes until ~5 tokens are left.
+  KPolicyOptions free_drafts = o;
+  free_drafts.draft_cost = CostCurve();
+  free_drafts.pinned_draft_ratio = 0.0;
+  for (const bool pinned : {true, false}) {
+    const Probes free_short = run(free_drafts, pinned, 64);
+    EXPECT_GE(free_short.count, 1) << pinned;
+    EXPECT_LT(free_short.last_left, 48) << pinned;
+  }
 }
 
 }  // namespace
