@@ -115,19 +115,21 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   // probe makes the draft model catch up on every token since its last draft, a cost the k
   // model does not see (at batch 8 on 2 cores probing made the F16/Q4_1 pair 0.74x plain in
   // specd-bench --spec, while at batch 1 it takes it from 1.0x to 1.3x). And only with tokens
-  // left to repay it (kProbePayback): at batch 8, seeded 64-token requests probing a draft
-  // accepted 0.35 ran at 0.90-0.92x of plain, 0.99-1.03x without the probes.
+  // left to repay it (kProbePayback, kPinnedProbePayback): at batch 8, seeded 64-token
+  // requests probing a draft accepted 0.35 ran at 0.90-0.92x of plain, 0.99-1.03x without.
+  // The probe's cost, times the payback, is what must fit in the tokens left:
   for (size_t i = 0; i < B; ++i) {
     SpecSeqState& s = *seqs[i].state;
     if (k[i] != 0 || perfect[i] < 2 || s.steps_without_drafts < s.probe_every ||
         !(seqs[i].pinned || B <= 2) || seqs[i].cap <= 0) {
       continue;
     }
-    const double cost =
+    const double repaid_over =
         seqs[i].pinned
-            ? ProbeCostInSteps(seqs[i].behind, verify_shape, draft_shape)
-            : ProbeCostInSteps(seqs[i].behind, options_.verify_cost, options_.draft_cost);
-    if (kProbePayback * cost > seqs[i].tokens_left) continue;
+            ? kPinnedProbePayback * ProbeCostInSteps(seqs[i].behind, verify_shape, draft_shape)
+            : kProbePayback *
+                  ProbeCostInSteps(seqs[i].behind, options_.verify_cost, options_.draft_cost);
+    if (repaid_over > seqs[i].tokens_left) continue;
     k[i] = 1;
     s.probed = true;
   }

@@ -753,8 +753,8 @@ TEST_F(RouterEngineTest, SeededSampledOutputIndependentOfBatchWithAdaptiveK) {
   auto sampled = [&](int i) {
     // Long enough that a probe may pay (KPolicy::kProbePayback): this draft costs 0.65 of the
     // target (nominal), so a 40-token request would never probe it, never draft, and the test
-    // would show nothing. 24 target blocks below still preempt.
-    ValidatedRequest r = Req(Prompt(12 + 5 * i, 30 + i), 300, SpecMode::kDraft, /*k=*/0);
+    // would show nothing. 32 target blocks below still preempt.
+    ValidatedRequest r = Req(Prompt(12 + 5 * i, 30 + i), 400, SpecMode::kDraft, /*k=*/0);
     r.params.temperature = 1.0f;
     r.params.seed = 500 + i;
     return r;
@@ -785,7 +785,7 @@ TEST_F(RouterEngineTest, SeededSampledOutputIndependentOfBatchWithAdaptiveK) {
   engine_->Stop();
   RouterOptions o;
   o.scheduler.max_batch_tokens = 20;
-  Make(o, /*target_blocks=*/24, true, &draft, &target);
+  Make(o, /*target_blocks=*/32, true, &draft, &target);
   std::vector<std::shared_ptr<Collect>> sinks;
   for (int i = 0; i < 4; ++i) {
     sinks.push_back(Run(sampled(i)));

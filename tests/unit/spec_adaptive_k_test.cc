@@ -403,7 +403,8 @@ TEST(KPolicyTest, PinnedSequencesPriceTheDraftsCatchUp) {
 // A probe is exploration: taken only with enough tokens left to use what it finds. A seeded
 // (pinned) sequence whose draft is never accepted, on the nominal costs (a draft at 0.15 of the
 // target), catching up on a 60-token prompt: a 64-token request never probes (at batch 8 such
-// probes cost 8-10 % of plain), a 1024-token one still does, but not near its end. A free
+// probes cost 8-10 % of plain), a 1024-token one still does, but not near its end. An unpinned
+// sequence, which prices its probes on measured costs, may spend twice as much. A free
 // drafter's probe costs one verified row and is taken until a few tokens before the end.
 TEST(KPolicyTest, ProbesNeedTokensLeftToRepayThem) {
   KPolicyOptions o;
@@ -444,8 +445,15 @@ TEST(KPolicyTest, ProbesNeedTokensLeftToRepayThem) {
   EXPECT_EQ(run(o, /*pinned=*/true, 64).count, 0);
   const Probes long_request = run(o, /*pinned=*/true, 1024);
   EXPECT_GE(long_request.count, 2);
-  // Its catch-up then is ~0.15 x (1 + 0.3 x ~1000) = 45 steps: 16 x that is more than is left.
+  // Its catch-up then is ~0.15 x (1 + 0.3 x ~1000) = 45 steps: 32 x that is more than is left.
   EXPECT_GT(long_request.last_left, 100);
+  // On costs equal to the nominal ones, a 120-token request's unpinned sequence probes (16 x
+  // the ~4-step probe fits in ~100 tokens left) where a pinned one does not (32 x it does not).
+  KPolicyOptions nominal = o;
+  nominal.verify_cost = CostCurve({{1, 1.0}, {2, 1.3}});
+  nominal.draft_cost = CostCurve({{1, 0.15}, {2, 0.3}});
+  EXPECT_EQ(run(nominal, /*pinned=*/true, 120).count, 0);
+  EXPECT_GE(run(nominal, /*pinned=*/false, 120).count, 1);
   // Not told how many tokens are left, the same 64-token request probes (the control).
   EXPECT_GE(run(o, /*pinned=*/true, 64, /*tell_left=*/false).count, 1);
   // A free drafter (its record starts on the prior, drafts, fails, then probes): a probe costs
