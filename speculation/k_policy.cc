@@ -6,26 +6,32 @@ namespace specd::spec {
 
 namespace {
 
+// The draft model's catch-up on `behind` tokens it has not seen, priced as a prefill at the
+// draft's cost ratio, in the curves' units: 0 for a free drafter or nothing to catch up on.
+double CatchUpCost(int32_t behind, const CostCurve& verify, const CostCurve& draft) {
+  const double t1 = verify.Predict(1);
+  if (behind <= 1 || draft.empty() || t1 <= 0) return 0.0;
+  return draft.Predict(1) / t1 * verify.Predict(behind);
+}
+
 // Starting (or resuming) drafts makes the draft model catch up on `behind` tokens first: that
-// catch-up, priced as a prefill at the draft's cost ratio, against the expected saving of
-// drafting k for the next KPolicy::kCatchUpHorizon steps.
+// catch-up against the expected saving of drafting k for the next KPolicy::kCatchUpHorizon
+// steps.
 bool CatchUpPays(double alpha, int32_t k, int32_t behind, const CostCurve& verify,
                  const CostCurve& draft) {
   const double t1 = verify.Predict(1);
-  const double ratio = t1 > 0 ? draft.Predict(1) / t1 : 0.0;
   const double with_k = verify.Predict(1 + k) + k * draft.Predict(1);
   const double saving = ExpectedTokens(alpha, k) * t1 - with_k;
-  return KPolicy::kCatchUpHorizon * saving > ratio * verify.Predict(behind);
+  return KPolicy::kCatchUpHorizon * saving > CatchUpCost(behind, verify, draft);
 }
 
-// What a k = 1 probe costs, in target decode steps: the catch-up on `behind` tokens (priced as
-// in CatchUpPays), one draft, one more verified row.
+// What a k = 1 probe costs, in target decode steps: the catch-up, one draft, one more verified
+// row.
 double ProbeCostInSteps(int32_t behind, const CostCurve& verify, const CostCurve& draft) {
   const double t1 = verify.Predict(1);
   if (t1 <= 0) return 0.0;
   const double one_draft = draft.empty() ? 0.0 : draft.Predict(1);
-  const double catch_up = behind > 1 ? one_draft / t1 * verify.Predict(behind) : 0.0;
-  return (catch_up + one_draft + verify.Predict(2) - t1) / t1;
+  return (CatchUpCost(behind, verify, draft) + one_draft + verify.Predict(2) - t1) / t1;
 }
 
 }  // namespace

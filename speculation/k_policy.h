@@ -76,7 +76,8 @@ struct KRequest {
   // `behind` from its own history, SpecSeqState::seen_through).
   int32_t behind = 0;
   // Tokens the request may still generate (its budget, the context): a probe is exploration,
-  // taken only with enough of them left to use what it finds (KPolicy::kProbePayback).
+  // taken only with enough of them left to use what it finds (KPolicy::kProbePayback,
+  // kPinnedProbePayback).
   int32_t tokens_left = INT32_MAX;
 };
 

@@ -457,7 +457,8 @@ TEST(KPolicyTest, ProbesNeedTokensLeftToRepayThem) {
   // Not told how many tokens are left, the same 64-token request probes (the control).
   EXPECT_GE(run(o, /*pinned=*/true, 64, /*tell_left=*/false).count, 1);
   // A free drafter (its record starts on the prior, drafts, fails, then probes): a probe costs
-  // one verified row, 0.3 of a step on the nominal costs, so it probes until ~5 tokens are left.
+  // one verified row (0.3 of a step on the nominal costs, 0.06 on the measured ones here), so
+  // it probes until ~10 tokens (pinned) or ~1 token are left.
   KPolicyOptions free_drafts = o;
   free_drafts.draft_cost = CostCurve();
   free_drafts.pinned_draft_ratio = 0.0;
