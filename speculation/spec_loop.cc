@@ -91,6 +91,12 @@ int32_t SpecLoop::KCap(const LoopSeq& s) const {
   return static_cast<int32_t>(std::max<int64_t>(k, 0));
 }
 
+int32_t SpecLoop::TokensLeft(const LoopSeq& s) const {
+  const int64_t left = std::min<int64_t>(int64_t{s.max_new_tokens} - s.generated(),
+                                         int64_t{options_.context_length} - s.n());
+  return static_cast<int32_t>(std::max<int64_t>(left, 0));
+}
+
 // ---- 0. Lookup -----------------------------------------------------------------------------
 
 int32_t SpecLoop::PrefillEnd(const LoopSeq& s) {
@@ -219,10 +225,8 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
           !d.runs_model() ? 0
           : s.pinned()    ? s.n() - StateFor(s, s.step_drafter).seen_through
                           : static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0));
-      const int64_t tokens_left = std::min<int64_t>(
-          int64_t{s.max_new_tokens} - s.generated(), int64_t{options_.context_length} - s.n());
-      group[s.step_drafter].push_back({&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind,
-                                       static_cast<int32_t>(std::max<int64_t>(tokens_left, 0))});
+      group[s.step_drafter].push_back(
+          {&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind, TokensLeft(s)});
       index[s.step_drafter].push_back(i);
     }
     for (size_t g = 0; g < drafters_.size(); ++g) {

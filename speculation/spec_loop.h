@@ -164,6 +164,8 @@ class SpecLoop {
 
   // The most drafts `s` may get this step: its max_k, never past its last token or the context.
   int32_t KCap(const LoopSeq& s) const;
+  // Tokens `s` may still generate: its budget, never past the context (KRequest::tokens_left).
+  int32_t TokensLeft(const LoopSeq& s) const;
   std::vector<LoopDrafter>& drafters() { return drafters_; }
   const SpecStats& stats() const { return stats_; }
   SpecStats& mutable_stats() { return stats_; }

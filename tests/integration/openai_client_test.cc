@@ -45,6 +45,14 @@ int CurlStatus(const std::string& dir, const std::string& args) {
   return code;
 }
 
+// A target wide enough that a 400-token stream lasts about a second here (more on a loaded
+// machine): tests whose streams must outlast the requests sent after them use it.
+void WiderTarget(TinyModelSpec& spec) {
+  spec.num_layers = 4;
+  spec.embedding_dim = 512;
+  spec.ffn_dim = 2048;
+}
+
 #define SPECD_REQUIRE_OPENAI()                                                              \
   if (!HasOpenAi()) {                                                                       \
     if (std::getenv("SPECD_PYTHON") != nullptr) FAIL() << Python() << " lacks openai";      \
@@ -69,11 +77,7 @@ TEST(OpenAiClientTest, AFullQueueIsRateLimitError) {
   // A wider target, as in the drain test: the held streams (400 tokens, unread) must outlast
   // the requests sent after them. With the 64-wide default, a fast machine finished one first,
   // freeing its slot, and the fifth request was admitted (CI, stop 44).
-  o.target_model_spec = [](TinyModelSpec& spec) {
-    spec.num_layers = 4;
-    spec.embedding_dim = 512;
-    spec.ffn_dim = 2048;
-  };
+  o.target_model_spec = WiderTarget;
   Cluster c(o);
   const std::string cmd = Python() + " " + Script() + " overload --base http://127.0.0.1:" +
                           std::to_string(c.router_http_port) +
@@ -121,11 +125,7 @@ TEST(OpenAiClientTest, DrainingIs503AndFinishesInFlightStreams) {
   o.router_flags = {"--drain-grace-s", "60", "--max-running", "1"};
   // A wider target (about 1 s per stream here, more on a loaded machine): the streams must
   // outlast the start of the four curls and the checks after SIGTERM, or the drain ends first.
-  o.target_model_spec = [](TinyModelSpec& spec) {
-    spec.num_layers = 4;
-    spec.embedding_dim = 512;
-    spec.ffn_dim = 2048;
-  };
+  o.target_model_spec = WiderTarget;
   o.with_draft = false;  // the drain does not depend on speculation
   Cluster c(o);
   const std::string base = "http://127.0.0.1:" + std::to_string(c.router_http_port);
