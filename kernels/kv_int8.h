@@ -1,5 +1,23 @@
-// The int8 KV cache's one quantizer (KvDtype::kInt8). Every backend writes K and V rows
-// through it, so they store the same bytes; a code reads back as float(code) * scale.
+// The int8 KV cache (KvDtype::kInt8): its one quantizer, and the attention arithmetic every
+// backend runs on it.
+//
+// Storage: each (token, kv head) row of K and of V is stored as int8 codes and one float
+// scale, absmax / 127 (QuantizeKvRow); a code reads back as float(code) * scale.
+//
+// Attention on an int8 cache works on the codes, as llama.cpp's q8_0 KV cache does, so the
+// CPU can use integer and bf16 dot products instead of converting every element to f32:
+// - q is quantized per (token, q head) row by the same quantizer: codes qc, scale qs.
+// - A score is an integer dot product over the head dims, then scaled (Int8Score):
+//     score_j = float(sum_i qc_i kc_ji) * (ks_j * (qs * attention scale))
+//   The sum is exact in int32 and in f32 (|sum| <= 512 * 127 * 127 < 2^24), so any order,
+//   vector width or instruction (vpdpbusd, f32 FMAs, dp4a) gives the same score.
+// - p_j = exp(score_j - chunk max) and the exp-sum l add up as for every dtype.
+// - p V goes through bf16 attention's arithmetic (kernels/attn_bf16.h) with V's scale moved
+//   onto p: w_j = RoundBf16Attn(p_j * vs_j), and each output column is one chain over the
+//   keys in pairs, odd key first, of w_j * vc_jc. A code is exact in bf16, so each product
+//   is exact in f32 and vdpbf16ps and f32 FMAs give the same bits.
+// The reference (kernels/ref) keeps w exact: the kernels' bf16 rounding of w is their error
+// against it, as for the bf16 dtype.
 #ifndef SPECD_KERNELS_KV_INT8_H_
 #define SPECD_KERNELS_KV_INT8_H_
 
@@ -10,20 +28,31 @@
 
 namespace specd::kernels {
 
+// (static: the CPU's per-ISA translation units each keep their own copy, so the linker never
+// hands the generic code one compiled for AVX-512; see kernels/cpu/isa_kernels.h.)
+
+// The code of x at 1 / scale = inv: nearest (even), clamped to [-127, 127]; NaN gives 0.
+SPECD_HOST_DEVICE static inline float KvCode(float x, float inv) {
+  float c = std::nearbyint(x * inv);
+  if (std::isnan(c)) c = 0.0f;  // a NaN input; a cast of the code must not see it
+  return c > 127.0f ? 127.0f : (c < -127.0f ? -127.0f : c);
+}
+
+// 1 / scale for a row whose largest magnitude is amax (0 for an all-zero row).
+SPECD_HOST_DEVICE static inline float KvInverseScale(float amax) { return amax > 0.0f ? 127.0f / amax : 0.0f; }
+
 // x: [n] floats of one (token, kv head) row; codes go to q[0], q[stride], ... Returns the
 // row's scale, absmax / 127 (0 for an all-zero row). Codes round to nearest (even).
-SPECD_HOST_DEVICE inline float QuantizeKvRow(const float* x, int32_t n, int8_t* q, int64_t stride) {
+SPECD_HOST_DEVICE static inline float QuantizeKvRow(const float* x, int32_t n, int8_t* q, int64_t stride) {
   float amax = 0.0f;
   for (int32_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  for (int32_t i = 0; i < n; ++i) {
-    float c = std::nearbyint(x[i] * inv);
-    if (std::isnan(c)) c = 0.0f;  // a NaN input; the cast below must not see it
-    c = c > 127.0f ? 127.0f : (c < -127.0f ? -127.0f : c);
-    q[i * stride] = static_cast<int8_t>(c);
-  }
+  const float inv = KvInverseScale(amax);
+  for (int32_t i = 0; i < n; ++i) q[i * stride] = static_cast<int8_t>(KvCode(x[i], inv));
   return amax / 127.0f;
 }
+
+// A score from its integer dot product: isum * (ks * qss), qss = qs * attention scale.
+SPECD_HOST_DEVICE static inline float Int8Score(float isum, float ks, float qss) { return isum * (ks * qss); }
 
 }  // namespace specd::kernels
 

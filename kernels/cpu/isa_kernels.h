@@ -68,6 +68,12 @@ struct AttnArgs {
   // uses vdpbf16ps; every other path emulates it, with the same bits).
   const uint16_t* q_bf16 = nullptr;
   bool bf16_dot = false;
+  // KvDtype::kInt8 (kernels/kv_int8.h): q above holds each row's int8 codes as floats, q_i8
+  // [T, Hq, d] the same codes, q_score_scale [T, Hq] each row's qs * scale (Int8Score's qss),
+  // q_code_sum [T, Hq] the sum of each row's codes (vpdpbusd takes K as unsigned, code + 128).
+  const int8_t* q_i8 = nullptr;
+  const float* q_score_scale = nullptr;
+  const int32_t* q_code_sum = nullptr;
 };
 
 inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {
@@ -76,11 +82,11 @@ inline int64_t AttnPartialFloats(int32_t group, int32_t head_dim) {
 // Bytes a backend may keep per query row of a tile (a row descriptor).
 inline constexpr int32_t kAttnRowBytes = 64;
 // Scratch floats one thread needs for attention items: K/V rows of one chunk
-// [kAttnChunk][d], scores [kAttnTile][group][kAttnChunk], per query of a tile one chunk's
-// partial and its fold state ([kAttnTile] each; a single query uses the first), and
-// kAttnRowBytes per query row of a tile, 64-byte aligned.
+// [kAttnChunk][d] and their int8 scales [2][kAttnChunk], scores [kAttnTile][group][kAttnChunk],
+// per query of a tile one chunk's partial and its fold state ([kAttnTile] each; a single
+// query uses the first), and kAttnRowBytes per query row of a tile, 64-byte aligned.
 inline int64_t AttnScratchFloats(int32_t group, int32_t head_dim) {
-  return static_cast<int64_t>(kAttnChunk) * head_dim +
+  return static_cast<int64_t>(kAttnChunk) * (head_dim + 2) +
          static_cast<int64_t>(kAttnTile) * group * kAttnChunk +
          2 * kAttnTile * AttnPartialFloats(group, head_dim) +
          static_cast<int64_t>(kAttnTile) * group * (kAttnRowBytes / 4) + 16 + 64;
@@ -186,6 +192,12 @@ struct Backend {
   void (*matmul_q_packed)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
                           const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y,
                           float* scratch);
+  // Rows [0, rows) of x ([rows][d]) quantized by kernels/kv_int8.h's QuantizeKvRow (the same
+  // codes and scales, bitwise): codes [rows][d], scales [rows]; where not null, code_floats
+  // [rows][d] the codes as floats and code_sums [rows] each row's sum of codes. The SIMD
+  // backends take d % 8 == 0 only (callers use the generic one otherwise).
+  void (*quantize_kv_rows)(const float* x, int64_t rows, int32_t d, int8_t* codes, float* code_floats,
+                           int32_t* code_sums, float* scales);
   // Benchmarks only: `iters` rounds of independent float FMA chains at the attention
   // kernels' vector width, the float floor attention is held against. Adds the flops done
   // to *flops; returns a value that depends on every chain (so none is optimised away).

@@ -117,14 +117,23 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
   float* m = part + static_cast<int64_t>(group) * d;
   float* l = m + group;
   // bf16 attention (kernels/attn_bf16.h; a.q is already rounded): dims and keys in pairs,
-  // the odd one first, p rounded.
-  const bool bf16 = kv.dtype == KvDtype::kBF16;
-  const int64_t swap = bf16 ? 1 : 0;
+  // the odd one first, p rounded. int8 KV (kernels/kv_int8.h; a.q holds q's codes): scores
+  // from the codes (exact sums), p V as bf16's with w = p * vs rounded and V's codes.
+  const bool bf16 = kv.dtype == KvDtype::kBF16, int8 = kv.dtype == KvDtype::kInt8;
+  const int64_t swap = bf16 ? 1 : 0, pv_swap = bf16 || int8 ? 1 : 0;
   for (int32_t g = 0; g < group; ++g) {
-    const float* q = a.q + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group + g) * d;
+    const int64_t qrow = static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group + g;
+    const float* q = a.q + qrow * d;
     float mx = -INFINITY;
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+      if (int8) {
+        float isum = 0.0f;  // exact: integers below 2^24
+        for (int32_t i = 0; i < d; ++i) isum += q[i] * static_cast<const int8_t*>(kv.k)[kv.KIndex(slot, h, i)];
+        s[j - j0] = Int8Score(isum, kv.k_scale[kv.SIndex(slot, h)], a.q_score_scale[qrow]);
+        mx = s[j - j0] > mx ? s[j - j0] : mx;
+        continue;
+      }
       float dot = 0.0f;
       for (int32_t i0 = 0; i0 < d; ++i0) {
         const int32_t i = (i0 ^ swap) < d ? static_cast<int32_t>(i0 ^ swap) : i0;
@@ -142,8 +151,14 @@ void GenAttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j
     float* o = part + static_cast<int64_t>(g) * d;
     for (int32_t i = 0; i < d; ++i) o[i] = 0.0f;
     for (int64_t jj = j0; jj < j1; ++jj) {
-      const int64_t j = ((jj - j0) ^ swap) + j0 < j1 ? ((jj - j0) ^ swap) + j0 : jj;
+      const int64_t j = ((jj - j0) ^ pv_swap) + j0 < j1 ? ((jj - j0) ^ pv_swap) + j0 : jj;
       const int64_t slot = static_cast<int64_t>(table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+      if (int8) {
+        const float w = RoundBf16Attn(s[j - j0] * kv.v_scale[kv.SIndex(slot, h)]);
+        const int8_t* vc = static_cast<const int8_t*>(kv.v) + kv.VIndex(slot, h);
+        for (int32_t i = 0; i < d; ++i) o[i] += w * static_cast<float>(vc[i]);
+        continue;
+      }
       for (int32_t i = 0; i < d; ++i) o[i] += s[j - j0] * ref::VAt(kv, slot, h, i);
     }
     m[g] = mx;
@@ -198,6 +213,19 @@ void GenAttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch
       [&](int32_t t, int32_t h, const float* st) { GenAttnFinish(a, t, h, st); });
 }
 
+void GenQuantizeKvRows(const float* x, int64_t rows, int32_t d, int8_t* codes, float* code_floats,
+                       int32_t* code_sums, float* scales) {
+  for (int64_t r = 0; r < rows; ++r) {
+    scales[r] = QuantizeKvRow(x + r * d, d, codes + r * d, 1);
+    int32_t sum = 0;
+    for (int32_t i = 0; i < d; ++i) {
+      if (code_floats != nullptr) code_floats[r * d + i] = static_cast<float>(codes[r * d + i]);
+      sum += codes[r * d + i];
+    }
+    if (code_sums != nullptr) code_sums[r] = sum;
+  }
+}
+
 void GenToF16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = ref::F32ToF16(src[i]);
 }
@@ -215,7 +243,7 @@ float GenFmaProbe(int64_t iters, int64_t* flops) {
 
 const Backend kGeneric = {
     GenQuantizeAct, GenMatMulQ, GenMatMulF, GenRmsNorm, GenSwiGlu, GenSoftmax, GenAttention,
-    GenAttentionMerge, GenToF16, nullptr, GenFmaProbe,
+    GenAttentionMerge, GenToF16, nullptr, GenQuantizeKvRows, GenFmaProbe,
 };
 
 // ------------------------------------------------------------ dispatch
@@ -633,12 +661,23 @@ void WriteKv(ThreadPool& pool, const float* k, const float* v, int64_t T, const 
             static_cast<uint16_t*>(kv.v)[vdst + i] = ToBf16Attn(v[src + i]);
           }
           break;
-        case KvDtype::kInt8:  // the one quantizer, as the reference writes it
-          kv.k_scale[kv.SIndex(slots[t], h)] =
-              QuantizeKvRow(k + src, d, static_cast<int8_t*>(kv.k) + kdst, kstride);
-          kv.v_scale[kv.SIndex(slots[t], h)] =
-              QuantizeKvRow(v + src, d, static_cast<int8_t*>(kv.v) + vdst, 1);
+        case KvDtype::kInt8: {  // the one quantizer (or its vector twin: the same bits)
+          int8_t* kcodes = static_cast<int8_t*>(kv.k) + kdst;
+          int8_t* vcodes = static_cast<int8_t*>(kv.v) + vdst;
+          float* ks = kv.k_scale + kv.SIndex(slots[t], h);
+          float* vs = kv.v_scale + kv.SIndex(slots[t], h);
+          if (d > 512) {  // longer than the row buffer below
+            *ks = QuantizeKvRow(k + src, d, kcodes, kstride);
+            *vs = QuantizeKvRow(v + src, d, vcodes, 1);
+            break;
+          }
+          const Backend& qbe = d % 8 == 0 ? be : kGeneric;
+          int8_t row_codes[512];
+          qbe.quantize_kv_rows(k + src, 1, d, row_codes, nullptr, nullptr, ks);
+          for (int32_t i = 0; i < d; ++i) kcodes[i * kstride] = row_codes[i];
+          qbe.quantize_kv_rows(v + src, 1, d, vcodes, nullptr, nullptr, vs);
           break;
+        }
       }
     }
   }
@@ -664,6 +703,32 @@ void RoundQueriesToBf16(ThreadPool& pool, const float* q, int64_t n, AttnArgs* a
   args->q = r;
   args->q_bf16 = b;
   args->bf16_dot = CpuHasAvx512Bf16();
+}
+
+// Attention on an int8 KV cache quantizes each q row once for every path (kernels/kv_int8.h):
+// args->q becomes the rows' codes as floats, args->q_i8 the same codes, args->q_score_scale
+// each row's qs * scale.
+void QuantizeQueriesToInt8(ThreadPool& pool, const float* q, int64_t rows, int32_t d, float scale,
+                           AttnArgs* args) {
+  static thread_local std::vector<float> codes_f32, row_scales;
+  static thread_local std::vector<int8_t> codes;
+  static thread_local std::vector<int32_t> code_sums;
+  float* cf = Scratch(codes_f32, rows * d);
+  float* qss = Scratch(row_scales, rows);
+  if (static_cast<int64_t>(codes.size()) < rows * d) codes.resize(static_cast<size_t>(rows * d));
+  if (static_cast<int64_t>(code_sums.size()) < rows) code_sums.resize(static_cast<size_t>(rows));
+  int8_t* c = codes.data();
+  int32_t* sums = code_sums.data();
+  const Backend& be = d % 8 == 0 ? Be() : kGeneric;
+  pool.ParallelFor(rows, [&](int64_t r0, int64_t r1) {
+    be.quantize_kv_rows(q + r0 * d, r1 - r0, d, c + r0 * d, cf + r0 * d, sums + r0, qss + r0);
+    for (int64_t r = r0; r < r1; ++r) qss[r] *= scale;
+  }, kMinParallelElems / (d > 0 ? d : 1));
+  args->q = cf;
+  args->q_i8 = c;
+  args->q_score_scale = qss;
+  args->q_code_sum = sums;
+  args->bf16_dot = CpuHasAvx512Bf16();  // the native int8 path's p V (Int8RowsChunk)
 }
 
 }  // namespace
@@ -738,6 +803,7 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t T, int32_t num_q_h
   AttnArgs args{q, num_q_heads, positions, block_tables, &kv, scale, out,
                 items.data(), merges.data(), partials};
   if (kv.dtype == KvDtype::kBF16) RoundQueriesToBf16(pool, q, T * num_q_heads * d, &args);
+  if (kv.dtype == KvDtype::kInt8) QuantizeQueriesToInt8(pool, q, T * num_q_heads, d, scale, &args);
   pool.ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t b, int64_t e) {
     static thread_local std::vector<float> buf;
     be.attention(args, b, e, Scratch(buf, scratch_n));

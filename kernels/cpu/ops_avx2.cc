@@ -37,6 +37,7 @@
 
 #include "kernels/attn_bf16.h"
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/kv_int8.h"
 
 namespace specd::kernels::cpu::internal {
 namespace {
@@ -1247,18 +1248,21 @@ inline void LoadInt8Run(const int8_t* src, const float* scale, int64_t scale_str
 }
 
 // Converts V rows of keys [j0, j1) of kv head h to buf [round8(n)][d] f32, zeroing the
-// padding rows.
-void LoadVChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* buf) {
+// padding rows. int8: buf gets the codes, and vs[j - j0] each row's scale (kernels/kv_int8.h:
+// the scale goes onto p).
+void LoadVChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* buf, float* vs) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
   const int32_t* table = a.block_tables[t];
+  const float one = 1.0f;
   for (int64_t j = j0; j < j1;) {  // one contiguous run of rows per block
     const int64_t off = j % kv.block_size, n = kv.block_size - off < j1 - j ? kv.block_size - off : j1 - j;
     const int64_t at = kv.VIndex(table[j / kv.block_size], off, h);
-    if (kv.dtype == KvDtype::kInt8) {  // a scale per row
+    if (kv.dtype == KvDtype::kInt8) {
       const float* sc = kv.v_scale + kv.SIndex(table[j / kv.block_size], off, h);
       for (int64_t r = 0; r < n; ++r) {
-        LoadInt8Run(static_cast<const int8_t*>(kv.v) + at + r * d, sc + r, 0, d, buf + (j - j0 + r) * d);
+        LoadInt8Run(static_cast<const int8_t*>(kv.v) + at + r * d, &one, 0, d, buf + (j - j0 + r) * d);
+        vs[j - j0 + r] = sc[r];
       }
     } else {
       // The run's rows are contiguous in the pool: one conversion of n * d values.
@@ -1275,8 +1279,10 @@ void LoadVChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1,
 // K of keys [j0, j1) of kv head h, transposed: kt[i][j - j0] f32 for i < d. The pool keeps
 // K transposed inside each block (PagedKvLayer::KIndex), so this is one contiguous run per
 // (block, dim). Key columns past the chunk's end are zeroed (never used, but kept finite).
-// kt: [d][kAttnChunk]
-void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* kt) {
+// int8: kt gets the codes, and ks[j - j0] each key's scale (kernels/kv_int8.h: the scale goes
+// onto the score).
+// kt: [d][kAttnChunk]  ks: [kAttnChunk]
+void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, float* kt, float* ks) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
   const int32_t* table = a.block_tables[t];
@@ -1290,12 +1296,14 @@ void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1
         _mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
         _mm256_storeu_ps(dst + 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8))));
       }
-    } else if (kv.dtype == KvDtype::kInt8) {  // a scale per key: the same vector for every dim
+    } else if (kv.dtype == KvDtype::kInt8) {
       const float* sc = kv.k_scale + kv.SIndex(table[j / kv.block_size], off, h);
+      const float one = 1.0f;
       for (int32_t i = 0; i < d; ++i) {
         LoadInt8Run(static_cast<const int8_t*>(kv.k) + at + static_cast<int64_t>(i) * kv.block_size,
-                    sc, 1, n, kt + static_cast<int64_t>(i) * kAttnChunk + (j - j0));
+                    &one, 0, n, kt + static_cast<int64_t>(i) * kAttnChunk + (j - j0));
       }
+      for (int64_t r = 0; r < n; ++r) ks[j - j0 + r] = sc[r];
     } else {
       for (int32_t i = 0; i < d; ++i) {
         LoadKvRun(kv.dtype, kv.k, at + static_cast<int64_t>(i) * kv.block_size, n,
@@ -1308,6 +1316,9 @@ void LoadKChunkT(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1
     for (int32_t i = 0; i < d; ++i) {
       float* row = kt + static_cast<int64_t>(i) * kAttnChunk;
       for (int64_t c = j1 - j0; c < kAttnChunk; ++c) row[c] = 0.0f;
+    }
+    if (kv.dtype == KvDtype::kInt8) {
+      for (int64_t c = j1 - j0; c < kAttnChunk; ++c) ks[c] = 0.0f;
     }
   }
 }
@@ -1344,6 +1355,7 @@ struct AttnRow {
   float* o;        // [d] raw output partial
   float* m;        // score max
   float* l;        // exp-sum
+  float qss;       // int8 KV: the row's qs * scale (kernels/kv_int8.h); q holds its codes
 };
 static_assert(sizeof(AttnRow) <= kAttnRowBytes, "AttnScratchFloats reserves kAttnRowBytes a row");
 
@@ -1353,11 +1365,18 @@ static_assert(sizeof(AttnRow) <= kAttnRowBytes, "AttnScratchFloats reserves kAtt
 // prefill tiles' path: up to 64 query rows share each conversion).
 // kPairs (bf16 attention, kernels/attn_bf16.h): the dims of a score and the keys of an
 // output column are summed in pairs, the odd one first (vdpbf16ps's order).
-template <bool kPairsT = false>
+// kScaledKeys (int8 KV, kernels/kv_int8.h): K holds codes, and each score is scaled by its
+// key's KScale and the row's qss at the end (Int8Score).
+template <bool kPairsT = false, bool kScaledKeysT = false>
 struct ScratchK {
   static constexpr bool kPairs = kPairsT;
+  static constexpr bool kScaledKeys = kScaledKeysT;
   const float* kt;  // [d][kAttnChunk]
-  template <class V> typename V::F KScale(int64_t) const { return V::Zero(); }  // not used
+  const float* ks = nullptr;  // kScaledKeys: [kAttnChunk]
+  template <class V> typename V::F KScale(int64_t key) const {
+    if constexpr (kScaledKeys) return V::Load(ks + key);
+    return V::Zero();  // not used
+  }
   // keys [key, key + kW) of dim i
   template <class V> typename V::F K(int64_t key, int32_t i, typename V::F) const {
     return V::Load(kt + static_cast<int64_t>(i) * kAttnChunk + key);
@@ -1376,10 +1395,12 @@ struct ScratchV {
 };
 // PoolKv: straight from the pool's 16-key blocks, f16 or int8 converted in registers (decode's
 // path: with a few query rows, storing and reloading every converted element cost as much as
-// the arithmetic). Keys past the chunk's last block read block 0 (finite, never used).
+// the arithmetic). Keys past the chunk's last block read block 0 (finite, never used). int8
+// reads the codes (kernels/kv_int8.h): scores scaled at the end, p V in bf16's key pairs.
 template <KvDtype DT>
 struct PoolKv {
-  static constexpr bool kPairs = false;
+  static constexpr bool kPairs = DT == KvDtype::kInt8;
+  static constexpr bool kScaledKeys = DT == KvDtype::kInt8;
   using T = std::conditional_t<DT == KvDtype::kInt8, int8_t, uint16_t>;
   static constexpr int kBlocks = kAttnChunk / 16;
   const T* k[kBlocks];       // a block's K slab: dim i at + i * 16
@@ -1391,18 +1412,15 @@ struct PoolKv {
     if constexpr (DT == KvDtype::kInt8) return V::Load(ks[key >> 4] + (key & 15));
     return V::Zero();
   }
-  template <class V> typename V::F K(int64_t key, int32_t i, typename V::F sc) const {
+  template <class V> typename V::F K(int64_t key, int32_t i, typename V::F) const {
     const T* p = k[key >> 4] + static_cast<int64_t>(i) * 16 + (key & 15);
-    if constexpr (DT == KvDtype::kInt8) return V::Mul(V::FromI8(p), sc);
+    if constexpr (DT == KvDtype::kInt8) return V::FromI8(p);
     else return V::FromF16(p);
   }
-  template <class V> typename V::F VScale(int64_t j) const {
-    if constexpr (DT == KvDtype::kInt8) return V::Set1(vs[j >> 4][j & 15]);
-    return V::Zero();
-  }
-  template <class V> typename V::F Val(int64_t j, int32_t c, typename V::F sc) const {
+  template <class V> typename V::F VScale(int64_t) const { return V::Zero(); }  // not used
+  template <class V> typename V::F Val(int64_t j, int32_t c, typename V::F) const {
     const T* p = v[j >> 4] + (j & 15) * d + c;
-    if constexpr (DT == KvDtype::kInt8) return V::Mul(V::FromI8(p), sc);
+    if constexpr (DT == KvDtype::kInt8) return V::FromI8(p);
     else return V::FromF16(p);
   }
 };
@@ -1434,7 +1452,11 @@ void ScoresBlock(const AttnRow* rows, const Src& src, int32_t d, int64_t kb, flo
 #pragma GCC unroll 8
   for (int r = 0; r < RB; ++r) {
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) V::Store(rows[r].s + kb + u * V::kW, V::Mul(acc[r][u], sc));
+    for (int u = 0; u < 4; ++u) {
+      // int8: Int8Score's isum * (ks * qss); the FMA chain above summed exact integers.
+      const typename V::F f = Src::kScaledKeys ? V::Mul(ksc[u], V::Set1(rows[r].qss)) : sc;
+      V::Store(rows[r].s + kb + u * V::kW, V::Mul(acc[r][u], f));
+    }
   }
 }
 
@@ -1631,6 +1653,22 @@ void RowsSoftmaxParts(AttnRow* rows, int32_t R) {
   }
 }
 
+void RoundRowsToBf16(AttnRow* rows, int32_t R);
+
+// int8 KV (kernels/kv_int8.h): each row's p times vs[j], the V scale of the chunk's key j.
+void ScaleRowsByV(AttnRow* rows, int32_t R, const float* vs) {
+  for (int32_t r = 0; r < R; ++r) {
+    float* x = rows[r].s;
+    for (int64_t j = 0; j < rows[r].n; ++j) x[j] *= vs[j];
+  }
+}
+
+// ... and rounded to bf16: w = RoundBf16Attn(p * vs), the weights p V takes.
+void WeightRowsByVScale(AttnRow* rows, int32_t R, const float* vs) {
+  ScaleRowsByV(rows, R, vs);
+  RoundRowsToBf16(rows, R);
+}
+
 // AttnRowsChunk's arithmetic reading K and V from the pool's 16-key blocks (PoolKv).
 template <KvDtype DT>
 void PoolRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, AttnRow* rows,
@@ -1651,6 +1689,11 @@ void PoolRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   }
   ScoresRows(rows, R, src, kv.head_dim, a.scale);
   RowsSoftmaxParts(rows, R);
+  if constexpr (DT == KvDtype::kInt8) {
+    alignas(64) float vs[kAttnChunk];
+    for (int64_t b = 0; b < nb; ++b) std::memcpy(vs + 16 * b, src.vs[b], 16 * sizeof(float));
+    WeightRowsByVScale(rows, R, vs);
+  }
   PvRows(rows, R, src, kv.head_dim);
 }
 
@@ -1832,6 +1875,9 @@ SPECD_BF16_TARGET void Bf16PvRowBlock(const AttnRow* rows, const Src& src, int32
   }
 }
 
+template <class Src>
+SPECD_BF16_TARGET void Bf16PvRows(AttnRow* rows, int32_t R, const Src& src, int32_t d);
+
 // Scores, each row's max and exp-sum (as every dtype), p rounded and packed, then p V.
 template <class Src>
 SPECD_BF16_TARGET void Bf16Rows(const AttnArgs& a, const Src& src, int32_t d, AttnRow* rows, int32_t R) {
@@ -1847,6 +1893,12 @@ SPECD_BF16_TARGET void Bf16Rows(const AttnArgs& a, const Src& src, int32_t d, At
   }
   RowsSoftmaxParts(rows, R);
   PackRowsBf16(rows, R);
+  Bf16PvRows(rows, R, src, d);
+}
+
+// p V for rows whose p is packed as bf16 (PackRowsBf16) over their s.
+template <class Src>
+SPECD_BF16_TARGET void Bf16PvRows(AttnRow* rows, int32_t R, const Src& src, int32_t d) {
   for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
     const int32_t rb = R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock;
     int64_t n_min = rows[r0].n;
@@ -1888,19 +1940,212 @@ SPECD_BF16_TARGET void Bf16RowsChunk(const AttnArgs& a, int32_t t, int32_t h, in
   staged.Stage(pool, j1 - j0);
   Bf16Rows(a, staged, d, rows, R);
 }
+
+// The int8 KV cache natively (kernels/kv_int8.h): each score an integer dot product of the
+// codes by vpdpbusd, p V by vdpbf16ps on V's codes (exact in bf16) with V's scales on p. The
+// float path (ScratchK<true, true>, PoolKv<kInt8>) gives the same bits: its sums of codes are
+// exact too, and its p V is bf16's emulated order. Entered only where the CPU has AVX-512 BF16.
+
+// vpdpbusd takes its first operand unsigned: K's codes go in as code + 128, and each score
+// takes back 128 * (the sum of q's codes).
+// From a K slab's dims 4i .. 4i + 3 ([4][16 keys], 64 bytes) to [16 keys][4 dims]: dwords
+// (4g + r) <- (4r + g), then in each 128-bit lane bytes (4jj + r) <- (4r + jj).
+alignas(64) constexpr int32_t kQuadDwords[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+alignas(64) constexpr int8_t kQuadBytes[64] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                               0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                               0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                               0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+// Dims 4 i4 .. 4 i4 + 3 of a K slab's 16 keys (slab: [d][16] int8): dword j = key j's four
+// codes, each + 128.
+inline __m512i KCodeQuad(const int8_t* slab, int32_t i4) {
+  const __m512i x = _mm512_loadu_si512(slab + static_cast<int64_t>(i4) * 64);
+  const __m512i y = _mm512_permutexvar_epi32(_mm512_load_si512(kQuadDwords), x);
+  return _mm512_xor_si512(_mm512_shuffle_epi8(y, _mm512_load_si512(kQuadBytes)), _mm512_set1_epi8(-128));
+}
+
+// 16 V codes as the bf16 halves of dwords: v0's in the low half, v1's (nullptr: 0) in the high
+// one (Bf16Pool::VPair's pairs). A code's f32 has 16 zero low bits: exact in bf16.
+inline __m512i VCodePair(const int8_t* v0, const int8_t* v1) {
+  const __m512i a = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v0)))));
+  const __m512i lo = _mm512_srli_epi32(a, 16);
+  if (v1 == nullptr) return lo;
+  const __m512i b = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v1)))));
+  return _mm512_or_si512(lo, _mm512_and_si512(b, _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+}
+
+inline int32_t Ld32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// acc += the dword dot products of u (unsigned bytes) and s (signed): vpdpbusd written out,
+// since GCC keeps a copy of every intrinsic's accumulator on the stack in Int8ScoresBlock's
+// loop (24 of them), and the loop then ran at the speed of those stores.
+inline void DpBusd(__m512i& acc, __m512i u, __m512i s) {
+  __asm__("vpdpbusd %[s], %[u], %[acc]" : [acc] "+v"(acc) : [u] "v"(u), [s] "v"(s));
+}
+
+// Int8Pool: the chunk's blocks straight from the pool (decode: a few rows). kblk[b]: block b's
+// K slab [d][16]; vblk[b]: its V rows [16][d]; ks[b], vs[b]: its 16 K and V scales. Blocks
+// past the chunk's end are its first (finite, never used).
+struct Int8Pool {
+  const int8_t* kblk[kAttnChunk / 16];
+  const int8_t* vblk[kAttnChunk / 16];
+  const float* ks[kAttnChunk / 16];
+  const float* vs[kAttnChunk / 16];
+  int32_t d;
+  __m512i KQuad(int u, int32_t i4) const { return KCodeQuad(kblk[u], i4); }
+  __m512 KScale(int u) const { return _mm512_loadu_ps(ks[u]); }
+  // Columns [c, c + 16) of keys j, j + 1 (j even; v of j + 1 taken as 0 unless both).
+  __m512i VPair(int64_t j, int32_t c, bool both) const {
+    const int8_t* v0 = vblk[j >> 4] + (j & 15) * d + c;
+    return VCodePair(v0, both ? v0 + d : nullptr);
+  }
+};
+// Int8Staged: the chunk's K quads and V pairs built once in scratch, for a prefill tile's rows.
+// kq: [d / 4][4 blocks][64 bytes]; vp: [32 key pairs][d / 16][32] bf16; ks: [kAttnChunk].
+struct Int8Staged {
+  int8_t* kq;
+  uint16_t* vp;
+  float* ks;
+  int32_t d;
+  void StageK(const Int8Pool& pool) {
+    for (int32_t i4 = 0; i4 < d / 4; ++i4) {
+      for (int u = 0; u < kAttnChunk / 16; ++u) _mm512_storeu_si512(kq + (i4 * 4 + u) * 64, pool.KQuad(u, i4));
+    }
+    for (int u = 0; u < kAttnChunk / 16; ++u) std::memcpy(ks + 16 * u, pool.ks[u], 16 * sizeof(float));
+  }
+  void StageV(const Int8Pool& pool, int64_t nkeys) {
+    for (int64_t j = 0; j < nkeys; j += 2) {
+      for (int32_t c = 0; c < d; c += 16) _mm512_storeu_si512(VAt(j, c), pool.VPair(j, c, j + 1 < nkeys));
+    }
+  }
+  uint16_t* VAt(int64_t j, int32_t c) const { return vp + ((j / 2) * (d / 16) + c / 16) * 32; }
+  __m512i KQuad(int u, int32_t i4) const { return _mm512_loadu_si512(kq + (i4 * 4 + u) * 64); }
+  __m512 KScale(int u) const { return _mm512_loadu_ps(ks + 16 * u); }
+  __m512i VPair(int64_t j, int32_t c, bool) const { return _mm512_loadu_si512(VAt(j, c)); }
+};
+
+// rows[r].s[0, 64) = Int8Score of each key for RB rows (keys past the chunk's end are
+// computed, never used). qc[r]: row r's codes [d]; qsum[r]: their sum.
+template <int RB, class Src>
+void Int8ScoresBlock(const AttnRow* rows, const int8_t* const* qc, const int32_t* qsum, const Src& src,
+                     int32_t d) {
+  __m512i acc[RB][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_si512();
+  }
+  for (int32_t i4 = 0; i4 < d / 4; ++i4) {
+    __m512i k[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) k[u] = src.KQuad(u, i4);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const __m512i qb = _mm512_set1_epi32(Ld32(qc[r] + 4 * i4));
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) DpBusd(acc[r][u], k[u], qb);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+    const __m512i corr = _mm512_set1_epi32(128 * qsum[r]);
+    const __m512 qss = _mm512_set1_ps(rows[r].qss);
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) {
+      const __m512 isum = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][u], corr));
+      _mm512_storeu_ps(rows[r].s + u * 16, _mm512_mul_ps(isum, _mm512_mul_ps(src.KScale(u), qss)));
+    }
+  }
+}
+
+template <int RB, class Src>
+void Int8ScoresRowBlock(const AttnArgs& a, const AttnRow* rows, const Src& src, int32_t d) {
+  const int8_t* qc[RB];
+  int32_t qsum[RB];
+  for (int r = 0; r < RB; ++r) {
+    const int64_t at = rows[r].q - a.q;
+    qc[r] = a.q_i8 + at;
+    qsum[r] = a.q_code_sum[at / d];
+  }
+  Int8ScoresBlock<RB>(rows, qc, qsum, src, d);
+}
+
+template <class Src>
+void Int8ScoresRows(const AttnArgs& a, const AttnRow* rows, int32_t R, const Src& src, int32_t d) {
+  for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
+    switch (R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock) {
+      case 1: Int8ScoresRowBlock<1>(a, rows + r0, src, d); break;
+      case 2: Int8ScoresRowBlock<2>(a, rows + r0, src, d); break;
+      case 3: Int8ScoresRowBlock<3>(a, rows + r0, src, d); break;
+      case 4: Int8ScoresRowBlock<4>(a, rows + r0, src, d); break;
+      case 5: Int8ScoresRowBlock<5>(a, rows + r0, src, d); break;
+      default: Int8ScoresRowBlock<6>(a, rows + r0, src, d); break;
+    }
+  }
+}
+
+// AttnRowsChunk's int8 arithmetic natively (block_size 16, d % 16 == 0, AVX-512 BF16). A few
+// rows (decode) read the pool's blocks; more (a prefill tile) stage the chunk once in kvbuf
+// ([kAttnChunk][d + 2] floats: the K quads, then the V pairs, then the K scales).
+void Int8RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, AttnRow* rows,
+                   int32_t R, float* kvbuf) {
+  const PagedKvLayer& kv = *a.kv;
+  const int32_t d = kv.head_dim;
+  const int32_t* table = a.block_tables[t];
+  const int64_t nb = (j1 - j0 + 15) / 16;
+  Int8Pool pool;
+  pool.d = d;
+  alignas(64) float vs[kAttnChunk];
+  for (int b = 0; b < kAttnChunk / 16; ++b) {
+    const int64_t block = table[(j0 + 16 * (b < nb ? b : 0)) / 16];
+    pool.kblk[b] = static_cast<const int8_t*>(kv.k) + kv.KIndex(block, 0, h, 0);
+    pool.vblk[b] = static_cast<const int8_t*>(kv.v) + kv.VIndex(block, 0, h);
+    pool.ks[b] = kv.k_scale + kv.SIndex(block, 0, h);
+    pool.vs[b] = kv.v_scale + kv.SIndex(block, 0, h);
+    std::memcpy(vs + 16 * b, pool.vs[b], 16 * sizeof(float));
+  }
+  if (R <= kAttnRowBlock) {
+    Int8ScoresRows(a, rows, R, pool, d);
+    RowsSoftmaxParts(rows, R);
+    ScaleRowsByV(rows, R, vs);
+    PackRowsBf16(rows, R);
+    Bf16PvRows(rows, R, pool, d);
+    return;
+  }
+  // kq: d * 64 bytes (16 d floats), vp: 32 * d bf16 pairs (32 d floats), ks after kvbuf's rows.
+  Int8Staged staged{reinterpret_cast<int8_t*>(kvbuf), reinterpret_cast<uint16_t*>(kvbuf + 16 * d),
+                    kvbuf + static_cast<int64_t>(kAttnChunk) * d, d};
+  staged.StageK(pool);
+  Int8ScoresRows(a, rows, R, staged, d);
+  RowsSoftmaxParts(rows, R);
+  ScaleRowsByV(rows, R, vs);
+  PackRowsBf16(rows, R);
+  staged.StageV(pool, j1 - j0);
+  Bf16PvRows(rows, R, staged, d);
+}
 #endif  // SPECD_X8_DOT == 1
 
 // Raw partials of keys [j0, j1) of kv head h for rows[0, R): query rows of one sequence
 // (t: any of its tokens, for the block table). Scores, then each row's max and exp-sum,
 // then p V. With prefetched, the caller has already requested this chunk; with next_end >
 // j1, the keys [j1, next_end) come next and are requested now, to arrive during this
-// chunk's arithmetic.  kvbuf: [kAttnChunk][d], holding K^T and then V.
+// chunk's arithmetic.  kvbuf: [kAttnChunk][d], holding K^T and then V, then [2][kAttnChunk]
+// for int8's K and V scales.
 void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, AttnRow* rows,
                    int32_t R, float* kvbuf, bool prefetched, int64_t next_end) {
   const int32_t d = a.kv->head_dim;
   if (!prefetched) PrefetchKvChunk(a, t, h, j0, j1);
   if (next_end > j1) PrefetchKvChunk(a, t, h, j1, next_end < j1 + kAttnChunk ? next_end : j1 + kAttnChunk);
   const PagedKvLayer& kv = *a.kv;
+#if SPECD_X8_DOT == 1
+  if (kv.dtype == KvDtype::kInt8 && a.bf16_dot && kv.block_size == 16 && j0 % 16 == 0 && d % 16 == 0) {
+    return Int8RowsChunk(a, t, h, j0, j1, rows, R, kvbuf);
+  }
+#endif
   if (R <= kPoolRowsMax && kv.block_size == 16 && j0 % 16 == 0) {  // decode, verification: a few rows
     if (kv.dtype == KvDtype::kF16) return PoolRowsChunk<KvDtype::kF16>(a, t, h, j0, j1, rows, R);
     if (kv.dtype == KvDtype::kInt8) return PoolRowsChunk<KvDtype::kInt8>(a, t, h, j0, j1, rows, R);
@@ -1910,18 +2155,29 @@ void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
     if (a.bf16_dot && kv.block_size == 16 && j0 % 16 == 0 && d % 16 == 0) return Bf16RowsChunk(a, t, h, j0, j1, rows, R, kvbuf);
 #endif
     // bf16 attention without the instruction: its arithmetic on f32 FMAs (the same bits).
-    LoadKChunkT(a, t, h, j0, j1, kvbuf);
+    LoadKChunkT(a, t, h, j0, j1, kvbuf, nullptr);
     ScoresRows(rows, R, ScratchK<true>{kvbuf}, d, a.scale);
     RowsSoftmaxParts(rows, R);
     RoundRowsToBf16(rows, R);
-    LoadVChunk(a, t, h, j0, j1, kvbuf);
+    LoadVChunk(a, t, h, j0, j1, kvbuf, nullptr);
     PvRows(rows, R, ScratchV<true>{kvbuf, d}, d);
     return;
   }
-  LoadKChunkT(a, t, h, j0, j1, kvbuf);
+  if (kv.dtype == KvDtype::kInt8) {  // the codes' arithmetic (kernels/kv_int8.h) on f32 FMAs
+    float* ks = kvbuf + static_cast<int64_t>(kAttnChunk) * d;
+    float* vs = ks + kAttnChunk;
+    LoadKChunkT(a, t, h, j0, j1, kvbuf, ks);
+    ScoresRows(rows, R, ScratchK<true, true>{kvbuf, ks}, d, a.scale);
+    RowsSoftmaxParts(rows, R);
+    LoadVChunk(a, t, h, j0, j1, kvbuf, vs);
+    WeightRowsByVScale(rows, R, vs);
+    PvRows(rows, R, ScratchV<true>{kvbuf, d}, d);
+    return;
+  }
+  LoadKChunkT(a, t, h, j0, j1, kvbuf, nullptr);
   ScoresRows(rows, R, ScratchK<>{kvbuf}, d, a.scale);
   RowsSoftmaxParts(rows, R);
-  LoadVChunk(a, t, h, j0, j1, kvbuf);
+  LoadVChunk(a, t, h, j0, j1, kvbuf, nullptr);
   PvRows(rows, R, ScratchV<>{kvbuf, d}, d);
 }
 
@@ -1931,11 +2187,13 @@ void AttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, 
                float* s, AttnRow* rows, float* part, bool prefetched, int64_t next_end) {
   const int32_t d = a.kv->head_dim;
   const int32_t group = a.num_q_heads / a.kv->num_kv_heads;
-  const float* qh = a.q + (static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group) * d;
+  const int64_t qrow = static_cast<int64_t>(t) * a.num_q_heads + static_cast<int64_t>(h) * group;
+  const float* qh = a.q + qrow * d;
   float* m = part + static_cast<int64_t>(group) * d;
   for (int32_t g = 0; g < group; ++g) {
     rows[g] = AttnRow{qh + static_cast<int64_t>(g) * d, j1 - j0, s + static_cast<int64_t>(g) * kAttnChunk,
-                      part + static_cast<int64_t>(g) * d, m + g, m + group + g};
+                      part + static_cast<int64_t>(g) * d, m + g, m + group + g,
+                      a.q_score_scale != nullptr ? a.q_score_scale[qrow + g] : 0.0f};
   }
   AttnRowsChunk(a, t, h, j0, j1, rows, group, kvbuf, prefetched, next_end);
 }
@@ -1979,7 +2237,7 @@ void AttnFinish(const AttnArgs& a, int32_t t, int32_t h, const float* state) {
 // above), and each query folds its chunks into its own state in order, so its output is
 // bitwise the same. An item of a split tile (it.partial >= 0) computes its one chunk and
 // stores each query's raw partial for the merge pass, which folds them in the same order.
-// kvbuf: [kAttnChunk][d]  s: [tile][group][kAttnChunk]  parts, states: [tile][group][d + 2]
+// kvbuf: [kAttnChunk][d + 2]  s: [tile][group][kAttnChunk]  parts, states: [tile][group][d + 2]
 // rows: [tile * group]
 void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, float* parts,
               float* states, AttnRow* rows, bool prefetched) {
@@ -1998,14 +2256,15 @@ void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, flo
       const int64_t len = static_cast<int64_t>(a.positions[t0 + k]) + 1;
       if (j0 >= len) continue;  // this chunk lies past the query (causal)
       if (first_query < 0) first_query = k;
-      const float* qh = a.q + (static_cast<int64_t>(t0 + k) * a.num_q_heads +
-                               static_cast<int64_t>(h) * group) * d;
+      const int64_t qrow = static_cast<int64_t>(t0 + k) * a.num_q_heads + static_cast<int64_t>(h) * group;
+      const float* qh = a.q + qrow * d;
       float* part = stored ? a.partials + (it.partial + k) * pf : parts + k * pf;
       float* m = part + static_cast<int64_t>(group) * d;
       for (int32_t g = 0; g < group; ++g) {
         rows[R++] = AttnRow{qh + static_cast<int64_t>(g) * d, (j1 < len ? j1 : len) - j0,
                             s + k * sf + static_cast<int64_t>(g) * kAttnChunk,
-                            part + static_cast<int64_t>(g) * d, m + g, m + group + g};
+                            part + static_cast<int64_t>(g) * d, m + g, m + group + g,
+                            a.q_score_scale != nullptr ? a.q_score_scale[qrow + g] : 0.0f};
       }
     }
     AttnRowsChunk(a, t0, h, j0, j1, rows, R, kvbuf, /*prefetched=*/stored ? prefetched : j0 > 0, stored ? 0 : longest);
@@ -2020,8 +2279,8 @@ void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, flo
 
 void Attention(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
   const int32_t d = a.kv->head_dim, group = a.num_q_heads / a.kv->num_kv_heads;
-  float* kvbuf = scratch;
-  float* s = kvbuf + static_cast<int64_t>(kAttnChunk) * d;
+  float* kvbuf = scratch;  // and int8's scales after it
+  float* s = kvbuf + static_cast<int64_t>(kAttnChunk) * (d + 2);
   float* parts = s + static_cast<int64_t>(kAttnTile) * group * kAttnChunk;
   float* states = parts + kAttnTile * AttnPartialFloats(group, d);
   // The row descriptors go last, 64-byte aligned (AttnScratchFloats keeps room for them).
@@ -2065,6 +2324,37 @@ void AttentionMerge(const AttnArgs& a, int64_t i0, int64_t i1, float* scratch) {
       [&](int32_t t, int32_t h, const float* st) { AttnFinish(a, t, h, st); });
 }
 
+// QuantizeKvRow (kernels/kv_int8.h) on 8 lanes, the same codes and scales (d % 8 == 0): the
+// max of |x| ignores NaN as std::fmax does (max_ps returns its second operand for a NaN), a
+// NaN product gives code 0, codes round to nearest even and clamp to +-127.
+void QuantizeKvRows(const float* x, int64_t rows, int32_t d, int8_t* codes, float* code_floats,
+                    int32_t* code_sums, float* scales) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * d;
+    int8_t* cr = codes + r * d;
+    __m256 m = _mm256_setzero_ps();
+    for (int32_t i = 0; i < d; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xr + i), abs_mask), m);
+    const float amax = HmaxPs(m);
+    const __m256 inv = _mm256_set1_ps(KvInverseScale(amax));
+    __m256i sum = _mm256_setzero_si256();
+    for (int32_t i = 0; i < d; i += 8) {
+      __m256 c = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      c = _mm256_and_ps(c, _mm256_cmp_ps(c, c, _CMP_ORD_Q));  // NaN -> 0
+      c = _mm256_min_ps(_mm256_max_ps(c, lo), hi);
+      const __m256i ci = _mm256_cvtps_epi32(c);
+      // From the integers: a small negative rounds to -0, whose code reads back as +0.
+      if (code_floats != nullptr) _mm256_storeu_ps(code_floats + r * d + i, _mm256_cvtepi32_ps(ci));
+      sum = _mm256_add_epi32(sum, ci);
+      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(ci), _mm256_extracti128_si256(ci, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(cr + i), _mm_packs_epi16(w, w));
+    }
+    scales[r] = amax / 127.0f;
+    if (code_sums != nullptr) code_sums[r] = HsumEpi32(sum);
+  }
+}
+
 float FmaProbe(int64_t iters, int64_t* flops) {
   constexpr int kChains = 12;  // > latency x ports: the FMA units never wait
   typename AttnVec::F acc[kChains];
@@ -2086,7 +2376,7 @@ float FmaProbe(int64_t iters, int64_t* flops) {
 
 const Backend kBackend = {
     QuantizeAct, MatMulQ, MatMulF, RmsNormRows, SwiGluRange, SoftmaxRow, Attention, AttentionMerge, ToF16,
-    MatMulQPacked, FmaProbe,
+    MatMulQPacked, QuantizeKvRows, FmaProbe,
 };
 
 }  // namespace

@@ -61,11 +61,11 @@ inline int64_t CudaAttnPartialFloats(int32_t group, int32_t head_dim) {
 
 // Dynamic shared memory of one attention block: q [group][d], one chunk of K or V
 // [kCudaAttnChunk][d + 1] (padded against bank conflicts), scores [group][kCudaAttnChunk],
-// the chunk's partial and the fold state [group][d] each, and 6 floats per row.
+// the chunk's partial and the fold state [group][d] each, and 7 floats per row.
 inline size_t CudaAttnSharedBytes(int32_t group, int32_t head_dim) {
   const int64_t g = group, d = head_dim;
   return sizeof(float) * static_cast<size_t>(g * d + kCudaAttnChunk * (d + 1) + g * kCudaAttnChunk +
-                                             2 * g * d + 6 * g);
+                                             2 * g * d + 7 * g);
 }
 
 }  // namespace specd::kernels::cuda

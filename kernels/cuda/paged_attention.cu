@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/attn_bf16.h"
+#include "kernels/kv_int8.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
@@ -60,6 +61,7 @@ __device__ __forceinline__ int64_t SlotOf(const AttnDeviceArgs& a, const int32_t
 
 // Keys [j0, j0 + n) of kv head h into kv [kChunk][d + 1] as f32 (rows past n: 0). K is read
 // along keys (the pool keeps it transposed inside each block), V along dims (token rows).
+// int8 K (kernels/kv_int8.h): the codes, with each key's scale in its row's last column.
 __device__ void StageChunk(const AttnDeviceArgs& a, bool is_k, const int32_t* table, int64_t j0, int32_t n,
                            int32_t h, float* kv) {
   const int32_t d = a.head_dim, dp = d + 1, bs = a.block_size, hkv = a.num_kv_heads;
@@ -69,8 +71,15 @@ __device__ void StageChunk(const AttnDeviceArgs& a, bool is_k, const int32_t* ta
     if (j < n) {
       const int64_t slot = SlotOf(a, table, j0 + j), blk = slot / bs, off = slot % bs;
       const int64_t row = (blk * hkv + h) * bs + off;  // the token's (block, head) row: V and scales
-      val = is_k ? KvElement(a.dtype, a.k, ((blk * hkv + h) * d + i) * bs + off, a.k_scale, row)
-                 : KvElement(a.dtype, a.v, row * d + i, a.v_scale, row);
+      if (is_k && a.dtype == KvDtype::kInt8) {
+        val = static_cast<float>(static_cast<const int8_t*>(a.k)[((blk * hkv + h) * d + i) * bs + off]);
+        if (i == 0) kv[j * dp + d] = a.k_scale[row];
+      } else {
+        val = is_k ? KvElement(a.dtype, a.k, ((blk * hkv + h) * d + i) * bs + off, a.k_scale, row)
+                   : KvElement(a.dtype, a.v, row * d + i, a.v_scale, row);
+      }
+    } else if (is_k && i == 0) {
+      kv[j * dp + d] = 0.0f;
     }
     kv[j * dp + i] = val;
   }
@@ -129,12 +138,25 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(AttnDeviceArgs 
   float* s = kv + kChunk * dp;   // [G][kChunk]: scores, then p
   float* o = s + G * kChunk;     // [G][d]: the chunk's partial
   float* st = o + G * d;         // [G][d]: the fold state
-  float* mc = st + G * d;        // [G] each: chunk max and sum, state max and sum, fold scales
+  float* mc = st + G * d;        // [G] each: chunk max and sum, state max and sum, fold scales,
+                                 // int8's qss
   float *lc = mc + G, *ms = mc + 2 * G, *ls = mc + 3 * G, *ws = mc + 4 * G, *wp = mc + 5 * G;
+  float* qss = mc + 6 * G;
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nwarps = nt >> 5;
   const bool bf16 = a.dtype == KvDtype::kBF16;  // bf16 attention: q and p rounded (attn_bf16.h)
+  const bool int8 = a.dtype == KvDtype::kInt8;  // int8 KV: scores from q's codes (kv_int8.h)
   const float* qsrc = a.q + (static_cast<int64_t>(it.t) * a.num_q_heads + static_cast<int64_t>(it.h) * G) * d;
   for (int idx = tid; idx < G * d; idx += nt) q[idx] = bf16 ? RoundBf16Attn(qsrc[idx]) : qsrc[idx];
+  if (int8) {  // each row's codes in place (QuantizeKvRow's arithmetic), and its qs * scale
+    __syncthreads();
+    for (int g = tid; g < G; g += nt) {
+      float amax = 0.0f;
+      for (int i = 0; i < d; ++i) amax = fmaxf(amax, fabsf(q[g * d + i]));
+      const float inv = KvInverseScale(amax);
+      for (int i = 0; i < d; ++i) q[g * d + i] = KvCode(q[g * d + i], inv);
+      qss[g] = __fmul_rn(__fdiv_rn(amax, 127.0f), a.scale);
+    }
+  }
   const int64_t len = static_cast<int64_t>(a.positions[it.t]) + 1;
   const int32_t* table = a.tables + a.table_offset[it.t];
   for (int32_t c = it.c0; c < it.c1; ++c) {
@@ -150,7 +172,8 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(AttnDeviceArgs 
       if (j < n) {
         acc = 0.0f;
         for (int i = 0; i < d; ++i) acc = __fmaf_rn(q[g * d + i], kv[j * dp + i], acc);
-        acc = __fmul_rn(acc, a.scale);
+        // int8: the sum of codes is exact; Int8Score scales it.
+        acc = int8 ? Int8Score(acc, kv[j * dp + d], qss[g]) : __fmul_rn(acc, a.scale);
       }
       s[idx] = acc;
     }

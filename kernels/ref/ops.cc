@@ -421,7 +421,11 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
   // the stored operands, so the kernels' p rounding shows as their error against it.
   const bool bf16 = kv.dtype == KvDtype::kBF16;
   const int32_t pair_swap = bf16 ? 1 : 0;
+  // int8 KV (kernels/kv_int8.h): q quantized per row, each score an exact integer dot product
+  // of the codes, scaled by Int8Score; p and p V stay exact here, as for bf16.
+  const bool int8 = kv.dtype == KvDtype::kInt8;
   std::vector<float> scores, qr(static_cast<size_t>(d));
+  std::vector<int8_t> qc(static_cast<size_t>(d));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t len = static_cast<int64_t>(positions[t]) + 1;
     scores.resize(static_cast<size_t>(len));
@@ -432,10 +436,19 @@ void PagedAttention(const float* q, int64_t T, int32_t num_q_heads, const int32_
         for (int32_t i = 0; i < d; ++i) qr[i] = RoundBf16Attn(qv[i]);
         qv = qr.data();
       }
+      const float qss = int8 ? QuantizeKvRow(qv, d, qc.data(), 1) * scale : 0.0f;
       for (int64_t j = 0; j < len; ++j) {
         const int64_t slot =
             static_cast<int64_t>(block_tables[t][j / kv.block_size]) * kv.block_size +
             j % kv.block_size;
+        if (int8) {
+          int64_t isum = 0;
+          for (int32_t i = 0; i < d; ++i) {
+            isum += static_cast<int64_t>(qc[i]) * static_cast<const int8_t*>(kv.k)[kv.KIndex(slot, kvh, i)];
+          }
+          scores[j] = Int8Score(static_cast<float>(isum), kv.k_scale[kv.SIndex(slot, kvh)], qss);
+          continue;
+        }
         float dot = 0.0f;
         for (int32_t i0 = 0; i0 < d; ++i0) {
           const int32_t i = (i0 ^ pair_swap) < d ? i0 ^ pair_swap : i0;  // an odd d's last dim alone

@@ -21,9 +21,10 @@
 //   Softmax:                     2e-6 * |ref| + 1e-9
 //   Add / AddBias / Embedding:   exact
 //   WriteKv:                     exact (same rounding: nearest even)
-//   PagedAttention:              2e-5 * max|v| (exp and summation order); bf16 KV:
-//                                2^-8 * max|v| (kernels/attn_bf16.h: the kernels round each
-//                                p to bf16, relative error <= 2^-9; the reference keeps p exact)
+//   PagedAttention:              2e-5 * max|v| (exp and summation order); bf16 and int8 KV:
+//                                2^-8 * max|v| (kernels/attn_bf16.h, kernels/kv_int8.h: the
+//                                kernels round each p (int8: p * V's scale) to bf16, relative
+//                                error <= 2^-9; the reference keeps it exact)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -47,6 +48,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernel_types.h"
+#include "kernels/kv_int8.h"
 #include "kernels/ref/ops.h"
 #include "tests/kernels/kv_pool.h"
 
@@ -846,6 +848,62 @@ TEST_P(BackendTest, WriteKvStoresNothingForPaddingRows) {
   }
 }
 
+// The SIMD backends' int8 KV quantizer (quantize_kv_rows: K and V writes, and q for attention
+// on an int8 cache) against kernels/kv_int8.h's QuantizeKvRow, bitwise: codes, scales, the
+// codes as floats and their sums. Rows with ties at .5 (amax 127, so codes are the values
+// rounded to even), NaN (ignored by the max, code 0), an infinity (scale inf, codes 0), zeros
+// and -0, values near the clamp, and random rows at d = 8, 64, 72 and 128.
+TEST(KvInt8Test, SimdQuantizerIsBitwiseQuantizeKvRow) {
+  std::mt19937 rng(33);
+  int compared = 0;
+  for (int32_t d : {8, 64, 72, 128}) {
+    std::vector<std::vector<float>> rows;
+    std::vector<float> ties(d);
+    for (int32_t i = 0; i < d; ++i) ties[i] = (i % 2 == 0 ? 1.0f : -1.0f) * (0.5f + static_cast<float>(i % 7));
+    ties[d - 1] = 127.0f;
+    rows.push_back(ties);
+    std::vector<float> nan_row = RandVec(rng, d, -2.0f, 2.0f);
+    nan_row[1] = std::numeric_limits<float>::quiet_NaN();
+    rows.push_back(nan_row);
+    std::vector<float> inf_row = RandVec(rng, d, -2.0f, 2.0f);
+    inf_row[d / 2] = -std::numeric_limits<float>::infinity();
+    rows.push_back(inf_row);
+    rows.push_back(std::vector<float>(d, 0.0f));
+    std::vector<float> neg_zero(d, -0.0f);
+    neg_zero[3] = 1e-30f;
+    rows.push_back(neg_zero);
+    for (int i = 0; i < 12; ++i) rows.push_back(RandVec(rng, d, -8.0f, 8.0f));
+    std::vector<float> x;
+    for (const auto& r : rows) x.insert(x.end(), r.begin(), r.end());
+    const int64_t n = static_cast<int64_t>(rows.size());
+    std::vector<int8_t> want(n * d);
+    std::vector<float> want_scale(n), want_floats(n * d);
+    std::vector<int32_t> want_sums(n);
+    for (int64_t r = 0; r < n; ++r) {
+      want_scale[r] = QuantizeKvRow(x.data() + r * d, d, want.data() + r * d, 1);
+      want_sums[r] = 0;
+      for (int32_t i = 0; i < d; ++i) {
+        want_floats[r * d + i] = want[r * d + i];
+        want_sums[r] += want[r * d + i];
+      }
+    }
+    for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+      const auto* be = SimdTable(isa);
+      if (be == nullptr || !cpu::IsaSupported(isa)) continue;
+      std::vector<int8_t> got(n * d, 99);
+      std::vector<float> got_scale(n, -1.0f), got_floats(n * d, -1.0f);
+      std::vector<int32_t> got_sums(n, -1);
+      be->quantize_kv_rows(x.data(), n, d, got.data(), got_floats.data(), got_sums.data(), got_scale.data());
+      ASSERT_EQ(got, want) << cpu::IsaName(isa) << " d=" << d;
+      ASSERT_EQ(std::memcmp(got_scale.data(), want_scale.data(), n * 4), 0) << cpu::IsaName(isa) << " d=" << d;
+      ASSERT_EQ(std::memcmp(got_floats.data(), want_floats.data(), n * d * 4), 0) << cpu::IsaName(isa);
+      ASSERT_EQ(got_sums, want_sums) << cpu::IsaName(isa) << " d=" << d;
+      ++compared;
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "NOT RUN: no SIMD backend on this CPU";
+}
+
 // int8 KV: each (token, head) row reads back within half a step of its scale (absmax / 127)
 // of what was written, an all-zero row as zeros, and a row's largest value as a full code.
 TEST(KvInt8Test, RowsReadBackWithinHalfAStep) {
@@ -895,7 +953,9 @@ std::vector<float> AttentionMatchesReferenceAndAlone(OpsBackend& be, const std::
   be.PagedAttention(q.data(), T, hq, pos.data(), bt.data(), pool.layer, scale, a.data());
   ref::PagedAttention(q.data(), T, hq, pos.data(), bt.data(), pool.layer, scale, b.data());
   EXPECT_TRUE(AllFinite(a));
-  const double tol = pool.dtype == KvDtype::kBF16 ? 0x1p-8 : 2e-5;  // |v| <= 1
+  // |v| <= 1. bf16 and int8 KV round p (int8: p times V's scale) to bf16 where the reference
+  // keeps it exact (kernels/attn_bf16.h, kernels/kv_int8.h).
+  const double tol = pool.dtype == KvDtype::kBF16 || pool.dtype == KvDtype::kInt8 ? 0x1p-8 : 2e-5;
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::fabs(a[i] - b[i]) > tol) {
       ADD_FAILURE() << "i=" << i << ": " << a[i] << " vs reference " << b[i];
@@ -1220,7 +1280,8 @@ TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
               << cpu::IsaName(isa) << " d=" << hs.d << " kv " << static_cast<int>(dt) << " from query " << first;
           ++compared;
           // bf16 KV on the VNNI path with AVX-512 BF16 runs vdpbf16ps itself (d % 16 == 0).
-          native_bf16 += dt == KvDtype::kBF16 && isa == cpu::Isa::kAvx512Vnni &&
+          // So does int8 KV (vpdpbusd scores, vdpbf16ps p V).
+          native_bf16 += (dt == KvDtype::kBF16 || dt == KvDtype::kInt8) && isa == cpu::Isa::kAvx512Vnni &&
                          cpu::Avx512Bf16Supported() && hs.d % 16 == 0;
         }
       }
@@ -1229,10 +1290,10 @@ TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
   cpu::SetIsa(saved);
   EXPECT_GT(compared, 0);  // the emulated backend is always built on x86
   if (native_bf16 > 0) {
-    std::printf("bf16 attention: the native vdpbf16ps path matched its f32 emulation bitwise\n");
+    std::printf("bf16 and int8 KV attention: the native paths matched their f32 emulation bitwise\n");
   } else {
-    std::printf("NOT RUN: bf16 attention's native path (this CPU has no AVX-512 BF16); its "
-                "emulation was compared across the other SIMD paths\n");
+    std::printf("NOT RUN: bf16 and int8 KV attention's native paths (this CPU has no AVX-512 BF16); "
+                "their emulation was compared across the other SIMD paths\n");
   }
 }
 
@@ -1263,12 +1324,14 @@ TEST(Bf16Attn, RoundingMatchesItsDefinition) {
   }
 }
 
-// bf16 attention on shapes the long-context case does not reach, bitwise across the SIMD
-// paths (on a CPU with AVX-512 BF16 the VNNI path runs vdpbf16ps itself): head dims 64, 112
-// (a 48-column pass) and 128; rows of different lengths in one small tile (R <= 6: K and V
-// paired in registers) and a large tile (the chunk staged); odd key counts; K and V with exact
-// zeros and values below the flush threshold; queries scaled up so most p underflow or flush.
-TEST(CrossBackend, Bf16AttentionIsBitwiseAcrossSimdPathsOnAwkwardShapes) {
+// bf16 attention and attention on the int8 KV cache (kernels/kv_int8.h) on shapes the
+// long-context case does not reach, bitwise across the SIMD paths (on a CPU with AVX-512 BF16
+// the VNNI path runs vdpbf16ps itself, and vpdpbusd for int8's scores): head dims 64, 112 (a
+// 48-column pass) and 128; rows of different lengths in one small tile (R <= 6: K and V read
+// from the pool's blocks) and a large tile (the chunk staged); odd key counts; K and V with
+// exact zeros, values below the flush threshold and an all-zero row (an int8 scale of 0);
+// queries scaled up so most p underflow or flush.
+TEST(CrossBackend, ReducedPrecisionAttentionIsBitwiseAcrossSimdPathsOnAwkwardShapes) {
   if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2: no SIMD backends to compare";
   std::mt19937 rng(31);
   cpu::ThreadPool pool(2);
@@ -1277,9 +1340,10 @@ TEST(CrossBackend, Bf16AttentionIsBitwiseAcrossSimdPathsOnAwkwardShapes) {
   struct Heads {
     int32_t hq, hkv, d;
   };
+  for (KvDtype dt : {KvDtype::kBF16, KvDtype::kInt8}) {
   for (Heads hs : {Heads{9, 3, 64}, Heads{4, 2, 112}, Heads{7, 1, 128}}) {
     const int32_t bs = 16;
-    KvPool kv(KvDtype::kBF16, 64, bs, hs.hkv, hs.d);
+    KvPool kv(dt, 64, bs, hs.hkv, hs.d);
     const std::vector<int64_t> lens = {1, 2, 3, 17, 65, 131, 300};
     std::vector<int32_t> free_blocks(kv.layer.num_blocks);
     std::iota(free_blocks.begin(), free_blocks.end(), 0);
@@ -1293,6 +1357,10 @@ TEST(CrossBackend, Bf16AttentionIsBitwiseAcrossSimdPathsOnAwkwardShapes) {
       std::vector<float> k = RandVec(rng, L * row), v = RandVec(rng, L * row);
       for (size_t i = 0; i < k.size(); i += 7) k[i] = (i % 2 == 0) ? 0.0f : 3e-10f;  // 0, < 2^-30
       for (size_t i = 3; i < v.size(); i += 11) v[i] = (i % 2 == 0) ? 0.0f : -2e-10f;
+      if (L == 300) {  // token 5: K and V rows of zeros
+        std::fill_n(k.begin() + 5 * row, row, 0.0f);
+        std::fill_n(v.begin() + 5 * row, row, 0.0f);
+      }
       std::vector<int64_t> slots(L);
       for (int64_t j = 0; j < L; ++j) slots[j] = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
       ref::WriteKv(k.data(), v.data(), L, slots.data(), kv.layer);
@@ -1324,23 +1392,26 @@ TEST(CrossBackend, Bf16AttentionIsBitwiseAcrossSimdPathsOnAwkwardShapes) {
     ASSERT_TRUE(AllFinite(want));
     ref::PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), kv.layer, scale, reference.data());
     for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(want[i], reference[i], 0x1p-8) << "i=" << i << " d=" << hs.d;
+      ASSERT_NEAR(want[i], reference[i], 0x1p-8) << "i=" << i << " d=" << hs.d << " kv " << static_cast<int>(dt);
     }
     for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
       if (!cpu::IsaSupported(isa)) continue;
       cpu::SetIsa(isa);
       std::vector<float> got(q.size(), -1.0f);
       cpu::PagedAttention(pool, q.data(), T, hs.hq, pos.data(), bt.data(), kv.layer, scale, got.data());
-      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << cpu::IsaName(isa) << " d=" << hs.d;
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+          << cpu::IsaName(isa) << " d=" << hs.d << " kv " << static_cast<int>(dt);
       ++compared;
     }
+  }
   }
   cpu::SetIsa(saved);
   EXPECT_GT(compared, 0);
   std::printf("%s\n", cpu::Avx512Bf16Supported()
-                          ? "bf16 attention: vdpbf16ps matched its emulation on every shape"
-                          : "NOT RUN: the native vdpbf16ps path (no AVX-512 BF16 here); the "
-                            "emulation was compared across the other SIMD paths");
+                          ? "bf16 and int8 KV attention: vdpbf16ps (and vpdpbusd) matched the f32 "
+                            "path on every shape"
+                          : "NOT RUN: the native vdpbf16ps / vpdpbusd paths (no AVX-512 BF16 here); "
+                            "the f32 path was compared across the other SIMD paths");
 }
 
 // Packed weights (cpu::PackWeight: 16-row groups, blocks contiguous, read with plain loads)
