@@ -839,20 +839,24 @@ TEST(LlamaModelGoldenTest, SmolLM2LongPromptMatchesIndependentReference) {
 }
 
 // The int8 KV cache (KvDtype::kInt8, off by default) against the same goldens. With exact
-// activations only the KV rounding differs from the f16 runs above: every logit of the short
-// goldens within kInt8KvTolerance and top-1 equal wherever the reference's margin exceeds
-// kInt8KvTop1Margin; on the 2,100-token prompt every logit within it too. Measured 2026-12-02 (AVX-512 VNNI): max
-// |logit diff| 1.17 (short), 0.69 (long), top-1 agreed everywhere past a margin of 1.0; the
-// int8-activation mode alone moves logits by up to 1.96. With the default int8 activations on
-// top, the int8 mode's own bounds hold (kInt8Tolerance, kInt8Top1Margin).
-constexpr double kInt8KvTolerance = 1.5;
+// activations only attention differs from the f16 runs above: the KV rounding, and attention
+// on the codes (kernels/kv_int8.h: q quantized per row to int8, p times V's scale rounded to
+// bf16). Every logit of the short goldens within kInt8KvTolerance and top-1 equal wherever
+// the reference's margin exceeds kInt8KvTop1Margin; on the 2,100-token prompt every logit
+// within kInt8KvLongTolerance (and top-1 past twice that). Measured 2026-12-05 (AVX-512 VNNI + BF16): max |logit diff| 1.69 (short;
+// 1.17 when attention converted the codes to f32 and kept q), 0.69 (long), top-1 agreed
+// everywhere past a margin of 1.0; the int8-activation mode alone moves logits by up to 1.96.
+// With the default int8 activations on top, the int8 mode's own bounds hold (kInt8Tolerance,
+// kInt8Top1Margin; measured 1.83).
+constexpr double kInt8KvTolerance = 2.0;
+constexpr double kInt8KvLongTolerance = 1.5;
 constexpr double kInt8KvTop1Margin = 1.0;
 
 // A KV storage type against the short and long goldens: with exact activations every logit
-// within exact_tol and top-1 equal past exact_margin (on the long prompt, CheckLongPrompt's
-// rule); with the default int8 activations the int8 mode's own bounds.
+// within exact_tol and top-1 equal past exact_margin (on the long prompt within long_tol, and
+// CheckLongPrompt's top-1 rule); with the default int8 activations the int8 mode's own bounds.
 void CheckKvDtypeAgainstGoldens(kernels::KvDtype dtype, double exact_tol, double exact_margin,
-                                const char* label) {
+                                double long_tol, const char* label) {
   std::ifstream in(SourceDir() + kGoldens), in_long(SourceDir() + kLongGolden);
   ASSERT_TRUE(in.good() && in_long.good());
   const nlohmann::json g = nlohmann::json::parse(in), g_long = nlohmann::json::parse(in_long);
@@ -868,7 +872,7 @@ void CheckKvDtypeAgainstGoldens(kernels::KvDtype dtype, double exact_tol, double
                                                     exact ? exact_margin : kInt8Top1Margin,
                                                     &checked_top1));
     }
-    const LongCheck r = CheckLongPrompt(*m, g_long, exact, tol);
+    const LongCheck r = CheckLongPrompt(*m, g_long, exact, exact ? long_tol : kInt8Tolerance);
     EXPECT_GE(r.checked_top1, 150);
     std::printf("%s, %s activations: %d cases, max |logit diff| %.4f (tolerance %.2f), "
                 "top-1 checked at %d positions; long prompt: max |logit diff| %s, top-1 "
@@ -884,7 +888,8 @@ TEST(LlamaModelGoldenTest, SmolLM2Int8KvStaysCloseToReference) {
     GTEST_SKIP() << "NOT RUN: " << SourceDir() << kModel
                  << " is missing (scripts/fetch_model.sh fetches it)";
   }
-  CheckKvDtypeAgainstGoldens(kernels::KvDtype::kInt8, kInt8KvTolerance, kInt8KvTop1Margin, "int8 KV");
+  CheckKvDtypeAgainstGoldens(kernels::KvDtype::kInt8, kInt8KvTolerance, kInt8KvTop1Margin, kInt8KvLongTolerance,
+                             "int8 KV");
 }
 
 // bf16 attention (KvDtype::kBF16, off by default; kernels/attn_bf16.h): K and V stored as
@@ -902,7 +907,7 @@ TEST(LlamaModelGoldenTest, SmolLM2Bf16AttentionStaysCloseToReference) {
     GTEST_SKIP() << "NOT RUN: " << SourceDir() << kModel
                  << " is missing (scripts/fetch_model.sh fetches it)";
   }
-  CheckKvDtypeAgainstGoldens(kernels::KvDtype::kBF16, kBf16KvTolerance, kBf16KvTop1Margin,
+  CheckKvDtypeAgainstGoldens(kernels::KvDtype::kBF16, kBf16KvTolerance, kBf16KvTop1Margin, kBf16KvTolerance,
                              "bf16 attention");
 }
 
