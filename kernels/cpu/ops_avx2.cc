@@ -1655,17 +1655,13 @@ void RowsSoftmaxParts(AttnRow* rows, int32_t R) {
 
 void RoundRowsToBf16(AttnRow* rows, int32_t R);
 
-// int8 KV (kernels/kv_int8.h): each row's p times vs[j], the V scale of the chunk's key j.
-void ScaleRowsByV(AttnRow* rows, int32_t R, const float* vs) {
+// int8 KV (kernels/kv_int8.h): each row's p becomes w = RoundBf16Attn(p * vs), vs[j] the V
+// scale of the chunk's key j: the weights p V takes.
+void WeightRowsByVScale(AttnRow* rows, int32_t R, const float* vs) {
   for (int32_t r = 0; r < R; ++r) {
     float* x = rows[r].s;
     for (int64_t j = 0; j < rows[r].n; ++j) x[j] *= vs[j];
   }
-}
-
-// ... and rounded to bf16: w = RoundBf16Attn(p * vs), the weights p V takes.
-void WeightRowsByVScale(AttnRow* rows, int32_t R, const float* vs) {
-  ScaleRowsByV(rows, R, vs);
   RoundRowsToBf16(rows, R);
 }
 
@@ -1838,14 +1834,18 @@ SPECD_BF16_TARGET void Bf16PvBlock(const AttnRow* rows, const uint16_t* const* p
 
 // Each row's p (its n exp'd scores) rounded to bf16 (RoundRowsToBf16's rounding) and packed
 // as bits over its own s: element j goes to bytes [2j, 2j + 2), below the floats still to read.
-void PackRowsBf16(AttnRow* rows, int32_t R) {
+// With vs (int8 KV: [kAttnChunk] V scales), p * vs[j] is rounded instead (WeightRowsByVScale's
+// w, in one pass).
+void PackRowsBf16(AttnRow* rows, int32_t R, const float* vs = nullptr) {
   const __m512i flush = _mm512_set1_epi32(0x30800000), bias = _mm512_set1_epi32(0x7FFF),
                 one = _mm512_set1_epi32(1);
   for (int32_t r = 0; r < R; ++r) {
     float* x = rows[r].s;
     uint16_t* out = reinterpret_cast<uint16_t*>(x);
     for (int64_t j = 0; j < rows[r].n; j += 16) {
-      const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + j));
+      __m512 p = _mm512_loadu_ps(x + j);
+      if (vs != nullptr) p = _mm512_mul_ps(p, _mm512_loadu_ps(vs + j));
+      const __m512i u = _mm512_castps_si512(p);
       const __m512i up = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
       const __m512i bits = _mm512_maskz_srli_epi32(_mm512_cmpge_epi32_mask(u, flush), up, 16);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm512_cvtepi32_epi16(bits));
@@ -2111,8 +2111,7 @@ void Int8RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   if (R <= kAttnRowBlock) {
     Int8ScoresRows(a, rows, R, pool, d);
     RowsSoftmaxParts(rows, R);
-    ScaleRowsByV(rows, R, vs);
-    PackRowsBf16(rows, R);
+    PackRowsBf16(rows, R, vs);
     Bf16PvRows(rows, R, pool, d);
     return;
   }
@@ -2122,8 +2121,7 @@ void Int8RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   staged.StageK(pool);
   Int8ScoresRows(a, rows, R, staged, d);
   RowsSoftmaxParts(rows, R);
-  ScaleRowsByV(rows, R, vs);
-  PackRowsBf16(rows, R);
+  PackRowsBf16(rows, R, vs);
   staged.StageV(pool, j1 - j0);
   Bf16PvRows(rows, R, staged, d);
 }
