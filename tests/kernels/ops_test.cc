@@ -1341,69 +1341,70 @@ TEST(CrossBackend, ReducedPrecisionAttentionIsBitwiseAcrossSimdPathsOnAwkwardSha
     int32_t hq, hkv, d;
   };
   for (KvDtype dt : {KvDtype::kBF16, KvDtype::kInt8}) {
-  for (Heads hs : {Heads{9, 3, 64}, Heads{4, 2, 112}, Heads{7, 1, 128}}) {
-    const int32_t bs = 16;
-    KvPool kv(dt, 64, bs, hs.hkv, hs.d);
-    const std::vector<int64_t> lens = {1, 2, 3, 17, 65, 131, 300};
-    std::vector<int32_t> free_blocks(kv.layer.num_blocks);
-    std::iota(free_blocks.begin(), free_blocks.end(), 0);
-    std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
-    std::vector<std::vector<int32_t>> tables;
-    size_t next = 0;
-    const int64_t row = static_cast<int64_t>(hs.hkv) * hs.d;
-    for (int64_t L : lens) {
-      std::vector<int32_t> table((L + bs - 1) / bs);
-      for (auto& b : table) b = free_blocks.at(next++);
-      std::vector<float> k = RandVec(rng, L * row), v = RandVec(rng, L * row);
-      for (size_t i = 0; i < k.size(); i += 7) k[i] = (i % 2 == 0) ? 0.0f : 3e-10f;  // 0, < 2^-30
-      for (size_t i = 3; i < v.size(); i += 11) v[i] = (i % 2 == 0) ? 0.0f : -2e-10f;
-      if (L == 300) {  // token 5: K and V rows of zeros
-        std::fill_n(k.begin() + 5 * row, row, 0.0f);
-        std::fill_n(v.begin() + 5 * row, row, 0.0f);
+    for (Heads hs : {Heads{9, 3, 64}, Heads{4, 2, 112}, Heads{7, 1, 128}}) {
+      const int32_t bs = 16;
+      KvPool kv(dt, 64, bs, hs.hkv, hs.d);
+      const std::vector<int64_t> lens = {1, 2, 3, 17, 65, 131, 300};
+      std::vector<int32_t> free_blocks(kv.layer.num_blocks);
+      std::iota(free_blocks.begin(), free_blocks.end(), 0);
+      std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+      std::vector<std::vector<int32_t>> tables;
+      size_t next = 0;
+      const int64_t row = static_cast<int64_t>(hs.hkv) * hs.d;
+      for (int64_t L : lens) {
+        std::vector<int32_t> table((L + bs - 1) / bs);
+        for (auto& b : table) b = free_blocks.at(next++);
+        std::vector<float> k = RandVec(rng, L * row), v = RandVec(rng, L * row);
+        for (size_t i = 0; i < k.size(); i += 7) k[i] = (i % 2 == 0) ? 0.0f : 3e-10f;  // 0, < 2^-30
+        for (size_t i = 3; i < v.size(); i += 11) v[i] = (i % 2 == 0) ? 0.0f : -2e-10f;
+        if (L == 300) {  // token 5: K and V rows of zeros
+          std::fill_n(k.begin() + 5 * row, row, 0.0f);
+          std::fill_n(v.begin() + 5 * row, row, 0.0f);
+        }
+        std::vector<int64_t> slots(L);
+        for (int64_t j = 0; j < L; ++j) slots[j] = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+        ref::WriteKv(k.data(), v.data(), L, slots.data(), kv.layer);
+        tables.push_back(std::move(table));
       }
-      std::vector<int64_t> slots(L);
-      for (int64_t j = 0; j < L; ++j) slots[j] = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-      ref::WriteKv(k.data(), v.data(), L, slots.data(), kv.layer);
-      tables.push_back(std::move(table));
-    }
-    std::vector<int32_t> pos;
-    std::vector<const int32_t*> bt;
-    auto add = [&](size_t seq, int32_t from, int32_t to) {
-      for (int32_t p = from; p < to; ++p) {
-        pos.push_back(p);
-        bt.push_back(tables[seq].data());
+      std::vector<int32_t> pos;
+      std::vector<const int32_t*> bt;
+      auto add = [&](size_t seq, int32_t from, int32_t to) {
+        for (int32_t p = from; p < to; ++p) {
+          pos.push_back(p);
+          bt.push_back(tables[seq].data());
+        }
+      };
+      add(0, 0, 1);      // one key
+      add(1, 0, 2);      // a tile of 2 queries: rows that see 1 and 2 keys
+      add(2, 1, 3);      // 2 and 3 keys
+      add(3, 16, 17);    // 17 keys: a last key without its pair
+      add(4, 63, 65);    // across a chunk boundary
+      add(5, 0, 131);    // a whole prompt: staged tiles with ragged diagonal chunks
+      add(6, 250, 252);  // decode-like queries deep in a sequence
+      add(6, 299, 300);
+      std::vector<float> q = RandVec(rng, static_cast<int64_t>(pos.size()) * hs.hq * hs.d, -3.0f, 3.0f);
+      for (size_t i = 0; i < q.size(); i += 2) q[i] *= 20.0f;  // sharp softmax: many p flush to 0
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
+      const int64_t T = pos.size();
+      std::vector<float> want(q.size()), reference(q.size());
+      cpu::SetIsa(cpu::Isa::kAvx2);
+      cpu::PagedAttention(pool, q.data(), T, hs.hq, pos.data(), bt.data(), kv.layer, scale, want.data());
+      ASSERT_TRUE(AllFinite(want));
+      ref::PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), kv.layer, scale, reference.data());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(want[i], reference[i], 0x1p-8)
+            << "i=" << i << " d=" << hs.d << " kv " << static_cast<int>(dt);
       }
-    };
-    add(0, 0, 1);      // one key
-    add(1, 0, 2);      // a tile of 2 queries: rows that see 1 and 2 keys
-    add(2, 1, 3);      // 2 and 3 keys
-    add(3, 16, 17);    // 17 keys: a last key without its pair
-    add(4, 63, 65);    // across a chunk boundary
-    add(5, 0, 131);    // a whole prompt: staged tiles with ragged diagonal chunks
-    add(6, 250, 252);  // decode-like queries deep in a sequence
-    add(6, 299, 300);
-    std::vector<float> q = RandVec(rng, static_cast<int64_t>(pos.size()) * hs.hq * hs.d, -3.0f, 3.0f);
-    for (size_t i = 0; i < q.size(); i += 2) q[i] *= 20.0f;  // sharp softmax: many p flush to 0
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs.d));
-    const int64_t T = pos.size();
-    std::vector<float> want(q.size()), reference(q.size());
-    cpu::SetIsa(cpu::Isa::kAvx2);
-    cpu::PagedAttention(pool, q.data(), T, hs.hq, pos.data(), bt.data(), kv.layer, scale, want.data());
-    ASSERT_TRUE(AllFinite(want));
-    ref::PagedAttention(q.data(), T, hs.hq, pos.data(), bt.data(), kv.layer, scale, reference.data());
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(want[i], reference[i], 0x1p-8) << "i=" << i << " d=" << hs.d << " kv " << static_cast<int>(dt);
+      for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+        if (!cpu::IsaSupported(isa)) continue;
+        cpu::SetIsa(isa);
+        std::vector<float> got(q.size(), -1.0f);
+        cpu::PagedAttention(pool, q.data(), T, hs.hq, pos.data(), bt.data(), kv.layer, scale, got.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << cpu::IsaName(isa) << " d=" << hs.d << " kv " << static_cast<int>(dt);
+        ++compared;
+      }
     }
-    for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
-      if (!cpu::IsaSupported(isa)) continue;
-      cpu::SetIsa(isa);
-      std::vector<float> got(q.size(), -1.0f);
-      cpu::PagedAttention(pool, q.data(), T, hs.hq, pos.data(), bt.data(), kv.layer, scale, got.data());
-      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-          << cpu::IsaName(isa) << " d=" << hs.d << " kv " << static_cast<int>(dt);
-      ++compared;
-    }
-  }
   }
   cpu::SetIsa(saved);
   EXPECT_GT(compared, 0);
