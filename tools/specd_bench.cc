@@ -235,8 +235,9 @@ struct Runner {
 
 // Attention alone, as a prefill of `len` tokens in chunks of `chunk` runs it: each chunk's
 // queries against the keys so far, with the model's head shapes on one layer's paged KV
-// (f16, random values), times the model's layers; best of `reps`, in seconds. The engine's
-// own kernel (kernels::cpu::PagedAttention) on the threads of `pool`.
+// (f16, bf16 or int8 as kv_dtype says, else f16; random values), times the model's layers;
+// best of `reps`, in seconds. The engine's own kernel (kernels::cpu::PagedAttention) on the
+// threads of `pool`.
 double PrefillAttentionSeconds(const engine::ModelConfig& cfg, int len, int chunk, int reps,
                                kernels::KvDtype kv_dtype, kernels::cpu::ThreadPool& pool) {
   const int32_t hq = cfg.num_heads, hkv = cfg.num_kv_heads, d = cfg.head_dim, bs = 16;
@@ -251,7 +252,14 @@ double PrefillAttentionSeconds(const engine::ModelConfig& cfg, int len, int chun
   };
   for (auto& e : k) e = next();
   for (auto& e : v) e = next();
-  const kernels::PagedKvLayer layer{bf16 ? kv_dtype : kernels::KvDtype::kF16, k.data(), v.data(), blocks, bs, hkv, d};
+  kernels::PagedKvLayer layer{bf16 ? kv_dtype : kernels::KvDtype::kF16, k.data(), v.data(), blocks, bs, hkv, d};
+  // int8: the same bits read as codes (half the pool), scales about 1/127.
+  std::vector<float> scales(static_cast<size_t>(blocks) * hkv * bs, 1.0f / 127.0f);
+  if (kv_dtype == kernels::KvDtype::kInt8) {
+    layer.dtype = kv_dtype;
+    layer.k_scale = scales.data();
+    layer.v_scale = scales.data();
+  }
   std::vector<int32_t> table(blocks);
   for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
   std::vector<float> q(static_cast<size_t>(chunk) * hq * d), out(q.size());
@@ -341,8 +349,8 @@ std::vector<double> PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& m
   const double gflops = kernels::cpu::MeasureFloatGflops(pool);
   const engine::ModelConfig& cfg = model.config();
   const int chunk = model.options().max_batch_tokens;
-  // Attention timed alone reads bf16 KV for a bf16 run and f16 KV for every other dtype.
-  const kernels::KvDtype timed = kv_dtype == kernels::KvDtype::kBF16 ? kv_dtype : kernels::KvDtype::kF16;
+  // Attention timed alone reads the run's KV dtype (f16 for f32).
+  const kernels::KvDtype timed = kv_dtype == kernels::KvDtype::kF32 ? kernels::KvDtype::kF16 : kv_dtype;
   std::printf("prefill at length (one sequence, chunks of %d, best of 2, KV %s); attention timed "
               "alone in the same shapes (KV %s); float FMA peak measured now: %.1f GFLOP/s on %d "
               "threads\n",
