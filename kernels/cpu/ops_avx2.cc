@@ -1665,6 +1665,13 @@ void WeightRowsByVScale(AttnRow* rows, int32_t R, const float* vs) {
   RoundRowsToBf16(rows, R);
 }
 
+// The pool blocks holding the chunk's keys [j0, j1) (block_size 16, j0 % 16 == 0), one per 16
+// keys; slots past the chunk's end repeat its first block (finite, never used).
+inline void ChunkBlocks(const int32_t* table, int64_t j0, int64_t j1, int64_t* blocks) {
+  const int64_t nb = (j1 - j0 + 15) / 16;
+  for (int b = 0; b < kAttnChunk / 16; ++b) blocks[b] = table[(j0 + 16 * (b < nb ? b : 0)) / 16];
+}
+
 // AttnRowsChunk's arithmetic reading K and V from the pool's 16-key blocks (PoolKv).
 template <KvDtype DT>
 void PoolRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, AttnRow* rows,
@@ -1674,10 +1681,10 @@ void PoolRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   using T = typename Src::T;
   Src src;
   src.d = kv.head_dim;
-  const int32_t* table = a.block_tables[t];
-  const int64_t nb = (j1 - j0 + 15) / 16;
+  int64_t blocks[kAttnChunk / 16];
+  ChunkBlocks(a.block_tables[t], j0, j1, blocks);
   for (int b = 0; b < Src::kBlocks; ++b) {
-    const int64_t block = table[(j0 + 16 * (b < nb ? b : 0)) / 16];
+    const int64_t block = blocks[b];
     src.k[b] = static_cast<const T*>(kv.k) + kv.KIndex(block, 0, h, 0);
     src.v[b] = static_cast<const T*>(kv.v) + kv.VIndex(block, 0, h);
     src.ks[b] = kv.k_scale != nullptr ? kv.k_scale + kv.SIndex(block, 0, h) : nullptr;
@@ -1687,7 +1694,7 @@ void PoolRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   RowsSoftmaxParts(rows, R);
   if constexpr (DT == KvDtype::kInt8) {
     alignas(64) float vs[kAttnChunk];
-    for (int64_t b = 0; b < nb; ++b) std::memcpy(vs + 16 * b, src.vs[b], 16 * sizeof(float));
+    for (int b = 0; b < Src::kBlocks; ++b) std::memcpy(vs + 16 * b, src.vs[b], 16 * sizeof(float));
     WeightRowsByVScale(rows, R, vs);
   }
   PvRows(rows, R, src, kv.head_dim);
@@ -1878,19 +1885,26 @@ SPECD_BF16_TARGET void Bf16PvRowBlock(const AttnRow* rows, const Src& src, int32
 template <class Src>
 SPECD_BF16_TARGET void Bf16PvRows(AttnRow* rows, int32_t R, const Src& src, int32_t d);
 
+// Calls fn.template operator()<RB>(r0) for each block of RB <= kAttnRowBlock (6) rows from
+// row r0 of R: a row count known at compile time, for the micro-kernels' register blocks.
+template <class Fn>
+void ForRowBlocks(int32_t R, Fn&& fn) {
+  for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
+    switch (R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock) {
+      case 1: fn.template operator()<1>(r0); break;
+      case 2: fn.template operator()<2>(r0); break;
+      case 3: fn.template operator()<3>(r0); break;
+      case 4: fn.template operator()<4>(r0); break;
+      case 5: fn.template operator()<5>(r0); break;
+      default: fn.template operator()<6>(r0); break;
+    }
+  }
+}
+
 // Scores, each row's max and exp-sum (as every dtype), p rounded and packed, then p V.
 template <class Src>
 SPECD_BF16_TARGET void Bf16Rows(const AttnArgs& a, const Src& src, int32_t d, AttnRow* rows, int32_t R) {
-  for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
-    switch (R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock) {
-      case 1: Bf16ScoresRowBlock<1>(a, rows + r0, src, d); break;
-      case 2: Bf16ScoresRowBlock<2>(a, rows + r0, src, d); break;
-      case 3: Bf16ScoresRowBlock<3>(a, rows + r0, src, d); break;
-      case 4: Bf16ScoresRowBlock<4>(a, rows + r0, src, d); break;
-      case 5: Bf16ScoresRowBlock<5>(a, rows + r0, src, d); break;
-      default: Bf16ScoresRowBlock<6>(a, rows + r0, src, d); break;
-    }
-  }
+  ForRowBlocks(R, [&]<int RB>(int32_t r0) SPECD_BF16_TARGET { Bf16ScoresRowBlock<RB>(a, rows + r0, src, d); });
   RowsSoftmaxParts(rows, R);
   PackRowsBf16(rows, R);
   Bf16PvRows(rows, R, src, d);
@@ -1925,12 +1939,12 @@ SPECD_BF16_TARGET void Bf16RowsChunk(const AttnArgs& a, int32_t t, int32_t h, in
                                      AttnRow* rows, int32_t R, float* kvbuf) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
-  const int32_t* table = a.block_tables[t];
-  const int64_t nb = (j1 - j0 + 15) / 16;
+  int64_t blocks[kAttnChunk / 16];
+  ChunkBlocks(a.block_tables[t], j0, j1, blocks);
   Bf16Pool pool;
   pool.d = d;
   for (int b = 0; b < kAttnChunk / 16; ++b) {
-    const int64_t block = table[(j0 + 16 * (b < nb ? b : 0)) / 16];
+    const int64_t block = blocks[b];
     pool.kblk[b] = static_cast<const uint16_t*>(kv.k) + kv.KIndex(block, 0, h, 0);
     pool.vblk[b] = static_cast<const uint16_t*>(kv.v) + kv.VIndex(block, 0, h);
   }
@@ -2076,16 +2090,7 @@ void Int8ScoresRowBlock(const AttnArgs& a, const AttnRow* rows, const Src& src, 
 
 template <class Src>
 void Int8ScoresRows(const AttnArgs& a, const AttnRow* rows, int32_t R, const Src& src, int32_t d) {
-  for (int32_t r0 = 0; r0 < R; r0 += kAttnRowBlock) {
-    switch (R - r0 < kAttnRowBlock ? R - r0 : kAttnRowBlock) {
-      case 1: Int8ScoresRowBlock<1>(a, rows + r0, src, d); break;
-      case 2: Int8ScoresRowBlock<2>(a, rows + r0, src, d); break;
-      case 3: Int8ScoresRowBlock<3>(a, rows + r0, src, d); break;
-      case 4: Int8ScoresRowBlock<4>(a, rows + r0, src, d); break;
-      case 5: Int8ScoresRowBlock<5>(a, rows + r0, src, d); break;
-      default: Int8ScoresRowBlock<6>(a, rows + r0, src, d); break;
-    }
-  }
+  ForRowBlocks(R, [&]<int RB>(int32_t r0) { Int8ScoresRowBlock<RB>(a, rows + r0, src, d); });
 }
 
 // AttnRowsChunk's int8 arithmetic natively (block_size 16, d % 16 == 0, AVX-512 BF16). A few
@@ -2095,13 +2100,13 @@ void Int8RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
                    int32_t R, float* kvbuf) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
-  const int32_t* table = a.block_tables[t];
-  const int64_t nb = (j1 - j0 + 15) / 16;
+  int64_t blocks[kAttnChunk / 16];
+  ChunkBlocks(a.block_tables[t], j0, j1, blocks);
   Int8Pool pool;
   pool.d = d;
   alignas(64) float vs[kAttnChunk];
   for (int b = 0; b < kAttnChunk / 16; ++b) {
-    const int64_t block = table[(j0 + 16 * (b < nb ? b : 0)) / 16];
+    const int64_t block = blocks[b];
     pool.kblk[b] = static_cast<const int8_t*>(kv.k) + kv.KIndex(block, 0, h, 0);
     pool.vblk[b] = static_cast<const int8_t*>(kv.v) + kv.VIndex(block, 0, h);
     pool.ks[b] = kv.k_scale + kv.SIndex(block, 0, h);
