@@ -16,8 +16,10 @@
 //   onto p: w_j = RoundBf16Attn(p_j * vs_j), and each output column is one chain over the
 //   keys in pairs, odd key first, of w_j * vc_jc. A code is exact in bf16, so each product
 //   is exact in f32 and vdpbf16ps and f32 FMAs give the same bits.
-// The reference (kernels/ref) keeps w exact: the kernels' bf16 rounding of w is their error
-// against it, as for the bf16 dtype.
+// The reference (kernels/ref) keeps w exact: the CPU kernels' bf16 rounding of w is their
+// error against it, as for the bf16 dtype. The CUDA kernel scores the same way and keeps p V in
+// f32 over code * scale, as the reference does (GPU and CPU never share bits; each is held to
+// the reference).
 #ifndef SPECD_KERNELS_KV_INT8_H_
 #define SPECD_KERNELS_KV_INT8_H_
 
