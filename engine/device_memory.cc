@@ -21,7 +21,9 @@ class PlainHostMemory final : public DeviceMemory {
     // beyond the buffer). Attention at depth streams the whole pool every step; on 4 KB pages
     // it misses the TLB once per 4 KB.
     const bool huge = rounded >= kHugePage;
-    void* p = std::aligned_alloc(huge ? kHugePage : 64, rounded == 0 ? 64 : rounded);
+    // posix_memalign: aligned_alloc wants the size a multiple of the alignment (ASan checks).
+    void* p = nullptr;
+    if (posix_memalign(&p, huge ? kHugePage : 64, rounded == 0 ? 64 : rounded) != 0) p = nullptr;
     if (p == nullptr) {
       return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes", bytes));
     }
