@@ -545,6 +545,9 @@ TEST_F(ClusterTest, TargetRestartRePrefillsWithSeededOutputUnchanged) {
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(s.ids, std::vector<int32_t>(baseline.token_ids().begin(), baseline.token_ids().end()));
   EXPECT_EQ(s.text, baseline.text());
+  // The next tests talk to the target directly. On a fast machine the stream can end before
+  // the restarted target listens (CI saw "connection refused" there): wait until it serves.
+  ASSERT_TRUE(c.WaitHealthy(c.target_addr, 30));
 }
 
 // SIGSTOP lands asynchronously: true once /proc says every thread of `pid` is stopped.
