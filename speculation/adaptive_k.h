@@ -57,8 +57,10 @@ class AcceptanceEstimate {
   static constexpr double kPriorWeight = 4.0;
   static constexpr double kDecay = 0.9;
   // The policy-wide estimate (the prior of new sequences): every sequence's steps update it,
-  // so it keeps a longer memory than one sequence's.
-  static constexpr double kGlobalDecay = 0.97;
+  // so it keeps a longer memory than one sequence's: ~100 drafted tokens, so that its
+  // uncertainty (KPolicy::new_sequence_prior) shrinks as evidence comes in. At ~33 tokens an
+  // unlucky stretch left it under break-even with too little evidence to trust.
+  static constexpr double kGlobalDecay = 0.99;
 
   AcceptanceEstimate() = default;
   explicit AcceptanceEstimate(double decay) : decay_(decay) {}
@@ -75,6 +77,9 @@ class AcceptanceEstimate {
   double alpha(double prior) const {
     return (accepted_ + prior * kPriorWeight) / (tried_ + kPriorWeight);
   }
+  // The (decayed) draft tokens alpha(prior) has seen tested: its evidence, beside the prior's
+  // kPriorWeight.
+  double tried() const { return tried_; }
 
  private:
   double decay_ = kDecay;

@@ -1,6 +1,7 @@
 #include "speculation/k_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace specd::spec {
 
@@ -15,14 +16,21 @@ double CatchUpCost(int32_t behind, const CostCurve& verify, const CostCurve& dra
 }
 
 // Starting (or resuming) drafts makes the draft model catch up on `behind` tokens first: that
-// catch-up against the expected saving of drafting k for the next KPolicy::kCatchUpHorizon
-// steps.
+// catch-up against the expected saving of drafting k for the next `horizon` steps.
 bool CatchUpPays(double alpha, int32_t k, int32_t behind, const CostCurve& verify,
-                 const CostCurve& draft) {
+                 const CostCurve& draft, double horizon) {
   const double t1 = verify.Predict(1);
   const double with_k = verify.Predict(1 + k) + k * draft.Predict(1);
   const double saving = ExpectedTokens(alpha, k) * t1 - with_k;
-  return KPolicy::kCatchUpHorizon * saving > CatchUpCost(behind, verify, draft);
+  return horizon * saving > CatchUpCost(behind, verify, draft);
+}
+
+// The steps an unpinned sequence's resumed draft is expected to run: what its request has
+// left at the expected tokens a step, within the policy's bounds.
+double UnpinnedCatchUpHorizon(double alpha, int32_t k, int32_t tokens_left) {
+  const double steps = static_cast<double>(tokens_left) / ExpectedTokens(alpha, k);
+  return std::clamp(steps, static_cast<double>(KPolicy::kCatchUpHorizon),
+                    static_cast<double>(KPolicy::kMaxCatchUpHorizon));
 }
 
 // What a k = 1 probe costs, in target decode steps: the catch-up, one draft, one more verified
@@ -39,6 +47,12 @@ double ProbeCostInSteps(int32_t behind, const CostCurve& verify, const CostCurve
 double NominalDraftRatio(uint64_t draft_bytes, uint64_t target_bytes, double fallback) {
   if (draft_bytes == 0 || target_bytes == 0) return fallback;
   return static_cast<double>(draft_bytes) / static_cast<double>(target_bytes);
+}
+
+double KPolicy::new_sequence_prior() const {
+  const double a = global_.alpha(AcceptanceEstimate::kPrior);
+  const double spread = std::sqrt(a * (1.0 - a) / (global_.tried() + kPriorSpreadTokens));
+  return std::min(1.0, a + kPriorOptimism * spread);
 }
 
 void KPolicy::set_costs(CostCurve verify, CostCurve draft) {
@@ -76,7 +90,8 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
     k[i] = ChooseK({&own, 1}, 0, max_k, verify_shape, draft_shape)[0];
     // The draft model's catch-up (a fresh sequence: its whole prompt), on the nominal costs.
     if (k[i] > 0 && seqs[i].behind > 1 && !draft_shape.empty() &&
-        !CatchUpPays(own.alpha, k[i], seqs[i].behind, verify_shape, draft_shape)) {
+        !CatchUpPays(own.alpha, k[i], seqs[i].behind, verify_shape, draft_shape,
+                     kCatchUpHorizon)) {
       k[i] = 0;
     }
     const KCandidate best{1.0, seqs[i].cap};
@@ -86,7 +101,7 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   // Unpinned: one choice for the batch, from the policy-wide acceptance as prior.
   std::vector<KCandidate> cand, best;
   std::vector<size_t> which;
-  const double prior = global_acceptance();
+  const double prior = new_sequence_prior();
   for (size_t i = 0; i < B; ++i) {
     if (seqs[i].pinned) continue;
     cand.push_back({seqs[i].state->acceptance.alpha(prior), seqs[i].cap});
@@ -110,7 +125,8 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
       const size_t i = which[j];
       if (k[i] > 0 && seqs[i].behind > 1 &&
           !CatchUpPays(cand[j].alpha, k[i], seqs[i].behind, options_.verify_cost,
-                       options_.draft_cost)) {
+                       options_.draft_cost,
+                       UnpinnedCatchUpHorizon(cand[j].alpha, k[i], seqs[i].tokens_left))) {
         k[i] = 0;
       }
     }

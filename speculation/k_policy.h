@@ -83,7 +83,20 @@ struct KRequest {
 
 class KPolicy {
  public:
-  static constexpr int32_t kCatchUpHorizon = 8;  // steps a resumed draft is expected to run
+  // Steps a resumed draft is expected to run: a pinned sequence's (on its nominal costs); an
+  // unpinned one's are the steps its request has left at the expected tokens a step, within
+  // [kCatchUpHorizon, kMaxCatchUpHorizon]. At a flat 8 the draft's catch-up on a 60-token
+  // prompt kept a draft accepted 0.42 off every new request on this project's CPU, where k = 1
+  // gave 1.07-1.10x (KPolicyTest.NearTheBestFixedK, its "cpu 12-05" profile).
+  static constexpr int32_t kCatchUpHorizon = 8;
+  static constexpr int32_t kMaxCatchUpHorizon = 32;
+  // How optimistic the prior of a new unpinned sequence is (new_sequence_prior): this many
+  // standard deviations of the policy-wide estimate, with the prior counted as
+  // kPriorSpreadTokens tried drafts (no evidence: 0.5 + 0.125). In KPolicyTest's timelines a
+  // spread over the estimate's own prior weight (4) made the first request of a never-right
+  // draft draft twice as much, for the same speed elsewhere.
+  static constexpr double kPriorOptimism = 1.0;
+  static constexpr double kPriorSpreadTokens = 16.0;
   // A k = 1 probe costs the draft's catch-up on `behind`, a draft and a verified row; it is
   // taken only when the request has at least this many times that cost (in target decode
   // steps) left in tokens. A probe gains only if the drafter proves good, and drafting then
@@ -121,8 +134,14 @@ class KPolicy {
   const CostCurve& draft_cost() const { return options_.draft_cost; }
   void set_costs(CostCurve verify, CostCurve draft);
   void set_pinned_draft_ratio(double ratio) { options_.pinned_draft_ratio = ratio; }
-  // Acceptance over every sequence: the prior of a new unpinned one.
-  double global_acceptance() const { return global_.alpha(AcceptanceEstimate::kPrior); }
+  // The prior of a new unpinned sequence: the acceptance over every sequence plus
+  // kPriorOptimism standard deviations of that estimate (a binomial's, over its evidence and
+  // the prior's weight). The estimate only moves while something drafts, and drafting stops
+  // when it falls under break-even, so a plain estimate that an unlucky stretch pushed under
+  // break-even stayed there for good: two rejected first drafts kept a drafter accepted 0.8 off
+  // for the whole process. Optimism shrinks with evidence: a drafter that is rarely accepted
+  // costs a few drafts once; one near break-even is measured until the estimate is sure.
+  double new_sequence_prior() const;
   // Where a new unpinned sequence's probe interval starts: doubled each time a probe (of any
   // sequence) fails to lead to drafting, halved when a sequence drafts on its merits. A probe
   // makes the draft catch up on everything since it last saw the sequence — for a new one the

@@ -803,13 +803,14 @@ TEST_F(RouterEngineTest, SeededSampledOutputIndependentOfBatchWithAdaptiveK) {
 }
 
 // A draft that is never right: the first greedy request learns it (drafting some steps from
-// the fixed prior); later ones start from the router-wide acceptance and hardly draft at all.
+// the policy's hopeful prior for a drafter it has no evidence of); later ones start from the
+// router-wide acceptance and hardly draft at all.
 TEST_F(RouterEngineTest, AdaptiveKStartsFromTheDraftsTrackRecord) {
   const std::string bad = NeverRightDraft("router_bad_draft");
   ASSERT_FALSE(bad.empty());
   Make({}, 256, true, &bad);
   std::vector<int32_t> drafted;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 10; ++i) {
     // DRAFT: the draft model alone (AUTO would also try the n-gram lookup, which these models'
     // repetitive text rewards).
     auto sink = Run(Req(Prompt(10, 40 + i), 30, SpecMode::kDraft, 0));
@@ -820,10 +821,16 @@ TEST_F(RouterEngineTest, AdaptiveKStartsFromTheDraftsTrackRecord) {
     drafted.push_back(sink->completion().speculation().draft_tokens());
   }
   EXPECT_GE(drafted[0], 4);
-  // A probe or two, or a k = 1 step the prior still finds worth it (a draft round is cheap
-  // here): a quarter of the first request's drafting at most (measured: 13, 6, 4, 3).
-  EXPECT_LE(drafted[3], 3);
-  EXPECT_LE(4 * drafted[3], drafted[0]);
+  // From the fourth request on, a probe or two, or a k = 1 step the prior still finds worth it
+  // (a draft round is cheap here): a quarter of the first request's drafting at most, and the
+  // last five requests together less than the first. Measured: 20 7 5 4 3 3 2 2 2 2 (13 6 4 3
+  // 3 2 2 2 2 2 before new_sequence_prior's optimism: it costs the first requests, not later).
+  int32_t last_five = 0;
+  for (size_t i = 3; i < drafted.size(); ++i) {
+    EXPECT_LE(4 * drafted[i], drafted[0]) << i;
+    if (i >= drafted.size() - 5) last_five += drafted[i];
+  }
+  EXPECT_LT(last_five, drafted[0]);
 }
 
 TEST_F(RouterEngineTest, RequestLargerThanKvCapacityIsRefused) {

@@ -301,68 +301,129 @@ TEST(KPolicyTest, FailedProbesMakeNewSequencesProbeLater) {
   EXPECT_GE(policy.probe_start(), 128);
 }
 
-// The policy against the best fixed k, as a timeline: one greedy sequence at a time, 32
-// requests of 32 tokens after a 60-token prompt, each draft accepted with probability alpha
-// (seeded), on two measured cost shapes: an H200 running the default model (a flat verify:
-// verify(5) = 1.24 x verify(1), a draft round 0.09 of a step) and this project's 2-core CPU
-// (verify(5) = 1.86 x, draft 0.047). Its speed-up (expected by the curves) must come within
-// 8 % of the best fixed k's and never fall below plain. With the old estimate (a memory of
-// ~3 steps and a prior of one token) one unlucky step stopped drafting until the next probe:
-// on the H200 profile it gave 1.10x at alpha 0.45 where the best fixed k gives 1.26x, and on
-// the CPU profile 1.00x where k = 1 gives 1.16x.
+// Measured cost shapes the policy timelines below run on.
+struct Profile {
+  const char* name;
+  CostCurve verify, draft;
+};
+// An H200 running the default model: a flat verify (verify(5) = 1.24 x verify(1)), a draft
+// round 0.09 of a step.
+Profile H200() {
+  return {"h200", CostCurve({{1, 3.3e-3}, {2, 3.53e-3}, {5, 4.1e-3}, {40, 11.0e-3}, {128, 16e-3}, {256, 32e-3}}),
+          CostCurve({{1, 0.3e-3}, {8, 2.4e-3}})};
+}
+// This project's 2-core CPU on AVX2 (verify(5) = 1.86 x, draft 0.047).
+Profile CpuAvx2() {
+  return {"cpu avx2", CostCurve({{1, 3.6e-3}, {2, 4.25e-3}, {3, 5.04e-3}, {5, 6.7e-3}, {40, 36.8e-3}, {128, 110e-3}}),
+          CostCurve({{1, 0.17e-3}, {8, 1.2e-3}})};
+}
+// The AMD VNNI VM of 2026-12-05 with the shipped draft, as the engine measured it in the loop
+// (specd-bench --spec: verify(2) = 1.11 x, verify(5) = 1.3 x; a draft step 0.16 of a target step,
+// the draft's weights read from memory).
+Profile Cpu1205() {
+  return {"cpu 12-05", CostCurve({{1, 2.2e-3}, {2, 2.45e-3}, {3, 2.6e-3}, {5, 2.9e-3}, {9, 4.0e-3}, {40, 13.7e-3}, {128, 43e-3}}),
+          CostCurve({{1, 0.35e-3}, {8, 2.8e-3}})};
+}
+
+// One greedy sequence at a time: `requests` requests of `tokens` tokens after a 60-token
+// prompt, each draft accepted with probability alpha (seeded), except the first
+// `rejected_first` drafts of the run, which are rejected (an unlucky start). The draft
+// model's catch-up on what it has not seen is charged as the policy prices it.
+struct TimelineResult {
+  double speedup = 0.0;    // over plain decoding, by the cost curves
+  int64_t drafted = 0;     // draft tokens proposed over the run
+  int64_t late_drafted = 0;  // of them, in the second half of the requests
+};
+TimelineResult RunTimeline(const Profile& p, double alpha, int32_t fixed_k, int requests = 32,
+                           int32_t tokens = 32, int rejected_first = 0, uint32_t seed = 1) {
+  KPolicyOptions o;
+  o.max_k = 8;
+  o.track_load = false;
+  o.verify_cost = p.verify;
+  o.draft_cost = p.draft;
+  KPolicy policy(o);
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution accept(alpha);
+  const double t1 = p.verify.Predict(1), ratio = p.draft.Predict(1) / t1;
+  double produced_total = 0, seconds = 0;
+  TimelineResult res;
+  for (int request = 0; request < requests; ++request) {
+    SpecSeqState s;
+    policy.AfterDraft(s, 0);  // its first token came from the prefill
+    int32_t produced = 1, behind = 60;
+    while (produced < tokens) {
+      const KRequest r{&s, std::min(8, tokens - produced), /*pinned=*/false, behind,
+                       tokens - produced};
+      const int32_t k = fixed_k >= 0 ? std::min(fixed_k, r.cap) : policy.Choose({&r, 1}, 0)[0];
+      policy.AfterDraft(s, k);
+      int32_t accepted = 0;
+      while (accepted < k && (res.drafted + accepted >= rejected_first) && accept(rng)) ++accepted;
+      policy.AfterVerify(s, k, accepted);
+      res.drafted += k;
+      if (request >= requests / 2) res.late_drafted += k;
+      seconds += p.verify.Predict(1 + k) + k * p.draft.Predict(1);
+      if (k > 0 && behind > 1) seconds += ratio * p.verify.Predict(behind);
+      produced += accepted + 1;
+      produced_total += accepted + 1;
+      behind = k > 0 ? 1 : behind + 1;
+    }
+  }
+  res.speedup = produced_total * t1 / seconds;
+  return res;
+}
+
+double BestFixedK(const Profile& p, double alpha, int requests = 32, int32_t tokens = 32) {
+  double best = 1.0;
+  for (int32_t k = 1; k <= 8; ++k) best = std::max(best, RunTimeline(p, alpha, k, requests, tokens).speedup);
+  return best;
+}
+
+// The policy against the best fixed k on the timeline, on the measured cost shapes. Its
+// speed-up (expected by the curves) must come within 8 % of the best fixed k's and never fall
+// below plain. With the old estimate (a memory of ~3 steps and a prior of one token) one
+// unlucky step stopped drafting until the next probe: on the H200 profile it gave 1.10x at
+// alpha 0.45 where the best fixed k gives 1.26x, and on the AVX2 profile 1.00x where k = 1
+// gives 1.16x. On the 12-05 profile a plain policy-wide prior and a catch-up priced against 8
+// steps kept the shipped draft (accepted 0.42) off: 0.998x where k = 1 gives 1.07x.
 TEST(KPolicyTest, NearTheBestFixedK) {
-  struct Profile {
-    const char* name;
-    CostCurve verify, draft;
-  };
-  const Profile profiles[] = {
-      {"h200", CostCurve({{1, 3.3e-3}, {2, 3.53e-3}, {5, 4.1e-3}, {40, 11.0e-3}, {128, 16e-3}, {256, 32e-3}}),
-       CostCurve({{1, 0.3e-3}, {8, 2.4e-3}})},
-      {"cpu", CostCurve({{1, 3.6e-3}, {2, 4.25e-3}, {3, 5.04e-3}, {5, 6.7e-3}, {40, 36.8e-3}, {128, 110e-3}}),
-       CostCurve({{1, 0.17e-3}, {8, 1.2e-3}})},
-  };
-  for (const Profile& p : profiles) {
-    for (const double alpha : {0.3, 0.45, 0.6}) {
-      // Speed-up over plain decoding of the timeline with k from the policy (fixed_k < 0) or
-      // fixed; the draft model's catch-up on what it has not seen is priced as in the policy.
-      auto run = [&](int32_t fixed_k) {
-        KPolicyOptions o;
-        o.max_k = 8;
-        o.track_load = false;
-        o.verify_cost = p.verify;
-        o.draft_cost = p.draft;
-        KPolicy policy(o);
-        std::mt19937 rng(1);
-        std::bernoulli_distribution accept(alpha);
-        const double t1 = p.verify.Predict(1), ratio = p.draft.Predict(1) / t1;
-        double tokens = 0, seconds = 0;
-        for (int request = 0; request < 32; ++request) {
-          SpecSeqState s;
-          policy.AfterDraft(s, 0);  // its first token came from the prefill
-          int32_t produced = 1, behind = 60;
-          while (produced < 32) {
-            const KRequest r{&s, std::min(8, 32 - produced), /*pinned=*/false, behind,
-                             32 - produced};
-            const int32_t k = fixed_k >= 0 ? std::min(fixed_k, r.cap) : policy.Choose({&r, 1}, 0)[0];
-            policy.AfterDraft(s, k);
-            int32_t accepted = 0;
-            while (accepted < k && accept(rng)) ++accepted;
-            policy.AfterVerify(s, k, accepted);
-            seconds += p.verify.Predict(1 + k) + k * p.draft.Predict(1);
-            if (k > 0 && behind > 1) seconds += ratio * p.verify.Predict(behind);
-            produced += accepted + 1;
-            tokens += accepted + 1;
-            behind = k > 0 ? 1 : behind + 1;
-          }
-        }
-        return tokens * t1 / seconds;
-      };
-      const double speedup = run(-1);
-      double best = 1.0;
-      for (int32_t k = 1; k <= 8; ++k) best = std::max(best, run(k));
-      EXPECT_GE(speedup, 0.92 * best) << p.name << " alpha " << alpha << ": best fixed " << best;
-      EXPECT_GE(speedup, 0.98) << p.name << " alpha " << alpha;
-      std::printf("%s alpha %.2f: policy %.3fx, best fixed k %.3fx\n", p.name, alpha, speedup, best);
+  for (const Profile& p : {H200(), CpuAvx2(), Cpu1205()}) {
+    for (const double alpha : {0.3, 0.42, 0.45, 0.6}) {
+      for (const int32_t tokens : {32, 64}) {
+        const double speedup = RunTimeline(p, alpha, -1, 32, tokens).speedup;
+        const double best = BestFixedK(p, alpha, 32, tokens);
+        EXPECT_GE(speedup, 0.92 * best) << p.name << " alpha " << alpha << " tokens " << tokens;
+        EXPECT_GE(speedup, 0.98) << p.name << " alpha " << alpha << " tokens " << tokens;
+        std::printf("%s alpha %.2f, %d tokens: policy %.3fx, best fixed k %.3fx\n", p.name, alpha,
+                    tokens, speedup, best);
+      }
+    }
+  }
+}
+
+// Two rejected first drafts must not keep a good drafter off for the rest of the process: the
+// policy-wide estimate then reads 2 rejections against the prior's weight, and a new sequence's
+// prior must still be hopeful enough (new_sequence_prior's optimism) to measure it again.
+// Before it, the run drafted nothing after the first request (0.998x against 1.61x).
+TEST(KPolicyTest, AnUnluckyStartDoesNotStopAGoodDrafter) {
+  for (const Profile& p : {H200(), CpuAvx2(), Cpu1205()}) {
+    const TimelineResult r = RunTimeline(p, 0.8, -1, 32, 32, /*rejected_first=*/2);
+    EXPECT_GT(r.late_drafted, 16 * 31) << p.name;  // more than one a step in the second half
+    EXPECT_GE(r.speedup, 0.9 * BestFixedK(p, 0.8)) << p.name;
+  }
+}
+
+// The optimism costs a drafter that is never accepted a few drafts, once: its evidence grows
+// and the optimism shrinks with it, so the second half of a long run drafts nothing and the
+// run stays at plain speed.
+TEST(KPolicyTest, AUselessDrafterIsTriedBriefly) {
+  for (const Profile& p : {H200(), CpuAvx2(), Cpu1205()}) {
+    for (const double alpha : {0.0, 0.1}) {
+      const TimelineResult r = RunTimeline(p, alpha, -1, 64, 64);
+      EXPECT_LE(r.drafted, 40) << p.name << " alpha " << alpha;
+      EXPECT_EQ(r.late_drafted, 0) << p.name << " alpha " << alpha;
+      EXPECT_GE(r.speedup, 0.98) << p.name << " alpha " << alpha;
+      std::printf("%s alpha %.2f: %lld drafts, %.3fx\n", p.name, alpha,
+                  static_cast<long long>(r.drafted), r.speedup);
     }
   }
 }
