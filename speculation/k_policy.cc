@@ -49,8 +49,9 @@ double NominalDraftRatio(uint64_t draft_bytes, uint64_t target_bytes, double fal
   return static_cast<double>(draft_bytes) / static_cast<double>(target_bytes);
 }
 
-double KPolicy::new_sequence_prior() const {
+double KPolicy::new_sequence_prior(size_t batch) const {
   const double a = global_.alpha(AcceptanceEstimate::kPrior);
+  if (batch > kExploreMaxBatch) return a;
   const double spread = std::sqrt(a * (1.0 - a) / (global_.tried() + kPriorSpreadTokens));
   return std::min(1.0, a + kPriorOptimism * spread);
 }
@@ -101,7 +102,7 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   // Unpinned: one choice for the batch, from the policy-wide acceptance as prior.
   std::vector<KCandidate> cand, best;
   std::vector<size_t> which;
-  const double prior = new_sequence_prior();
+  const double prior = new_sequence_prior(B);
   for (size_t i = 0; i < B; ++i) {
     if (seqs[i].pinned) continue;
     cand.push_back({seqs[i].state->acceptance.alpha(prior), seqs[i].cap});
@@ -143,7 +144,7 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   for (size_t i = 0; i < B; ++i) {
     SpecSeqState& s = *seqs[i].state;
     if (k[i] != 0 || perfect[i] < 2 || s.steps_without_drafts < s.probe_every ||
-        !(seqs[i].pinned || B <= 2) || seqs[i].cap <= 0) {
+        !(seqs[i].pinned || B <= kExploreMaxBatch) || seqs[i].cap <= 0) {
       continue;
     }
     const double repaid_over =

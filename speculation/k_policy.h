@@ -90,6 +90,9 @@ class KPolicy {
   // gave 1.07-1.10x (KPolicyTest.NearTheBestFixedK, its "cpu 12-05" profile).
   static constexpr int32_t kCatchUpHorizon = 8;
   static constexpr int32_t kMaxCatchUpHorizon = 32;
+  // Exploration for unpinned sequences (probes, the hopeful prior) only in steps of at most
+  // this many sequences, where it costs little (the probes' comment in Choose has the figures).
+  static constexpr size_t kExploreMaxBatch = 2;
   // How optimistic the prior of a new unpinned sequence is (new_sequence_prior): this many
   // standard deviations of the policy-wide estimate, with the prior counted as
   // kPriorSpreadTokens tried drafts (no evidence: 0.5 + 0.125). In KPolicyTest's timelines a
@@ -134,14 +137,15 @@ class KPolicy {
   const CostCurve& draft_cost() const { return options_.draft_cost; }
   void set_costs(CostCurve verify, CostCurve draft);
   void set_pinned_draft_ratio(double ratio) { options_.pinned_draft_ratio = ratio; }
-  // The prior of a new unpinned sequence: the acceptance over every sequence plus
-  // kPriorOptimism standard deviations of that estimate (a binomial's, over its evidence and
-  // the prior's weight). The estimate only moves while something drafts, and drafting stops
-  // when it falls under break-even, so a plain estimate that an unlucky stretch pushed under
-  // break-even stayed there for good: two rejected first drafts kept a drafter accepted 0.8 off
-  // for the whole process. Optimism shrinks with evidence: a drafter that is rarely accepted
-  // costs a few drafts once; one near break-even is measured until the estimate is sure.
-  double new_sequence_prior() const;
+  // The prior of a new unpinned sequence in a step of `batch` sequences: the acceptance over
+  // every sequence, plus (batch <= kExploreMaxBatch) kPriorOptimism standard deviations of
+  // that estimate (a binomial's, over its evidence and kPriorSpreadTokens). The estimate only
+  // moves while something drafts, and drafting stops when it falls under break-even, so a
+  // plain estimate that an unlucky stretch pushed under break-even stayed there for good: two
+  // rejected first drafts kept a drafter accepted 0.8 off for the whole process. Optimism
+  // shrinks with evidence: a drafter that is rarely accepted costs a few drafts once; one near
+  // break-even is measured until the estimate is sure.
+  double new_sequence_prior(size_t batch) const;
   // Where a new unpinned sequence's probe interval starts: doubled each time a probe (of any
   // sequence) fails to lead to drafting, halved when a sequence drafts on its merits. A probe
   // makes the draft catch up on everything since it last saw the sequence — for a new one the

@@ -412,6 +412,24 @@ TEST(KPolicyTest, AnUnluckyStartDoesNotStopAGoodDrafter) {
   }
 }
 
+// The hopeful prior is exploration, so only small steps take it (kExploreMaxBatch, as the
+// probes): with no evidence 0.5 + sqrt(0.25 / 16) at batch 1 and 2, the plain 0.5 at batch 3+;
+// with evidence the optimism shrinks (10 steps of 2 drafts, 1 accepted each: ~19 tried after
+// the decay, 0.5 + sqrt(0.25 / 35)).
+TEST(KPolicyTest, TheHopefulPriorIsForSmallSteps) {
+  KPolicy policy;
+  EXPECT_DOUBLE_EQ(policy.new_sequence_prior(1), 0.625);
+  EXPECT_DOUBLE_EQ(policy.new_sequence_prior(2), 0.625);
+  EXPECT_DOUBLE_EQ(policy.new_sequence_prior(3), 0.5);
+  EXPECT_DOUBLE_EQ(policy.new_sequence_prior(16), 0.5);
+  SpecSeqState s;
+  for (int i = 0; i < 10; ++i) policy.AfterVerify(s, 2, 1);  // 1 of 2: 2 tried, 1 accepted
+  const double a = policy.new_sequence_prior(16);
+  EXPECT_NEAR(a, 0.5, 0.01);
+  EXPECT_NEAR(policy.new_sequence_prior(1) - a, std::sqrt(a * (1 - a) / (19.1 + 16)), 0.01);
+  EXPECT_LT(policy.new_sequence_prior(1) - a, 0.125);
+}
+
 // The optimism costs a drafter that is never accepted a few drafts, once: its evidence grows
 // and the optimism shrinks with it, so the second half of a long run drafts nothing and the
 // run stays at plain speed.
