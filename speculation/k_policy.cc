@@ -62,76 +62,91 @@ void KPolicy::set_costs(CostCurve verify, CostCurve draft) {
 }
 
 std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fixed_tokens) {
-  const size_t B = seqs.size();
-  std::vector<int32_t> k(B, 0);
-  for (size_t i = 0; i < B; ++i) seqs[i].state->probed = false;
+  Choice c{std::vector<int32_t>(seqs.size(), 0), std::vector<int32_t>(seqs.size(), 0)};
+  for (const KRequest& r : seqs) r.state->probed = false;
   if (!options_.adaptive) {
-    for (size_t i = 0; i < B; ++i) k[i] = std::max(0, seqs[i].cap);
-    return k;
+    for (size_t i = 0; i < seqs.size(); ++i) c.k[i] = std::max(0, seqs[i].cap);
+    return c.k;
   }
-  if (options_.verify_cost.empty()) return k;  // nothing to price drafts with: none
-  for (size_t i = 0; i < B; ++i) {
+  if (options_.verify_cost.empty()) return c.k;  // nothing to price drafts with: none
+  MarkSeen(seqs);
+  const int64_t fixed = ChoosePinned(seqs, fixed_tokens, c);
+  ChooseUnpinned(seqs, fixed, c);
+  AddProbes(seqs, c);
+  return c.k;
+}
+
+void KPolicy::MarkSeen(absl::Span<const KRequest> seqs) const {
+  for (const KRequest& r : seqs) {
+    SpecSeqState& s = *r.state;
     // Pinned sequences keep the fixed schedule: their k depends on their own history only.
-    SpecSeqState& s = *seqs[i].state;
-    if (!s.seen && !seqs[i].pinned) s.probe_every = probe_start_;
+    if (!s.seen && !r.pinned) s.probe_every = probe_start_;
     s.seen = true;
   }
-  const int32_t max_k = options_.max_k;
-  std::vector<int32_t> perfect(B, 0);  // k if every draft were accepted
+}
+
+KPolicy::NominalCosts KPolicy::PinnedCosts() const {
+  NominalCosts n;
+  n.verify = CostCurve({{1, 1.0}, {2, 1.0 + options_.pinned_verify_token}});
+  if (!options_.draft_cost.empty() && options_.pinned_draft_ratio > 0) {
+    n.draft = CostCurve({{1, options_.pinned_draft_ratio}, {2, 2 * options_.pinned_draft_ratio}});
+  }
+  return n;
+}
+
+int64_t KPolicy::ChoosePinned(absl::Span<const KRequest> seqs, int32_t fixed_tokens,
+                              Choice& c) const {
   // Pinned: alone, own acceptance with the fixed prior, the nominal costs.
-  const CostCurve verify_shape({{1, 1.0}, {2, 1.0 + options_.pinned_verify_token}});
-  const CostCurve draft_shape =
-      options_.draft_cost.empty() || options_.pinned_draft_ratio <= 0
-          ? CostCurve()
-          : CostCurve({{1, options_.pinned_draft_ratio}, {2, 2 * options_.pinned_draft_ratio}});
+  const NominalCosts n = PinnedCosts();
   int64_t fixed = fixed_tokens;
-  for (size_t i = 0; i < B; ++i) {
+  for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].pinned) continue;
     const KCandidate own{seqs[i].state->acceptance.alpha(), seqs[i].cap};
-    k[i] = ChooseK({&own, 1}, 0, max_k, verify_shape, draft_shape)[0];
+    c.k[i] = ChooseK({&own, 1}, 0, options_.max_k, n.verify, n.draft)[0];
     // The draft model's catch-up (a fresh sequence: its whole prompt), on the nominal costs.
-    if (k[i] > 0 && seqs[i].behind > 1 && !draft_shape.empty() &&
-        !CatchUpPays(own.alpha, k[i], seqs[i].behind, verify_shape, draft_shape,
-                     kCatchUpHorizon)) {
-      k[i] = 0;
+    if (c.k[i] > 0 && seqs[i].behind > 1 && !n.draft.empty() &&
+        !CatchUpPays(own.alpha, c.k[i], seqs[i].behind, n.verify, n.draft, kCatchUpHorizon)) {
+      c.k[i] = 0;
     }
     const KCandidate best{1.0, seqs[i].cap};
-    perfect[i] = ChooseK({&best, 1}, 0, max_k, verify_shape, draft_shape)[0];
-    fixed += 1 + k[i];
+    c.perfect[i] = ChooseK({&best, 1}, 0, options_.max_k, n.verify, n.draft)[0];
+    fixed += 1 + c.k[i];
   }
-  // Unpinned: one choice for the batch, from the policy-wide acceptance as prior.
+  return fixed;
+}
+
+void KPolicy::ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, Choice& c) const {
+  // One choice for the batch, each from its own record toward the new-sequence prior.
   std::vector<KCandidate> cand, best;
   std::vector<size_t> which;
-  const double prior = new_sequence_prior(B);
-  for (size_t i = 0; i < B; ++i) {
+  const double prior = new_sequence_prior(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
     if (seqs[i].pinned) continue;
     cand.push_back({seqs[i].state->acceptance.alpha(prior), seqs[i].cap});
     best.push_back({1.0, seqs[i].cap});
     which.push_back(i);
   }
-  if (!which.empty()) {
-    const int32_t f = static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX));
-    const std::vector<int32_t> kc =
-        ChooseK(cand, f, max_k, options_.verify_cost, options_.draft_cost);
-    const std::vector<int32_t> kb =
-        ChooseK(best, f, max_k, options_.verify_cost, options_.draft_cost);
-    for (size_t j = 0; j < which.size(); ++j) {
-      k[which[j]] = kc[j];
-      perfect[which[j]] = kb[j];
+  if (which.empty()) return;
+  const int32_t f = static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX));
+  const std::vector<int32_t> kc =
+      ChooseK(cand, f, options_.max_k, options_.verify_cost, options_.draft_cost);
+  const std::vector<int32_t> kb =
+      ChooseK(best, f, options_.max_k, options_.verify_cost, options_.draft_cost);
+  for (size_t j = 0; j < which.size(); ++j) {
+    const size_t i = which[j];
+    c.k[i] = kc[j];
+    c.perfect[i] = kb[j];
+    // The same catch-up as a pinned sequence's, on the measured costs and its steps left.
+    if (!options_.draft_cost.empty() && c.k[i] > 0 && seqs[i].behind > 1 &&
+        !CatchUpPays(cand[j].alpha, c.k[i], seqs[i].behind, options_.verify_cost,
+                     options_.draft_cost,
+                     UnpinnedCatchUpHorizon(cand[j].alpha, c.k[i], seqs[i].tokens_left))) {
+      c.k[i] = 0;
     }
   }
-  // The same catch-up for unpinned sequences, on the measured costs.
-  if (!options_.draft_cost.empty()) {
-    for (size_t j = 0; j < which.size(); ++j) {
-      const size_t i = which[j];
-      if (k[i] > 0 && seqs[i].behind > 1 &&
-          !CatchUpPays(cand[j].alpha, k[i], seqs[i].behind, options_.verify_cost,
-                       options_.draft_cost,
-                       UnpinnedCatchUpHorizon(cand[j].alpha, k[i], seqs[i].tokens_left))) {
-        k[i] = 0;
-      }
-    }
-  }
+}
+
+void KPolicy::AddProbes(absl::Span<const KRequest> seqs, Choice& c) const {
   // At k = 0 the acceptance estimate never moves: without a probe now and then a pessimistic
   // prior would keep a good drafter off for good. Only where drafting clearly could pay (a
   // perfect drafter would go >= 2 deep) and, for unpinned sequences, the batch is small: a
@@ -141,22 +156,23 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   // left to repay it (kProbePayback, kPinnedProbePayback): at batch 8, seeded 64-token
   // requests probing a draft accepted 0.35 ran at 0.90-0.92x of plain, 0.99-1.03x without.
   // The probe's cost, times the payback, is what must fit in the tokens left:
+  const NominalCosts n = PinnedCosts();
+  const size_t B = seqs.size();
   for (size_t i = 0; i < B; ++i) {
     SpecSeqState& s = *seqs[i].state;
-    if (k[i] != 0 || perfect[i] < 2 || s.steps_without_drafts < s.probe_every ||
+    if (c.k[i] != 0 || c.perfect[i] < 2 || s.steps_without_drafts < s.probe_every ||
         !(seqs[i].pinned || B <= kExploreMaxBatch) || seqs[i].cap <= 0) {
       continue;
     }
     const double repaid_over =
         seqs[i].pinned
-            ? kPinnedProbePayback * ProbeCostInSteps(seqs[i].behind, verify_shape, draft_shape)
+            ? kPinnedProbePayback * ProbeCostInSteps(seqs[i].behind, n.verify, n.draft)
             : kProbePayback *
                   ProbeCostInSteps(seqs[i].behind, options_.verify_cost, options_.draft_cost);
     if (repaid_over > seqs[i].tokens_left) continue;
-    k[i] = 1;
+    c.k[i] = 1;
     s.probed = true;
   }
-  return k;
 }
 
 void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k,

@@ -153,6 +153,23 @@ class KPolicy {
   int32_t probe_start() const { return probe_start_; }
 
  private:
+  // What Choose's steps hand each other: each sequence's k, and the k a drafter that is never
+  // wrong would get (where probing could pay).
+  struct Choice {
+    std::vector<int32_t> k, perfect;
+  };
+  // A pinned sequence's cost model, in target decode steps (KPolicyOptions::pinned_*).
+  struct NominalCosts {
+    CostCurve verify, draft;
+  };
+  // Choose, as its steps: start new sequences' probe intervals; pinned sequences alone (returns the step's tokens so far: `fixed_tokens` plus
+  // theirs); unpinned ones as a batch on the measured costs; then the probes.
+  void MarkSeen(absl::Span<const KRequest> seqs) const;
+  NominalCosts PinnedCosts() const;
+  int64_t ChoosePinned(absl::Span<const KRequest> seqs, int32_t fixed_tokens, Choice& c) const;
+  void ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, Choice& c) const;
+  void AddProbes(absl::Span<const KRequest> seqs, Choice& c) const;
+
   KPolicyOptions options_;
   AcceptanceEstimate global_{AcceptanceEstimate::kGlobalDecay};
   int32_t probe_start_ = SpecSeqState::kProbeEvery;
