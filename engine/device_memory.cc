@@ -15,7 +15,7 @@ class PlainHostMemory final : public DeviceMemory {
  public:
   bool host_addressable() const override { return true; }
   absl::StatusOr<void*> Allocate(size_t bytes) override {
-    const size_t rounded = (bytes + 63) / 64 * 64;
+    const size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
     // A buffer of a huge page or more (a layer's KV pool) starts on a huge page, and its whole
     // huge pages are advised onto them (the tail stays on 4 KB pages: nothing is allocated
     // beyond the buffer). Attention at depth streams the whole pool every step; on 4 KB pages
@@ -23,13 +23,13 @@ class PlainHostMemory final : public DeviceMemory {
     const bool huge = rounded >= kHugePage;
     // posix_memalign: aligned_alloc wants the size a multiple of the alignment (ASan checks).
     void* p = nullptr;
-    if (posix_memalign(&p, huge ? kHugePage : 64, rounded == 0 ? 64 : rounded) != 0) p = nullptr;
+    if (posix_memalign(&p, huge ? kHugePage : 64, rounded) != 0) p = nullptr;
     if (p == nullptr) {
       return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d bytes", bytes));
     }
     // Advice only: where the kernel declines, the buffer works on 4 KB pages.
     if (huge) static_cast<void>(AdviseHugePages(p, rounded / kHugePage * kHugePage));
-    std::memset(p, 0, rounded == 0 ? 64 : rounded);
+    std::memset(p, 0, rounded);
     return p;
   }
   void Free(void* p) override { std::free(p); }

@@ -70,9 +70,10 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   }
   if (options_.verify_cost.empty()) return c.k;  // nothing to price drafts with: none
   MarkSeen(seqs);
-  const int64_t fixed = ChoosePinned(seqs, fixed_tokens, c);
+  const NominalCosts nominal = PinnedCosts();
+  const int64_t fixed = ChoosePinned(seqs, nominal, fixed_tokens, c);
   ChooseUnpinned(seqs, fixed, c);
-  AddProbes(seqs, c);
+  AddProbes(seqs, nominal, c);
   return c.k;
 }
 
@@ -94,10 +95,9 @@ KPolicy::NominalCosts KPolicy::PinnedCosts() const {
   return n;
 }
 
-int64_t KPolicy::ChoosePinned(absl::Span<const KRequest> seqs, int32_t fixed_tokens,
-                              Choice& c) const {
+int64_t KPolicy::ChoosePinned(absl::Span<const KRequest> seqs, const NominalCosts& n,
+                              int32_t fixed_tokens, Choice& c) const {
   // Pinned: alone, own acceptance with the fixed prior, the nominal costs.
-  const NominalCosts n = PinnedCosts();
   int64_t fixed = fixed_tokens;
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].pinned) continue;
@@ -146,7 +146,8 @@ void KPolicy::ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, Cho
   }
 }
 
-void KPolicy::AddProbes(absl::Span<const KRequest> seqs, Choice& c) const {
+void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
+                        Choice& c) const {
   // At k = 0 the acceptance estimate never moves: without a probe now and then a pessimistic
   // prior would keep a good drafter off for good. Only where drafting clearly could pay (a
   // perfect drafter would go >= 2 deep) and, for unpinned sequences, the batch is small: a
@@ -156,7 +157,6 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, Choice& c) const {
   // left to repay it (kProbePayback, kPinnedProbePayback): at batch 8, seeded 64-token
   // requests probing a draft accepted 0.35 ran at 0.90-0.92x of plain, 0.99-1.03x without.
   // The probe's cost, times the payback, is what must fit in the tokens left:
-  const NominalCosts n = PinnedCosts();
   const size_t B = seqs.size();
   for (size_t i = 0; i < B; ++i) {
     SpecSeqState& s = *seqs[i].state;

@@ -166,9 +166,10 @@ class KPolicy {
   // theirs); unpinned ones as a batch on the measured costs; then the probes.
   void MarkSeen(absl::Span<const KRequest> seqs) const;
   NominalCosts PinnedCosts() const;
-  int64_t ChoosePinned(absl::Span<const KRequest> seqs, int32_t fixed_tokens, Choice& c) const;
+  int64_t ChoosePinned(absl::Span<const KRequest> seqs, const NominalCosts& nominal,
+                       int32_t fixed_tokens, Choice& c) const;
   void ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, Choice& c) const;
-  void AddProbes(absl::Span<const KRequest> seqs, Choice& c) const;
+  void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal, Choice& c) const;
 
   KPolicyOptions options_;
   AcceptanceEstimate global_{AcceptanceEstimate::kGlobalDecay};

@@ -235,7 +235,7 @@ struct Runner {
 
 // Attention alone, as a prefill of `len` tokens in chunks of `chunk` runs it: each chunk's
 // queries against the keys so far, with the model's head shapes on one layer's paged KV
-// (f16, bf16 or int8 as kv_dtype says, else f16; random values), times the model's layers;
+// (f16, bf16 or int8 as kv_dtype says; random values), times the model's layers;
 // best of `reps`, in seconds. The engine's own kernel (kernels::cpu::PagedAttention) on the
 // threads of `pool`.
 double PrefillAttentionSeconds(const engine::ModelConfig& cfg, int len, int chunk, int reps,
@@ -252,11 +252,10 @@ double PrefillAttentionSeconds(const engine::ModelConfig& cfg, int len, int chun
   };
   for (auto& e : k) e = next();
   for (auto& e : v) e = next();
-  kernels::PagedKvLayer layer{bf16 ? kv_dtype : kernels::KvDtype::kF16, k.data(), v.data(), blocks, bs, hkv, d};
+  kernels::PagedKvLayer layer{kv_dtype, k.data(), v.data(), blocks, bs, hkv, d};
   // int8: the same bits read as codes (half the pool), scales about 1/127.
   std::vector<float> scales(static_cast<size_t>(blocks) * hkv * bs, 1.0f / 127.0f);
   if (kv_dtype == kernels::KvDtype::kInt8) {
-    layer.dtype = kv_dtype;
     layer.k_scale = scales.data();
     layer.v_scale = scales.data();
   }
@@ -361,7 +360,7 @@ std::vector<double> PrintPrefillAtLengths(Runner& r, const engine::LlamaModel& m
     figures.push_back(tps);
     if (first == 0) first = tps;
     const double total = len / tps;
-    const double attn = PrefillAttentionSeconds(cfg, len, chunk, 2, kv_dtype, pool);
+    const double attn = PrefillAttentionSeconds(cfg, len, chunk, 2, timed, pool);
     // q.k and p.v: 2 flops per multiply-add, d of each per (query, head, key seen).
     const double flops = 4.0 * cfg.head_dim * cfg.num_heads * cfg.num_layers * 0.5 * len * (len + 1.0);
     const double floor = flops / (gflops * 1e9);
