@@ -67,6 +67,20 @@ inline int32_t HsumEpi32(__m256i v) {
   return _mm_cvtsi128_si32(lo);
 }
 
+// A software prefetch (prefetcht0, or prefetcht1 with kL2) that the compiler keeps. GCC counts
+// _mm_prefetch as free of side effects: a helper that did nothing but prefetch
+// (PrefetchKvChunk, MatMulFT's prefetch_rows) was found pure and every call to it deleted, so
+// for sessions the KV cache was never prefetched (docs/PERFORMANCE.md, "The KV prefetch
+// that was never emitted").
+template <bool kL2 = false>
+inline void PrefetchLine(const void* p) {
+  if constexpr (kL2) {
+    __asm__ volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
+  } else {
+    __asm__ volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+  }
+}
+
 inline uint16_t Ld16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -96,6 +110,8 @@ struct Vec8 {
   }
   // v where x >= lo or x is NaN, else 0.
   static F ZeroBelow(F x, F lo, F v) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), v); }
+  // ZeroBelow(x, lo, v * 2^n), n integral in [-126, 127].
+  static F ScaledPow2ZeroBelow(F x, F lo, F v, F n) { return ZeroBelow(x, lo, Mul(v, Pow2(n))); }
   // kW f16 values / int8 codes to f32 (exact).
   static F FromF16(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -123,6 +139,10 @@ struct Vec16 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
   }
   static F ZeroBelow(F x, F lo, F v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), v); }
+  // One vscalefps: v * 2^n is one correctly rounded product either way, so Vec8's bits.
+  static F ScaledPow2ZeroBelow(F x, F lo, F v, F n) {
+    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), v, n);
+  }
   static F FromF16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
@@ -149,7 +169,7 @@ inline typename V::F ExpV(typename V::F x) {
   p = V::Fma(p, r, V::Set1(0.5f));
   p = V::Fma(p, r, V::Set1(1.0f));
   p = V::Fma(p, r, V::Set1(1.0f));
-  return V::ZeroBelow(x, lo, V::Mul(p, V::Pow2(fx)));
+  return V::ScaledPow2ZeroBelow(x, lo, p, fx);
 }
 inline __m256 Exp8(__m256 x) { return ExpV<Vec8>(x); }
 
@@ -1050,9 +1070,9 @@ void MatMulFT(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int6
     const char* p = reinterpret_cast<const char*>(w.data + r0 * w.row_bytes);
     const int64_t bytes = (r1 - r0) * static_cast<int64_t>(w.row_bytes);
     if (to_l1) {
-      for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+      for (int64_t off = 0; off < bytes; off += 64) PrefetchLine(p + off);
     } else {
-      for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+      for (int64_t off = 0; off < bytes; off += 64) PrefetchLine<true>(p + off);
     }
   };
   prefetch_rows(n0, n0 + kRowChunk < n1 ? n0 + kRowChunk : n1);
@@ -1572,12 +1592,12 @@ void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_
     const int64_t block = table[j / kv.block_size];
     const int64_t kat = kv.KIndex(block, 0, h, 0) * es, vat = kv.VIndex(block, off, h) * es;
     for (int64_t o = 0; o < static_cast<int64_t>(kv.block_size) * d * es; o += 64) {
-      _mm_prefetch(static_cast<const char*>(kv.k) + kat + o, _MM_HINT_T0);
+      PrefetchLine(static_cast<const char*>(kv.k) + kat + o);
     }
-    for (int64_t o = 0; o < n * d * es; o += 64) _mm_prefetch(static_cast<const char*>(kv.v) + vat + o, _MM_HINT_T0);
+    for (int64_t o = 0; o < n * d * es; o += 64) PrefetchLine(static_cast<const char*>(kv.v) + vat + o);
     if (kv.dtype == KvDtype::kInt8) {  // the block's scales: n floats each
-      _mm_prefetch(reinterpret_cast<const char*>(kv.k_scale + kv.SIndex(block, off, h)), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(kv.v_scale + kv.SIndex(block, off, h)), _MM_HINT_T0);
+      PrefetchLine(kv.k_scale + kv.SIndex(block, off, h));
+      PrefetchLine(kv.v_scale + kv.SIndex(block, off, h));
     }
     j += n;
   }
@@ -1594,8 +1614,9 @@ void PrefetchItemChunk(const AttnArgs& a, const AttnItem& it) {
 // max and sum are chains of dependent operations (their latency, not their work, set the
 // pace); NR rows' chains run side by side. Per row the same operations in the same order as
 // the row-by-row functions: the same max, exps and sum (8-lane blocks in order, then HsumPs).
-template <int NR>
-void FullRowsSoftmaxParts(AttnRow* rows) {
+// emit(r, b, e) stores row r's exps e of block b (AttnVec lanes b * kW ...).
+template <int NR, class Emit>
+inline void FullRowsSoftmaxParts(AttnRow* rows, Emit&& emit) {
   using V = AttnVec;
   constexpr int kBlocks = kAttnChunk / V::kW;
   float mx[NR];
@@ -1618,9 +1639,8 @@ void FullRowsSoftmaxParts(AttnRow* rows) {
   for (int b = 0; b < kBlocks; ++b) {
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
-      float* x = rows[r].s + b * V::kW;
-      const typename V::F e = ExpV<V>(V::Sub(V::Load(x), V::Set1(mx[r])));
-      V::Store(x, e);
+      const typename V::F e = ExpV<V>(V::Sub(V::Load(rows[r].s + b * V::kW), V::Set1(mx[r])));
+      emit(r, b, e);
 #if SPECD_X8_DOT == 1
       acc[r] = _mm256_add_ps(acc[r], _mm512_castps512_ps256(e));
       acc[r] = _mm256_add_ps(acc[r], _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
@@ -1642,7 +1662,9 @@ void RowsSoftmaxParts(AttnRow* rows, int32_t R) {
   for (; r + 4 <= R; r += 4) {  // four rows that see the whole chunk: interleaved
     if (rows[r].n == kAttnChunk && rows[r + 1].n == kAttnChunk && rows[r + 2].n == kAttnChunk &&
         rows[r + 3].n == kAttnChunk) {
-      FullRowsSoftmaxParts<4>(rows + r);
+      FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, AttnVec::F e) {
+        AttnVec::Store(rows[r + k].s + b * AttnVec::kW, e);
+      });
       continue;
     }
     break;
@@ -1817,21 +1839,23 @@ SPECD_BF16_TARGET void Bf16PvBlock(const AttnRow* rows, const uint16_t* const* p
 #pragma GCC unroll 4
     for (int u = 0; u < NC; ++u) acc[r][u] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(rows[r].o + c0 + u * 16);
   }
-  for (int64_t j = j0; j < j1; j += 2) {
-    // A last key alone pairs with p = 0: adding that +-0 product (v is finite) leaves the
-    // sum as it is (the sum is never -0).
-    const bool both = j + 1 < j1;
+  // Key pairs, then a last key alone (odd j1 - j0), paired with p = 0: adding that +-0
+  // product (v is finite) leaves the sum as it is (the sum is never -0). The pairs' loop
+  // broadcasts each row's p pair straight from memory.
+  const auto pairs = [&](int64_t j, bool both) SPECD_BF16_TARGET {
     __m512i vv[NC];
 #pragma GCC unroll 4
     for (int u = 0; u < NC; ++u) vv[u] = src.VPair(j, c0 + u * 16, both);
-    const int32_t mask = both ? -1 : 0xFFFF;
 #pragma GCC unroll 8
     for (int r = 0; r < RB; ++r) {
-      const __m512bh pp = (__m512bh)_mm512_set1_epi32(Ld32(pb[r] + j) & mask);
+      const __m512bh pp = (__m512bh)_mm512_set1_epi32(Ld32(pb[r] + j) & (both ? -1 : 0xFFFF));
 #pragma GCC unroll 4
       for (int u = 0; u < NC; ++u) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], pp, (__m512bh)vv[u]);
     }
-  }
+  };
+  int64_t j = j0;
+  for (; j + 1 < j1; j += 2) pairs(j, true);
+  if (j < j1) pairs(j, false);
 #pragma GCC unroll 8
   for (int r = 0; r < RB; ++r) {
 #pragma GCC unroll 4
@@ -1839,25 +1863,46 @@ SPECD_BF16_TARGET void Bf16PvBlock(const AttnRow* rows, const uint16_t* const* p
   }
 }
 
+// 16 p (or w = p * vs) as bf16 bits, RoundBf16Attn's rounding: vcvtneps2bf16 rounds to
+// nearest even as it does, and values under kBf16AttnFlush are masked to +0 first (the
+// instruction itself flushes only subnormals). p and w are finite and >= +0.
+SPECD_BF16_TARGET inline __m256i PackBf16(__m512 p) {
+  const __mmask16 keep = _mm512_cmpge_epi32_mask(_mm512_castps_si512(p), _mm512_set1_epi32(0x30800000));
+  return (__m256i)_mm512_maskz_cvtneps_pbh(keep, p);
+}
+
 // Each row's p (its n exp'd scores) rounded to bf16 (RoundRowsToBf16's rounding) and packed
 // as bits over its own s: element j goes to bytes [2j, 2j + 2), below the floats still to read.
 // With vs (int8 KV: [kAttnChunk] V scales), p * vs[j] is rounded instead (WeightRowsByVScale's
 // w, in one pass).
-void PackRowsBf16(AttnRow* rows, int32_t R, const float* vs = nullptr) {
-  const __m512i flush = _mm512_set1_epi32(0x30800000), bias = _mm512_set1_epi32(0x7FFF),
-                one = _mm512_set1_epi32(1);
+SPECD_BF16_TARGET void PackRowsBf16(AttnRow* rows, int32_t R, const float* vs = nullptr) {
   for (int32_t r = 0; r < R; ++r) {
     float* x = rows[r].s;
     uint16_t* out = reinterpret_cast<uint16_t*>(x);
     for (int64_t j = 0; j < rows[r].n; j += 16) {
       __m512 p = _mm512_loadu_ps(x + j);
       if (vs != nullptr) p = _mm512_mul_ps(p, _mm512_loadu_ps(vs + j));
-      const __m512i u = _mm512_castps_si512(p);
-      const __m512i up = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-      const __m512i bits = _mm512_maskz_srli_epi32(_mm512_cmpge_epi32_mask(u, flush), up, 16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm512_cvtepi32_epi16(bits));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), PackBf16(p));
     }
   }
+}
+
+// RowsSoftmaxParts, then PackRowsBf16: rows that see the whole chunk in one pass, each block's
+// exps packed as they are made (the same values, without storing and reloading them).
+// (flatten: the bf16 lambda can only be inlined here, into a function of its own target.)
+SPECD_BF16_TARGET __attribute__((flatten)) void RowsSoftmaxPackBf16(AttnRow* rows, int32_t R, const float* vs) {
+  int32_t r = 0;
+  for (; r + 4 <= R && rows[r].n == kAttnChunk && rows[r + 1].n == kAttnChunk && rows[r + 2].n == kAttnChunk &&
+         rows[r + 3].n == kAttnChunk;
+       r += 4) {
+    FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, __m512 e) SPECD_BF16_TARGET {
+      if (vs != nullptr) e = _mm512_mul_ps(e, _mm512_loadu_ps(vs + 16 * b));
+      uint16_t* out = reinterpret_cast<uint16_t*>(rows[r + k].s) + 16 * b;  // below block b's floats
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), PackBf16(e));
+    });
+  }
+  RowsSoftmaxParts(rows + r, R - r);
+  PackRowsBf16(rows + r, R - r, vs);
 }
 
 template <int RB, class Src>
@@ -1905,8 +1950,7 @@ void ForRowBlocks(int32_t R, Fn&& fn) {
 template <class Src>
 SPECD_BF16_TARGET void Bf16Rows(const AttnArgs& a, const Src& src, int32_t d, AttnRow* rows, int32_t R) {
   ForRowBlocks(R, [&]<int RB>(int32_t r0) SPECD_BF16_TARGET { Bf16ScoresRowBlock<RB>(a, rows + r0, src, d); });
-  RowsSoftmaxParts(rows, R);
-  PackRowsBf16(rows, R);
+  RowsSoftmaxPackBf16(rows, R, nullptr);
   Bf16PvRows(rows, R, src, d);
 }
 
@@ -2115,8 +2159,7 @@ void Int8RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   }
   if (R <= kAttnRowBlock) {
     Int8ScoresRows(a, rows, R, pool, d);
-    RowsSoftmaxParts(rows, R);
-    PackRowsBf16(rows, R, vs);
+    RowsSoftmaxPackBf16(rows, R, vs);
     Bf16PvRows(rows, R, pool, d);
     return;
   }
@@ -2125,8 +2168,7 @@ void Int8RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
                     kvbuf + static_cast<int64_t>(kAttnChunk) * d, d};
   staged.StageK(pool);
   Int8ScoresRows(a, rows, R, staged, d);
-  RowsSoftmaxParts(rows, R);
-  PackRowsBf16(rows, R, vs);
+  RowsSoftmaxPackBf16(rows, R, vs);
   staged.StageV(pool, j1 - j0);
   Bf16PvRows(rows, R, staged, d);
 }
@@ -2212,11 +2254,20 @@ void AttnFold(bool first, const float* part, float* state, int32_t group, int32_
   for (int32_t g = 0; g < group; ++g) {
     float ws, wp;
     AttnFoldScales(part, state, group, d, g, &ws, &wp);
+    float* so = state + static_cast<int64_t>(g) * d;
+    const float* po = part + static_cast<int64_t>(g) * d;
+    int32_t i = 0;
+#if SPECD_X8_DOT == 1  // 16 lanes at a time: each lane's operations are the same
+    const __m512 wsv16 = _mm512_set1_ps(ws), wpv16 = _mm512_set1_ps(wp);
+    for (; i + 16 <= d; i += 16) {
+      const __m512 pv = _mm512_mul_ps(_mm512_loadu_ps(po + i), wpv16);
+      _mm512_storeu_ps(so + i, _mm512_fmadd_ps(_mm512_loadu_ps(so + i), wsv16, pv));
+    }
+#endif
     const __m256 wsv = _mm256_set1_ps(ws), wpv = _mm256_set1_ps(wp);
-    for (int32_t i = 0; i < d; i += 8) {
-      float* so = state + static_cast<int64_t>(g) * d + i;
-      const __m256 pv = _mm256_mul_ps(_mm256_loadu_ps(part + static_cast<int64_t>(g) * d + i), wpv);
-      _mm256_storeu_ps(so, _mm256_fmadd_ps(_mm256_loadu_ps(so), wsv, pv));
+    for (; i < d; i += 8) {
+      const __m256 pv = _mm256_mul_ps(_mm256_loadu_ps(po + i), wpv);
+      _mm256_storeu_ps(so + i, _mm256_fmadd_ps(_mm256_loadu_ps(so + i), wsv, pv));
     }
   }
 }
