@@ -40,6 +40,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "common/gguf/quants.h"
 #include "gtest/gtest.h"
 #include "kernels/act_quant.h"
@@ -1247,6 +1249,47 @@ TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
 // across keys or columns. So the AVX2, AVX-512 and emulated paths agree bitwise, decode
 // queries, prefill tiles, verification steps and long contexts alike (and head_dim 72 takes a 256-bit column
 // tail on the AVX-512 path).
+// The CPU kernels' software prefetch is in the compiled code. GCC counts _mm_prefetch as free of
+// side effects: it found helpers that did nothing but prefetch (the KV cache's PrefetchKvChunk,
+// MatMulFT's rows) pure and deleted every call to them, so for sessions decode at depth ran
+// with no prefetch at all (docs/PERFORMANCE.md, "The KV prefetch that was never emitted").
+// Disassembles this test binary, which links every SIMD backend.
+TEST(KernelCode, AttentionAndFloatMatMulKeepTheirSoftwarePrefetch) {
+#if defined(__x86_64__)
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  FILE* f = popen(("objdump -d -C --no-show-raw-insn '" + std::string(self) + "' 2>/dev/null").c_str(), "r");
+  ASSERT_NE(f, nullptr) << "could not run objdump (binutils)";
+  std::string fn;
+  int attention = 0, matmul_ft = 0;
+  char line[8192];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    const std::string l(line);
+    if (!l.empty() && l[0] != ' ' && l.find(">:") != std::string::npos) {  // "addr <function>:"
+      fn = l;
+      continue;
+    }
+    if (l.find("prefetch") == std::string::npos || fn.find("specd::kernels::cpu::") == std::string::npos) continue;
+    for (const char* name : {"PrefetchKvChunk", "::Attention(", "AttnTile", "AttnChunk", "AttnRowsChunk"}) {
+      if (fn.find(name) != std::string::npos) {
+        ++attention;
+        break;
+      }
+    }
+    matmul_ft += fn.find("MatMulFT") != std::string::npos;
+  }
+  ASSERT_EQ(pclose(f), 0) << "objdump failed on this binary";
+  // Three backends (AVX2, AVX-512 VNNI, its emulation), each with at least one prefetch in its
+  // attention and in its float MatMul.
+  EXPECT_GE(attention, 3) << "the attention kernels' KV prefetch was compiled away";
+  EXPECT_GE(matmul_ft, 3) << "MatMulFT's row prefetch was compiled away";
+#else
+  GTEST_SKIP() << "NOT RUN: x86-64 only (the prefetch is x86 code)";
+#endif
+}
+
 TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
   if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2: no SIMD backends to compare";
   std::mt19937 rng(24);
