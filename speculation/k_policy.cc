@@ -156,11 +156,18 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
   // specd-bench --spec, while at batch 1 it takes it from 1.0x to 1.3x). And only with tokens
   // left to repay it (kProbePayback, kPinnedProbePayback): at batch 8, seeded 64-token
   // requests probing a draft accepted 0.35 ran at 0.90-0.92x of plain, 0.99-1.03x without.
-  // The probe's cost, times the payback, is what must fit in the tokens left:
+  // The probe's cost, times the payback, is what must fit in the tokens left, except for the
+  // policy's first evidence (kExploreTokens), which every later request uses:
   const size_t B = seqs.size();
+  const bool policy_untried = global_.tried() < kExploreTokens;
   for (size_t i = 0; i < B; ++i) {
     SpecSeqState& s = *seqs[i].state;
-    if (c.k[i] != 0 || c.perfect[i] < 2 || s.steps_without_drafts < s.probe_every ||
+    // The policy's first evidence (kExploreTokens): probed on every request, failed probes or
+    // not, and a sequence that drafted last step (its catch-up paid) goes on drafting one.
+    const bool exploring = policy_untried && !seqs[i].pinned;
+    const int32_t every = exploring ? std::min(s.probe_every, SpecSeqState::kProbeEvery) : s.probe_every;
+    const bool drafted_last = s.steps > 0 && s.steps_without_drafts == 0;
+    if (c.k[i] != 0 || c.perfect[i] < 2 || (s.steps_without_drafts < every && !(exploring && drafted_last)) ||
         !(seqs[i].pinned || B <= kExploreMaxBatch) || seqs[i].cap <= 0) {
       continue;
     }
@@ -169,7 +176,7 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
             ? kPinnedProbePayback * ProbeCostInSteps(seqs[i].behind, n.verify, n.draft)
             : kProbePayback *
                   ProbeCostInSteps(seqs[i].behind, options_.verify_cost, options_.draft_cost);
-    if (repaid_over > seqs[i].tokens_left) continue;
+    if (repaid_over > seqs[i].tokens_left && !exploring) continue;
     c.k[i] = 1;
     s.probed = true;
   }

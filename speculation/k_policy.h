@@ -112,6 +112,15 @@ class KPolicy {
   // 64-token requests at batch 8 with short prompts still probed (0.95-0.96x of plain; 32:
   // 1.01-1.03x).
   static constexpr double kPinnedProbePayback = 32.0;
+  // Until the policy-wide estimate has this many tested drafts of evidence, an unpinned
+  // sequence (batch <= kExploreMaxBatch) probes every kProbeEvery steps, whatever earlier
+  // probes found and without its request's payback, and once it has drafted (its catch-up
+  // paid) goes on with k = 1: what it learns seeds every later request (new_sequence_prior),
+  // and requests too short to repay a probe would otherwise leave a drafter untried for good
+  // (32-token requests with the Q4_1 file drafting for its F16 re-encoding, accepted 0.95: k
+  // auto never drafted, k 4 gave 1.12x; KPolicyTest.AnExpensiveDrafterIsTriedOnShortRequests).
+  // A useless drafter costs one catch-up and this many drafts, once.
+  static constexpr double kExploreTokens = 16.0;
 
   KPolicy() = default;
   explicit KPolicy(KPolicyOptions options) : options_(std::move(options)) {}

@@ -325,6 +325,14 @@ Profile Cpu1205() {
           CostCurve({{1, 0.35e-3}, {8, 2.8e-3}})};
 }
 
+// The F16 re-encoding of the default model with its Q4_1 file as the draft, as specd-bench
+// --spec --pair-only --pair-type f16 measured it on the VM of 2026-12-05 (fourth session): an
+// expensive draft (0.29 of a step) and a steep verify (verify(2) = 1.41 x, verify(5) = 2.04 x).
+Profile CpuF16Pair() {
+  return {"cpu f16 pair", CostCurve({{1, 6.7e-3}, {2, 9.45e-3}, {3, 11.1e-3}, {5, 13.8e-3}, {9, 21.9e-3}, {40, 74.1e-3}, {128, 230e-3}}),
+          CostCurve({{1, 2.0e-3}, {8, 15.6e-3}})};
+}
+
 // One greedy sequence at a time: `requests` requests of `tokens` tokens after a 60-token
 // prompt, each draft accepted with probability alpha (seeded), except the first
 // `rejected_first` drafts of the run, which are rejected (an unlucky start). The draft
@@ -443,6 +451,32 @@ TEST(KPolicyTest, AUselessDrafterIsTriedBriefly) {
       std::printf("%s alpha %.2f: %lld drafts, %.3fx\n", p.name, alpha,
                   static_cast<long long>(r.drafted), r.speedup);
     }
+  }
+}
+
+// A drafter whose first drafts do not pay at the hopeful prior (k = 1 at 0.625 costs more than
+// it saves on these costs) is learnt only by probing, and a 32-token request is too short to
+// repay a probe. The policy's first evidence is gathered anyway (kExploreTokens): a drafter
+// accepted 0.95 must then draft in every later request. Before, the run never drafted:
+// 1.000x against 1.158x for the best fixed k. A useless drafter costs one
+// catch-up and kExploreTokens drafts, once: under 2 % of 64 such requests.
+TEST(KPolicyTest, AnExpensiveDrafterIsTriedOnShortRequests) {
+  const Profile p = CpuF16Pair();
+  const TimelineResult good = RunTimeline(p, 0.95, -1, 32, 32);
+  const double best = BestFixedK(p, 0.95, 32, 32);
+  std::printf("%s alpha 0.95, 32 tokens: policy %.3fx (%lld drafts, %lld in the second half), best fixed k %.3fx\n",
+              p.name, good.speedup, static_cast<long long>(good.drafted),
+              static_cast<long long>(good.late_drafted), best);
+  EXPECT_GT(best, 1.15);
+  EXPECT_GT(good.late_drafted, 16 * 16);  // half of every later request's tokens, at least
+  EXPECT_GE(good.speedup, 0.95 * best);
+  for (const double alpha : {0.0, 0.1}) {
+    const TimelineResult useless = RunTimeline(p, alpha, -1, 64, 32);
+    std::printf("%s alpha %.2f, 32 tokens: %lld drafts, %.3fx\n", p.name, alpha,
+                static_cast<long long>(useless.drafted), useless.speedup);
+    EXPECT_LE(useless.drafted, 20) << alpha;
+    EXPECT_EQ(useless.late_drafted, 0) << alpha;
+    EXPECT_GE(useless.speedup, 0.98) << alpha;
   }
 }
 
