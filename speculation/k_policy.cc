@@ -167,8 +167,9 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
     const bool exploring = policy_untried && !seqs[i].pinned;
     const int32_t every = exploring ? std::min(s.probe_every, SpecSeqState::kProbeEvery) : s.probe_every;
     const bool drafted_last = s.steps > 0 && s.steps_without_drafts == 0;
-    if (c.k[i] != 0 || c.perfect[i] < 2 || (s.steps_without_drafts < every && !(exploring && drafted_last)) ||
-        !(seqs[i].pinned || B <= kExploreMaxBatch) || seqs[i].cap <= 0) {
+    const bool due = s.steps_without_drafts >= every || (exploring && drafted_last);
+    if (c.k[i] != 0 || c.perfect[i] < 2 || !due || !(seqs[i].pinned || B <= kExploreMaxBatch) ||
+        seqs[i].cap <= 0) {
       continue;
     }
     const double repaid_over =
