@@ -165,7 +165,7 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
     // The policy's first evidence (kExploreTokens): probed on every request, failed probes or
     // not, and a sequence that drafted last step (its catch-up paid) goes on drafting one.
     const bool exploring = policy_untried && !seqs[i].pinned;
-    const int32_t every = exploring ? std::min(s.probe_every, SpecSeqState::kProbeEvery) : s.probe_every;
+    const int32_t every = exploring ? SpecSeqState::kProbeEvery : s.probe_every;  // its floor
     const bool drafted_last = s.steps > 0 && s.steps_without_drafts == 0;
     const bool due = s.steps_without_drafts >= every || (exploring && drafted_last);
     if (c.k[i] != 0 || c.perfect[i] < 2 || !due || !(seqs[i].pinned || B <= kExploreMaxBatch) ||

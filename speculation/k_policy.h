@@ -91,7 +91,7 @@ class KPolicy {
   static constexpr int32_t kCatchUpHorizon = 8;
   static constexpr int32_t kMaxCatchUpHorizon = 32;
   // Exploration for unpinned sequences (probes, the hopeful prior) only in steps of at most
-  // this many sequences, where it costs little (the probes' comment in Choose has the figures).
+  // this many sequences, where it costs little (the comment in AddProbes has the figures).
   static constexpr size_t kExploreMaxBatch = 2;
   // How optimistic the prior of a new unpinned sequence is (new_sequence_prior): this many
   // standard deviations of the policy-wide estimate, with the prior counted as
@@ -171,8 +171,9 @@ class KPolicy {
   struct NominalCosts {
     CostCurve verify, draft;
   };
-  // Choose, as its steps: start new sequences' probe intervals; pinned sequences alone (returns the step's tokens so far: `fixed_tokens` plus
-  // theirs); unpinned ones as a batch on the measured costs; then the probes.
+  // Choose, as its steps: start new sequences' probe intervals; pinned sequences alone
+  // (returns the step's tokens so far: `fixed_tokens` plus theirs); unpinned ones as a batch
+  // on the measured costs; then the probes.
   void MarkSeen(absl::Span<const KRequest> seqs) const;
   NominalCosts PinnedCosts() const;
   int64_t ChoosePinned(absl::Span<const KRequest> seqs, const NominalCosts& nominal,

@@ -1656,18 +1656,18 @@ inline void FullRowsSoftmaxParts(AttnRow* rows, Emit&& emit) {
   }
 }
 
+// Whether rows[0, 4) all see the whole chunk (FullRowsSoftmaxParts<4> takes them).
+inline bool FourFullRows(const AttnRow* rows) {
+  return rows[0].n == kAttnChunk && rows[1].n == kAttnChunk && rows[2].n == kAttnChunk && rows[3].n == kAttnChunk;
+}
+
 // Each row's score max and exp-sum (its scores become exp(score - max)).
 void RowsSoftmaxParts(AttnRow* rows, int32_t R) {
   int32_t r = 0;
-  for (; r + 4 <= R; r += 4) {  // four rows that see the whole chunk: interleaved
-    if (rows[r].n == kAttnChunk && rows[r + 1].n == kAttnChunk && rows[r + 2].n == kAttnChunk &&
-        rows[r + 3].n == kAttnChunk) {
-      FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, AttnVec::F e) {
-        AttnVec::Store(rows[r + k].s + b * AttnVec::kW, e);
-      });
-      continue;
-    }
-    break;
+  for (; r + 4 <= R && FourFullRows(rows + r); r += 4) {  // interleaved
+    FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, AttnVec::F e) {
+      AttnVec::Store(rows[r + k].s + b * AttnVec::kW, e);
+    });
   }
   for (; r < R; ++r) {
     *rows[r].m = MaxOf(rows[r].s, rows[r].n);
@@ -1892,9 +1892,7 @@ SPECD_BF16_TARGET void PackRowsBf16(AttnRow* rows, int32_t R, const float* vs = 
 // (flatten: the bf16 lambda can only be inlined here, into a function of its own target.)
 SPECD_BF16_TARGET __attribute__((flatten)) void RowsSoftmaxPackBf16(AttnRow* rows, int32_t R, const float* vs) {
   int32_t r = 0;
-  for (; r + 4 <= R && rows[r].n == kAttnChunk && rows[r + 1].n == kAttnChunk && rows[r + 2].n == kAttnChunk &&
-         rows[r + 3].n == kAttnChunk;
-       r += 4) {
+  for (; r + 4 <= R && FourFullRows(rows + r); r += 4) {
     FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, __m512 e) SPECD_BF16_TARGET {
       if (vs != nullptr) e = _mm512_mul_ps(e, _mm512_loadu_ps(vs + 16 * b));
       uint16_t* out = reinterpret_cast<uint16_t*>(rows[r + k].s) + 16 * b;  // below block b's floats
