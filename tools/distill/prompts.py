@@ -91,6 +91,143 @@ TRAIN_SUBJECTS = [
     "the water cycle", "airplanes", "penguins", "the Renaissance", "electricity",
 ]
 
+# Added 2026-12-05: the first lists held 64 subjects, so the draft learnt those topics' answers
+# (its greedy acceptance was 0.59 on training prompts against 0.43 held out). More subjects and
+# phrasings teach it how the target answers, not what it says about a few topics.
+MORE_TRAIN_TEMPLATES = [
+    ("question", "What do most people get wrong about {s}?"),
+    ("question", "How would you describe {s} to a ten-year-old?"),
+    ("question", "What is the difference between {s} and its closest alternative?"),
+    ("question", "Who first studied {s}, and what did they find?"),
+    ("question", "What are the most important parts of {s}?"),
+    ("question", "Is {s} good or bad for the environment?"),
+    ("question", "What would the world be like without {s}?"),
+    ("question", "How has {s} changed over the last hundred years?"),
+    ("list", "Give me three pros and three cons of {s}."),
+    ("list", "List the main steps involved in {s}."),
+    ("list", "What are five questions a beginner might ask about {s}?"),
+    ("list", "Write a checklist for someone getting started with {s}."),
+    ("instruction", "Write a limerick about {s}."),
+    ("instruction", "Explain {s} using an analogy."),
+    ("instruction", "Write a short dialogue between a teacher and a student about {s}."),
+    ("instruction", "Write a product description for something related to {s}."),
+    ("instruction", "Write the opening paragraph of an encyclopedia article on {s}."),
+    ("instruction", "Give a one-sentence definition of {s}."),
+    ("instruction", "Write a short quiz with three questions about {s}, with answers."),
+    ("chat", "I don't really understand {s}. Can you help?"),
+    ("chat", "Can you recommend a good way to learn about {s}?"),
+    ("chat", "What's your favourite thing about {s}?"),
+    ("chat", "My teacher asked us to research {s}. Where should I start?"),
+    ("code", "Write a Python function that stores facts about {s} in a list and prints them."),
+    ("code", "Write a JSON object that describes {s}."),
+    ("code", "Write a C function with a comment explaining {s}."),
+    ("tr", "{s} neden önemlidir?"),
+    ("tr", "{s} hakkında beş madde yaz."),
+    ("tr", "Bir çocuğa {s} nasıl anlatılır?"),
+    ("de", "Nenne drei Fakten über {s}."),
+    ("fr", "Donne-moi trois informations sur {s}."),
+    ("es", "Dame tres datos interesantes sobre {s}."),
+    ("it", "Che cos'è {s}? Spiegalo in breve."),
+]
+
+MORE_TRAIN_STANDALONE = [
+    "Write a Python function that counts the vowels in a string.",
+    "Write a Python function that merges two sorted lists.",
+    "Write a Python function that removes duplicates from a list while keeping the order.",
+    "Write a JavaScript function that checks whether a string is a palindrome.",
+    "Write a SQL query that counts the orders per customer.",
+    "Write a Python program that prints the Fibonacci numbers below 100.",
+    "Write a regular expression that matches an email address.",
+    "Write a Go function that adds two integers.",
+    "Explain what this code does: for i in range(3): print(i * i)",
+    "What is 144 divided by 12?",
+    "What is 25 percent of 80?",
+    "A train travels 60 km in one hour. How far does it travel in 3 hours?",
+    "What is the square root of 81?",
+    "Round 3.14159 to two decimal places.",
+    "Rewrite this sentence in the passive voice: The cat chased the mouse.",
+    "Correct the grammar: she don't like apples.",
+    "Summarize in one sentence: The meeting was moved from Monday to Tuesday because the manager was ill.",
+    "Translate to German: Where is the train station?",
+    "Translate to Spanish: I love reading books.",
+    "Translate to English: Je voudrais un café, s'il vous plaît.",
+    "Translate to Turkish: See you tomorrow morning.",
+    "Write a thank-you note to a friend who helped me move.",
+    "Write a short birthday message for my grandmother.",
+    "Plan a one-day trip to a city by the sea.",
+    "What are some healthy snacks for work?",
+    "How do I stay focused while studying?",
+    "Give me three ideas for a rainy weekend.",
+    "What is the capital of Australia?",
+    "How many days are in a leap year?",
+    "Which planet is known as the red planet?",
+    "Write a riddle and give its answer.",
+    "Describe a sunset in three sentences.",
+    "Bana kısa bir masal anlat.",
+    "Türkçe bir tekerleme yaz.",
+    "Ankara hakkında üç bilgi ver.",
+    "Bir haftalık spor programı öner.",
+    "Erkläre den Unterschied zwischen Wetter und Klima.",
+    "Écris un court poème sur la mer.",
+    "¿Cómo puedo aprender a cocinar?",
+]
+
+MORE_TRAIN_SUBJECTS = [
+    # science and nature
+    "atoms", "the periodic table", "chemical reactions", "evolution", "cells", "bacteria",
+    "viruses", "the brain", "the nervous system", "muscles", "bones", "blood", "the lungs",
+    "digestion", "nutrition", "vitamins", "proteins", "the speed of light", "magnetism",
+    "sound waves", "friction", "energy", "nuclear power", "wind turbines", "batteries",
+    "tides", "hurricanes", "tornadoes", "snow", "clouds", "lightning", "deserts", "forests",
+    "coral reefs", "wetlands", "the Arctic", "Antarctica", "the Sahara", "the Himalayas",
+    "the Nile", "the Mediterranean Sea", "comets", "asteroids", "the sun", "stars",
+    "galaxies", "the Big Bang", "telescopes", "satellites", "space stations", "Jupiter",
+    "Saturn's rings", "eclipses", "fossils", "minerals", "soil", "erosion", "photosynthesis in algae",
+    "fungi", "trees", "flowers", "seeds", "cacti", "bamboo", "mushrooms",
+    # animals
+    "elephants", "lions", "wolves", "dolphins", "whales", "sharks", "eagles", "owls",
+    "butterflies", "ants", "spiders", "frogs", "snakes", "turtles", "horses", "cats", "dogs",
+    "parrots", "bats", "kangaroos", "pandas", "camels", "salmon", "jellyfish", "bees' dances",
+    # history and society
+    "ancient Egypt", "the pyramids", "ancient Greece", "the Vikings", "the Middle Ages",
+    "castles", "knights", "the Industrial Revolution", "the steam engine", "World War I",
+    "the Cold War", "the moon landing", "the Aztecs", "the Inca", "Mesopotamia",
+    "the invention of writing", "the Age of Exploration",
+    "the telephone", "the light bulb", "railways", "money", "banks", "taxes", "elections",
+    "human rights", "the United Nations", "the European Union", "trade", "inflation",
+    "unemployment", "cities", "villages", "immigration", "languages", "the alphabet",
+    "museums", "newspapers", "radio", "television", "cinema", "photography", "fashion",
+    "architecture", "bridges", "skyscrapers", "roads", "ports", "Atatürk", "Ephesus",
+    "the Bosphorus", "Anatolia", "the Hagia Sophia", "Ankara", "Izmir", "Turkish tea",
+    "baklava", "kebab", "the Turkish language",
+    # technology and computing
+    "computers", "smartphones", "the cloud", "cybersecurity", "passwords", "encryption",
+    "programming", "algorithms", "data structures", "arrays", "stacks", "queues", "trees in computer science",
+    "graphs", "dynamic programming", "compilers", "interpreters", "version control", "Git",
+    "Linux", "the command line", "web browsers", "HTML", "CSS", "JavaScript", "APIs",
+    "JSON", "SQL", "spreadsheets", "robots", "drones", "3D printing", "virtual reality",
+    "video games", "neural networks", "computer vision", "speech recognition", "open source software",
+    "email", "Wi-Fi", "GPS", "microchips", "electric motors",
+    # daily life, health, work
+    "cooking pasta", "breakfast", "vegetables", "fruit", "chocolate", "cheese", "rice",
+    "soup", "spices", "olive oil", "drinking water", "exercise", "running", "swimming",
+    "yoga", "walking", "stress", "happiness", "habits", "motivation", "studying", "exams",
+    "homework", "reading", "writing essays", "public speaking", "job interviews", "teamwork",
+    "leadership", "saving money", "budgeting", "shopping", "cleaning the house", "laundry",
+    "moving house", "travel", "packing a suitcase", "camping", "hiking", "cycling to work",
+    "first aid", "headaches", "colds", "sleep hygiene", "screen time", "pets", "parenting",
+    "birthdays", "weddings", "holidays", "gift giving", "volunteering", "neighbours",
+    # arts, sport, culture
+    "painting", "drawing", "sculpture", "poetry", "novels", "theatre", "opera", "ballet",
+    "the guitar", "drums", "singing", "classical music", "rock music", "hip hop", "folk music",
+    "basketball", "tennis", "volleyball", "the World Cup", "marathons", "skiing", "wrestling",
+    "board games", "puzzles", "magic tricks", "comics", "animation", "mythology",
+    "fairy tales", "Shakespeare", "Mozart", "Leonardo da Vinci", "Marie Curie", "Einstein",
+    "Newton", "Darwin", "philosophy", "ethics", "logic", "mathematics", "fractions",
+    "prime numbers", "geometry", "triangles", "probability", "statistics", "percentages",
+    "algebra", "calculus", "maps", "compasses", "clocks", "calendars", "the weather forecast",
+]
+
 EVAL_TEMPLATES = [
     ("question", "Could you explain the main idea behind {s}?"),
     ("list", "What are three key facts about {s}? Answer as a list."),
@@ -128,11 +265,19 @@ def _expand(templates, subjects, standalone, n, rng):
 
 
 def build_sets(num_train, num_eval, seed=0):
-    """Returns (train, eval) lists of prompt strings; disjoint by construction."""
+    """Returns (train, eval) lists of prompt strings; disjoint by construction.
+
+    The held-out set is drawn as it was before the MORE_* lists existed, whatever num_train: the
+    same random stream, advanced by the first lists' draw of 1,200 training prompts. So with seed 0
+    it is `eval_prompts.jsonl`, the set every earlier held-out figure used. The training set is
+    drawn from all the lists by a stream of its own."""
     rng = random.Random(seed)
-    train = _expand(TRAIN_TEMPLATES, TRAIN_SUBJECTS, TRAIN_STANDALONE, num_train, rng)
+    _expand(TRAIN_TEMPLATES, TRAIN_SUBJECTS, TRAIN_STANDALONE, 1200, rng)
     evals = _expand(EVAL_TEMPLATES, EVAL_SUBJECTS, EVAL_STANDALONE, num_eval, rng)
+    train = _expand(TRAIN_TEMPLATES + MORE_TRAIN_TEMPLATES, TRAIN_SUBJECTS + MORE_TRAIN_SUBJECTS,
+                    TRAIN_STANDALONE + MORE_TRAIN_STANDALONE, num_train, random.Random(f"train-{seed}"))
     assert not set(train) & set(evals)
+    assert not set(TRAIN_SUBJECTS + MORE_TRAIN_SUBJECTS) & set(EVAL_SUBJECTS)
     return train[:num_train], evals[:num_eval]
 
 
