@@ -61,7 +61,8 @@ void KPolicy::set_costs(CostCurve verify, CostCurve draft) {
   options_.draft_cost = std::move(draft);
 }
 
-std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fixed_tokens) {
+std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fixed_tokens,
+                                     size_t step_sequences) {
   Choice c{std::vector<int32_t>(seqs.size(), 0), std::vector<int32_t>(seqs.size(), 0)};
   for (const KRequest& r : seqs) r.state->probed = false;
   if (!options_.adaptive) {
@@ -72,8 +73,9 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   MarkSeen(seqs);
   const NominalCosts nominal = PinnedCosts();
   const int64_t fixed = ChoosePinned(seqs, nominal, fixed_tokens, c);
-  ChooseUnpinned(seqs, fixed, c);
-  AddProbes(seqs, nominal, c);
+  const size_t step = std::max(step_sequences, seqs.size());  // what exploration looks at
+  ChooseUnpinned(seqs, fixed, step, c);
+  AddProbes(seqs, nominal, step, c);
   return c.k;
 }
 
@@ -115,11 +117,12 @@ int64_t KPolicy::ChoosePinned(absl::Span<const KRequest> seqs, const NominalCost
   return fixed;
 }
 
-void KPolicy::ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, Choice& c) const {
+void KPolicy::ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, size_t step_sequences,
+                             Choice& c) const {
   // One choice for the batch, each from its own record toward the new-sequence prior.
   std::vector<KCandidate> cand, best;
   std::vector<size_t> which;
-  const double prior = new_sequence_prior(seqs.size());
+  const double prior = new_sequence_prior(step_sequences);
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (seqs[i].pinned) continue;
     cand.push_back({seqs[i].state->acceptance.alpha(prior), seqs[i].cap});
@@ -146,7 +149,7 @@ void KPolicy::ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, Cho
   }
 }
 
-void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
+void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n, size_t step_sequences,
                         Choice& c) const {
   // At k = 0 the acceptance estimate never moves: without a probe now and then a pessimistic
   // prior would keep a good drafter off for good. Only where drafting clearly could pay (a
@@ -159,6 +162,7 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
   // The probe's cost, times the payback, is what must fit in the tokens left, except for the
   // policy's first evidence (kExploreTokens), which every later request uses:
   const size_t B = seqs.size();
+  const bool small_step = step_sequences <= kExploreMaxBatch;
   const bool policy_untried = global_.tried() < kExploreTokens;
   for (size_t i = 0; i < B; ++i) {
     SpecSeqState& s = *seqs[i].state;
@@ -168,7 +172,7 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
     const int32_t every = exploring ? SpecSeqState::kProbeEvery : s.probe_every;  // its floor
     const bool drafted_last = s.steps > 0 && s.steps_without_drafts == 0;
     const bool due = s.steps_without_drafts >= every || (exploring && drafted_last);
-    if (c.k[i] != 0 || c.perfect[i] < 2 || !due || !(seqs[i].pinned || B <= kExploreMaxBatch) ||
+    if (c.k[i] != 0 || c.perfect[i] < 2 || !due || !(seqs[i].pinned || small_step) ||
         seqs[i].cap <= 0) {
       continue;
     }

@@ -127,7 +127,11 @@ class KPolicy {
 
   // THE function that decides k: for the decoding sequences of one step that also carries
   // `fixed_tokens` other tokens (prompt chunks), k_i in [0, cap_i]. Marks probes in the states.
-  std::vector<int32_t> Choose(absl::Span<const KRequest> seqs, int32_t fixed_tokens);
+  // `step_sequences`: the step's decoding sequences in all (other drafters' groups and
+  // fixed-k sequences too; 0: `seqs` alone). Exploration (kExploreMaxBatch) looks at the step,
+  // not at this drafter's share of it: in a step of 16, the lookup's one match is no small step.
+  std::vector<int32_t> Choose(absl::Span<const KRequest> seqs, int32_t fixed_tokens,
+                              size_t step_sequences = 0);
 
   // After the drafter ran, before AfterDraft: a draft step that proposed for `k` (one entry per
   // sequence of `seqs`) took `seconds`. Ignored when a sequence caught up on tokens it had not
@@ -178,8 +182,10 @@ class KPolicy {
   NominalCosts PinnedCosts() const;
   int64_t ChoosePinned(absl::Span<const KRequest> seqs, const NominalCosts& nominal,
                        int32_t fixed_tokens, Choice& c) const;
-  void ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, Choice& c) const;
-  void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal, Choice& c) const;
+  void ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, size_t step_sequences,
+                      Choice& c) const;
+  void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal, size_t step_sequences,
+                 Choice& c) const;
 
   KPolicyOptions options_;
   AcceptanceEstimate global_{AcceptanceEstimate::kGlobalDecay};
