@@ -440,10 +440,10 @@ TEST(KPolicyTest, TheHopefulPriorIsForSmallSteps) {
 
 // Exploration (the hopeful prior, first-evidence probes) is for small *steps*: a sequence that
 // is its drafter's only one in a step of 16 (the cluster's lookup group, its one match) is not
-// a step of one. Through the cluster at concurrency 16 such sequences drafted 1,000-2,800
-// tokens a run and cost 7-10 % (0.90x, 0.93x of speculation off). A free drafter never
-// accepted, 64 steps: alone it is explored; as one of 16 it never drafts (it was probed every
-// kProbeEvery steps).
+// a step of one (through the cluster at concurrency 16, runs that drafted 1,000-2,800 tokens
+// read 0.90-0.93x of speculation off; such probes were one way they drafted). A free drafter
+// never accepted, 64 steps: alone it is explored; as one of 16 it never drafts (it was probed
+// every kProbeEvery steps).
 TEST(KPolicyTest, ExplorationLooksAtTheWholeStep) {
   KPolicyOptions o;
   o.max_k = 4;
