@@ -113,8 +113,8 @@ class KPolicy {
   // 1.01-1.03x).
   static constexpr double kPinnedProbePayback = 32.0;
   // Until the policy-wide estimate has this many tested drafts of evidence, an unpinned
-  // sequence (in a step of <= kExploreMaxBatch sequences) probes every kProbeEvery steps, whatever earlier
-  // probes found and without its request's payback, and once it has drafted (its catch-up
+  // sequence in a step of <= kExploreMaxBatch sequences probes every kProbeEvery steps,
+  // whatever earlier probes found and without its request's payback, and once it has drafted (its catch-up
   // paid) goes on with k = 1: what it learns seeds every later request (new_sequence_prior),
   // and requests too short to repay a probe would otherwise leave a drafter untried for good
   // (32-token requests with the Q4_1 file drafting for its F16 re-encoding, accepted 0.95: k
