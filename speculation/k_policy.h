@@ -114,11 +114,12 @@ class KPolicy {
   static constexpr double kPinnedProbePayback = 32.0;
   // Until the policy-wide estimate has this many tested drafts of evidence, an unpinned
   // sequence in a step of <= kExploreMaxBatch sequences probes every kProbeEvery steps,
-  // whatever earlier probes found and without its request's payback, and once it has drafted (its catch-up
-  // paid) goes on with k = 1: what it learns seeds every later request (new_sequence_prior),
-  // and requests too short to repay a probe would otherwise leave a drafter untried for good
-  // (32-token requests with the Q4_1 file drafting for its F16 re-encoding, accepted 0.95: k
-  // auto never drafted, k 4 gave 1.12x; KPolicyTest.AnExpensiveDrafterIsTriedOnShortRequests).
+  // whatever earlier probes found and without its request's payback, and once it has drafted
+  // (its catch-up paid) goes on with k = 1: what it learns seeds every later request
+  // (new_sequence_prior), and requests too short to repay a probe would otherwise leave a
+  // drafter untried for good (32-token requests with the Q4_1 file drafting for its F16
+  // re-encoding, accepted 0.95: k auto never drafted, k 4 gave 1.12x;
+  // KPolicyTest.AnExpensiveDrafterIsTriedOnShortRequests).
   // A useless drafter costs one catch-up and this many drafts, once.
   static constexpr double kExploreTokens = 16.0;
 
@@ -184,8 +185,8 @@ class KPolicy {
                        int32_t fixed_tokens, Choice& c) const;
   void ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, size_t step_sequences,
                       Choice& c) const;
-  void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal, size_t step_sequences,
-                 Choice& c) const;
+  void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal,
+                 size_t step_sequences, Choice& c) const;
 
   KPolicyOptions options_;
   AcceptanceEstimate global_{AcceptanceEstimate::kGlobalDecay};
