@@ -258,6 +258,34 @@ def kl_loss(logits, slots, probs, weight):
     return (kl * weight).sum() / jnp.maximum(weight.sum(), 1.0)
 
 
+def tv_loss(logits, slots, probs, weight):
+    """Total variation between the target's and the draft's next-token distributions over the
+    same buckets as kl_loss (the target's top-N, one bucket for the rest): half the summed
+    |p - q|. 1 - TV is the acceptance of a sampled draft token, so this is the divergence
+    sampled speculation pays for. Returns the mean over weighted rows."""
+    import jax
+    import jax.numpy as jnp
+    logq = jax.nn.log_softmax(logits, axis=-1)  # [B, S, N]
+    valid = slots >= 0
+    q_top = jnp.exp(jnp.take_along_axis(logq, jnp.maximum(slots, 0), axis=-1))  # [B, S, top]
+    p_in = jnp.where(valid, probs, 0.0)
+    q_in = jnp.where(valid, q_top, 0.0)
+    p_rest = jnp.clip(1.0 - p_in.sum(-1), 0.0, 1.0)
+    q_rest = jnp.clip(1.0 - q_in.sum(-1), 0.0, 1.0)
+    tv = 0.5 * (jnp.abs(p_in - q_in).sum(-1) + jnp.abs(p_rest - q_rest))
+    return (tv * weight).sum() / jnp.maximum(weight.sum(), 1.0)
+
+
+def distill_loss(args):
+    """--loss: the divergence a step minimises, as f(logits, slots, probs, weight)."""
+    if args.loss == "kl":
+        return kl_loss
+    if args.loss == "tv":
+        return tv_loss
+    w = args.tv_weight
+    return lambda *a: kl_loss(*a) + w * tv_loss(*a)
+
+
 # ---------------------------------------------------------------------------------------------
 # Held-out acceptance: what speculation would see with this draft.
 
@@ -461,10 +489,12 @@ def cmd_train(args):
     import optax
     check_target(args)
     if args.layers < 1 or args.head_vocab < 2 or args.steps < 1 or args.batch < 1 \
-            or args.seq_len < 8 or not (args.lr > 0):
+            or args.seq_len < 8 or not (args.lr > 0) or not (args.tv_weight >= 0):
         die("--layers, --head-vocab, --steps, --batch, --seq-len and --lr must be positive "
+            "and --tv-weight not negative "
             f"(got layers={args.layers} head_vocab={args.head_vocab} steps={args.steps} "
-            f"batch={args.batch} seq_len={args.seq_len} lr={args.lr})")
+            f"batch={args.batch} seq_len={args.seq_len} lr={args.lr} "
+            f"tv_weight={args.tv_weight})")
     target = Gguf(args.target)
     if args.layers >= target.L:
         die(f"--layers {args.layers}: the draft must have fewer layers than the target's {target.L}")
@@ -489,8 +519,10 @@ def cmd_train(args):
     opt = make_optimizer(args)
     state = opt.init(params)
 
+    divergence = distill_loss(args)
+
     def loss_fn(p, x, s, pr, w):
-        return kl_loss(forward(p, emb, x, cfg), s, pr, w)
+        return divergence(forward(p, emb, x, cfg), s, pr, w)
 
     @jax.jit
     def step(p, st, x, s, pr, w):
@@ -516,7 +548,8 @@ def cmd_train(args):
     types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
     recipe = dict(layers=args.layers, init_layers=src_layers, head_vocab=len(head_ids),
                   steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
-                  seed=args.seed, layer_type=args.layer_type, head_type=args.head_type)
+                  seed=args.seed, layer_type=args.layer_type, head_type=args.head_type,
+                  loss=args.loss, tv_weight=args.tv_weight)
     out = args.output or os.path.join(d, "draft.gguf")
     try:
         export_gguf(target, params, head_ids, src_layers, out, types[args.layer_type],
@@ -661,7 +694,10 @@ def plot_curve(curve, path, report):
     xs, ys = zip(*curve)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(xs, ys)
-    ax.set_xlabel("step"); ax.set_ylabel("KL(target || draft), nats")
+    loss = report["recipe"].get("loss", "kl")
+    ylabel = {"kl": "KL(target || draft), nats", "tv": "total variation",
+              "kl+tv": "KL + %g x TV" % report["recipe"].get("tv_weight", 1.0)}
+    ax.set_xlabel("step"); ax.set_ylabel(ylabel.get(loss, loss))
     ax.set_title("specd-distill: held-out greedy acceptance %.2f -> %.2f" % (
         report["before"]["greedy_acceptance"], report["exported"]["greedy_acceptance"]))
     ax.grid(alpha=0.3)
@@ -692,6 +728,8 @@ def cmd_forward(args):
 
 
 def train_any(args):
+    if args.kind == "eagle" and args.loss != "kl":
+        die(f"--loss {args.loss}: an eagle draft trains on the KL (with its feature regression)")
     return cmd_train_eagle(args) if args.kind == "eagle" else cmd_train(args)
 
 
@@ -740,6 +778,9 @@ def main():
         p.add_argument("--batch", type=int, default=16)
         p.add_argument("--seq-len", type=int, default=256)
         p.add_argument("--lr", type=float, default=5e-4)
+        p.add_argument("--loss", choices=["kl", "tv", "kl+tv"], default="kl",
+                       help="llama: forward KL, total variation, or KL + --tv-weight x TV")
+        p.add_argument("--tv-weight", type=float, default=1.0)
         p.add_argument("--log-every", type=int, default=10)
         p.add_argument("--layer-type", choices=["q4_1", "q8_0", "f16", "f32"], default="q8_0")
         p.add_argument("--head-type", choices=["q4_1", "q8_0", "f16", "f32"], default="q8_0")
