@@ -7,7 +7,8 @@ Pipeline (`specd-distill run`, each step also a subcommand):
   3. train     a Llama-architecture draft in JAX + optax: the target's first L layers as the
                start, its token embeddings shared (frozen, borrowed at load, not in the file), an
                output head over the N most frequent target tokens; loss = forward KL from the
-               target's sparse distribution (top-N + the rest as one bucket)
+               target's sparse distribution (top-N + the rest as one bucket), optionally plus
+               the total variation over the same buckets (--loss kl+tv, --tv-weight)
   4. export    GGUF: layers + head quantized (gguf-py), `output_token_ids` (I32), the target's
                tokenizer metadata (the vocabulary fingerprint matches)
   5. report    loss curve PNG, held-out acceptance (greedy: argmax agreement; sampled:
