@@ -242,9 +242,10 @@ def jax_sigmoid(x):
     return jax.nn.sigmoid(x)
 
 
-def kl_loss(logits, slots, probs, weight):
-    """Forward KL(p || q) over the target's top-N (slots into the head; -1 = not in the head)
-    plus one bucket for the rest of the mass on both sides. Returns mean over weighted rows."""
+def bucketed(logits, slots, probs):
+    """The two distributions the losses compare, over the same buckets: the target's top-N
+    (slots into the head; -1 = not in the head) plus one bucket for the rest of the mass on
+    both sides. Returns (valid, p_in, log q_in, q_in, p_rest, q_rest), rests unclipped."""
     import jax
     import jax.numpy as jnp
     logq = jax.nn.log_softmax(logits, axis=-1)  # [B, S, N]
@@ -252,29 +253,35 @@ def kl_loss(logits, slots, probs, weight):
     lq_top = jnp.take_along_axis(logq, jnp.maximum(slots, 0), axis=-1)  # [B, S, top]
     p_in = jnp.where(valid, probs, 0.0)
     q_in = jnp.where(valid, jnp.exp(lq_top), 0.0)
-    p_rest = jnp.clip(1.0 - p_in.sum(-1), 1e-6, 1.0)
-    q_rest = jnp.clip(1.0 - q_in.sum(-1), 1e-6, 1.0)
+    return valid, p_in, lq_top, q_in, 1.0 - p_in.sum(-1), 1.0 - q_in.sum(-1)
+
+
+def weighted_mean(per_row, weight):
+    import jax.numpy as jnp
+    return (per_row * weight).sum() / jnp.maximum(weight.sum(), 1.0)
+
+
+def kl_loss(logits, slots, probs, weight):
+    """Forward KL(p || q) over the buckets (`bucketed`). Returns the mean over weighted rows."""
+    import jax.numpy as jnp
+    valid, p_in, lq_top, _, p_rest, q_rest = bucketed(logits, slots, probs)
+    p_rest = jnp.clip(p_rest, 1e-6, 1.0)
+    q_rest = jnp.clip(q_rest, 1e-6, 1.0)
     kl = (jnp.where(valid, p_in * (jnp.log(jnp.maximum(p_in, 1e-12)) - lq_top), 0.0).sum(-1)
           + p_rest * (jnp.log(p_rest) - jnp.log(q_rest)))
-    return (kl * weight).sum() / jnp.maximum(weight.sum(), 1.0)
+    return weighted_mean(kl, weight)
 
 
 def tv_loss(logits, slots, probs, weight):
     """Total variation between the target's and the draft's next-token distributions over the
-    same buckets as kl_loss (the target's top-N, one bucket for the rest): half the summed
-    |p - q|. 1 - TV is the acceptance of a sampled draft token, so this is the divergence
-    sampled speculation pays for. Returns the mean over weighted rows."""
-    import jax
+    same buckets as kl_loss: half the summed |p - q|. 1 - TV is the acceptance of a sampled
+    draft token, so this is the divergence sampled speculation pays for. Returns the mean over
+    weighted rows."""
     import jax.numpy as jnp
-    logq = jax.nn.log_softmax(logits, axis=-1)  # [B, S, N]
-    valid = slots >= 0
-    q_top = jnp.exp(jnp.take_along_axis(logq, jnp.maximum(slots, 0), axis=-1))  # [B, S, top]
-    p_in = jnp.where(valid, probs, 0.0)
-    q_in = jnp.where(valid, q_top, 0.0)
-    p_rest = jnp.clip(1.0 - p_in.sum(-1), 0.0, 1.0)
-    q_rest = jnp.clip(1.0 - q_in.sum(-1), 0.0, 1.0)
-    tv = 0.5 * (jnp.abs(p_in - q_in).sum(-1) + jnp.abs(p_rest - q_rest))
-    return (tv * weight).sum() / jnp.maximum(weight.sum(), 1.0)
+    _, p_in, _, q_in, p_rest, q_rest = bucketed(logits, slots, probs)
+    p_rest = jnp.clip(p_rest, 0.0, 1.0)
+    q_rest = jnp.clip(q_rest, 0.0, 1.0)
+    return weighted_mean(0.5 * (jnp.abs(p_in - q_in).sum(-1) + jnp.abs(p_rest - q_rest)), weight)
 
 
 def distill_loss(args):
@@ -781,7 +788,7 @@ def main():
         p.add_argument("--lr", type=float, default=5e-4)
         p.add_argument("--loss", choices=["kl", "tv", "kl+tv"], default="kl",
                        help="llama: forward KL, total variation, or KL + --tv-weight x TV")
-        p.add_argument("--tv-weight", type=float, default=1.0)
+        p.add_argument("--tv-weight", type=float, default=1.0, help="with --loss kl+tv")
         p.add_argument("--log-every", type=int, default=10)
         p.add_argument("--layer-type", choices=["q4_1", "q8_0", "f16", "f32"], default="q8_0")
         p.add_argument("--head-type", choices=["q4_1", "q8_0", "f16", "f32"], default="q8_0")
