@@ -149,8 +149,8 @@ void KPolicy::ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, siz
   }
 }
 
-void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n, size_t step_sequences,
-                        Choice& c) const {
+void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
+                        size_t step_sequences, Choice& c) const {
   // At k = 0 the acceptance estimate never moves: without a probe now and then a pessimistic
   // prior would keep a good drafter off for good. Only where drafting clearly could pay (a
   // perfect drafter would go >= 2 deep) and, for unpinned sequences, the batch is small: a

@@ -234,7 +234,8 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
       const int64_t fixed =
           prefill + rows - static_cast<int64_t>(group[g].size()) + other_drafts;
       const std::vector<int32_t> chosen = drafters_[g].policy.Choose(
-          group[g], static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX)), static_cast<size_t>(rows));
+          group[g], static_cast<int32_t>(std::min<int64_t>(fixed, INT32_MAX)),
+          static_cast<size_t>(rows));
       for (size_t j = 0; j < chosen.size(); ++j) {
         k[index[g][j]] = chosen[j];
         other_drafts += chosen[j];

@@ -33,16 +33,18 @@ def main():
     if not data["records"]:
         sd.die(f"--data {args.data}: no records")
     emb = jnp.asarray(target.w("token_embd.weight"))
-    cfg = dict(D=target.D, H=target.H, Hkv=target.Hkv, eps=target.eps, base=target.base)
+    cfg = sd.forward_config(target)
     temps = [r["temperature"] for r in data["records"]]
     for path in args.drafts:
         if not os.path.isfile(path):
             sd.die(f"draft {path}: no such file")
         params, ids = sd.load_exported(path, target)
         X, S, P, W = sd.make_batches(data, ids, 256, target.vocab)
-        r = sd.evaluate(jax.tree_util.tree_map(jnp.asarray, params), emb, cfg, X, S, P, W, temps, 16)
+        r = sd.evaluate(jax.tree_util.tree_map(jnp.asarray, params), emb, cfg, X, S, P, W,
+                        temps, 16)
         print(f"{path}: greedy {r['greedy_acceptance']:.4f} ({r['greedy_positions']} positions), "
-              f"sampled {r['sampled_acceptance']:.4f} ({r['sampled_positions']} positions)", flush=True)
+              f"sampled {r['sampled_acceptance']:.4f} ({r['sampled_positions']} positions)",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -232,6 +232,11 @@ def forward(params, emb, tokens, cfg):
     return rms(x, params["output_norm"]) @ params["output"].T
 
 
+def forward_config(target):
+    """What `forward` needs of the target besides weights: width, heads, norm eps, rope base."""
+    return dict(D=target.D, H=target.H, Hkv=target.Hkv, eps=target.eps, base=target.base)
+
+
 def jax_softmax(x):
     import jax
     return jax.nn.softmax(x, axis=-1)
@@ -511,7 +516,7 @@ def cmd_train(args):
     train, head_ids = sets.train, sets.head_ids
     X, S, P, W, EX, ES, EP, EW = sets.X, sets.S, sets.P, sets.W, sets.EX, sets.ES, sets.EP, sets.EW
     etemps, lengths = sets.etemps, sets.lengths
-    cfg = dict(D=target.D, H=target.H, Hkv=target.Hkv, eps=target.eps, base=target.base)
+    cfg = forward_config(target)
     src_layers = [int(x) for x in args.init_layers.split(",")] if args.init_layers else \
         list(range(args.layers))
     if len(src_layers) != args.layers or any(l < 0 or l >= target.L for l in src_layers):
@@ -603,7 +608,7 @@ def cmd_train_eagle(args):
     head_ids = sets.head_ids
     X, S, P, W, EX, ES, EP, EW = sets.X, sets.S, sets.P, sets.W, sets.EX, sets.ES, sets.EP, sets.EW
     etemps, lengths = sets.etemps, sets.lengths
-    cfg = eagle.config_of(target)
+    cfg = forward_config(target)
 
     def features(name, XX):
         # The serving engine's hidden states (`specd hidden`): what the draft is fed when it
@@ -719,7 +724,7 @@ def cmd_forward(args):
     target = Gguf(args.target)
     params, ids = load_exported(args.draft, target)
     emb = jnp.asarray(target.w("token_embd.weight"))
-    cfg = dict(D=target.D, H=target.H, Hkv=target.Hkv, eps=target.eps, base=target.base)
+    cfg = forward_config(target)
     toks = np.asarray([[int(t) for t in args.tokens.split(",")]], np.int32)
     if "eagle" in params:  # row t is fed row t of --features (f32 [tokens, D])
         import eagle
