@@ -2,7 +2,8 @@
 engine, training with falling loss, export, load in our engine, and our engine's logits for the
 exported draft equal the training framework's (JAX) forward of the exported weights within
 1e-3 (float activations; observed ~1e-6). Also: the draft speculates losslessly (greedy output
-== plain greedy), and bad input to the tool is a clear error.
+== plain greedy), and bad input to the tool is a clear error. PromptSetTest checks the prompt
+sets alone: the passage prompts leave the held-out set as it was and quote nothing a benchmark uses.
 
 Usage: distill_test.py SPECD SPECD_MAKE_TINY_MODEL  (run by ctest as distill_test)
 """
@@ -282,6 +283,70 @@ class DistillTest(unittest.TestCase):
         p = run([SPECD, "distill-data", "-m", self.target, "--prompts", empty, "-o", "x",
                  "--top", "0"], ok=False)
         self.assertIn("--top", p.stderr)
+
+
+class PromptSetTest(unittest.TestCase):
+    """The prompt sets alone (no model): the passage prompts added to a recipe leave the held-out
+    set and the rest of the training set as they were, and quote nothing a benchmark uses."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.dirname(DISTILL))
+        import prompts
+        cls.prompts = prompts
+        cls.plain = prompts.build_sets(300, 64, seed=0)
+        cls.with_passages = prompts.build_sets(300, 64, seed=0, num_passage=200)
+
+    def test_passages_follow_the_plain_set_and_leave_the_held_out_set_alone(self):
+        (train, evals), (ptrain, pevals) = self.plain, self.with_passages
+        self.assertEqual(len(ptrain), 500)
+        self.assertEqual(ptrain[:300], train)
+        self.assertEqual(pevals, evals)
+        with open(os.path.join(os.path.dirname(DISTILL), "eval_prompts.jsonl")) as f:
+            committed = [json.loads(line)["prompt"] for line in f]
+        self.assertEqual(pevals, committed)
+        self.assertEqual(len(set(ptrain)), 500)
+        self.assertFalse(set(ptrain) & set(pevals))
+        again = self.prompts.build_sets(300, 64, seed=0, num_passage=200)[0]
+        self.assertEqual(again, ptrain)
+
+    def test_passage_prompts_quote_a_passage_or_a_program(self):
+        passages = self.with_passages[0][300:]
+        code = [p for p in passages if "def " in p or "function " in p or "int " in p
+                or "class " in p]
+        self.assertGreater(len(code), 20)
+        self.assertLess(len(code), 80)
+        for p in passages:
+            self.assertGreater(len(p), 100, p)
+            self.assertNotRegex(p, r"\{[A-Za-z0-9]+\}")     # every slot filled
+        # A passage keeps one set of names: every sentence of a life names its first
+        # sentence's person (by surname after the first).
+        lives = [p for p in passages if " was born in " in p]
+        self.assertTrue(lives)
+        for p in lives:
+            text = next(part for part in p.split("\n\n") if " was born in " in part)
+            surname = text.split(" was born in ")[0].split()[-1]
+            self.assertGreaterEqual(text.count(surname), text.count(". ") + 1, p)
+
+    def test_nothing_a_benchmark_or_the_held_out_set_uses_is_trained_on(self):
+        with open(os.path.join(ROOT, "loadtest", "prompt_set.cc"), encoding="utf-8") as f:
+            loadtest = f.read()
+        self.assertIn("Ekberg", loadtest)          # the loadtest's passage and program
+        self.assertIn("load_orders", loadtest)
+        for p in self.with_passages[0]:
+            for needle in ("Ekberg", "load_orders", "lighthouse", "northern cape"):
+                self.assertNotIn(needle, p)
+            for subject in self.prompts.EVAL_SUBJECTS:
+                self.assertNotIn(subject.lower(), p.lower())
+
+    def test_a_negative_passage_count_is_a_clear_error(self):
+        w = tempfile.mkdtemp(prefix="specd-distill-prompts-")
+        p = distill("prompts", "--target", "unused.gguf", "--out-dir", w, "--num-passage", "-1",
+                    ok=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--num-passage", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        shutil.rmtree(w)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ re-phrasings of its training data.
 import json
 import random
 
+from passages import passage_prompts
+
 # (category, template). {s} is a subject.
 TRAIN_TEMPLATES = [
     ("question", "What is {s}?"),
@@ -264,21 +266,27 @@ def _expand(templates, subjects, standalone, n, rng):
     return prompts
 
 
-def build_sets(num_train, num_eval, seed=0):
+def build_sets(num_train, num_eval, seed=0, num_passage=0):
     """Returns (train, eval) lists of prompt strings; disjoint by construction.
 
     The held-out set is drawn as it was before the MORE_* lists existed, whatever num_train: the
     same random stream, advanced by the first lists' draw of 1,200 training prompts. So with seed 0
     it is `eval_prompts.jsonl`, the set every earlier held-out figure used. The training set is
-    drawn from all the lists by a stream of its own."""
+    drawn from all the lists by a stream of its own; num_passage prompts that quote a passage or a
+    program (passages.py, a stream of their own) follow its num_train, so a recipe without them
+    draws what it drew before they existed."""
     rng = random.Random(seed)
     _expand(TRAIN_TEMPLATES, TRAIN_SUBJECTS, TRAIN_STANDALONE, 1200, rng)
     evals = _expand(EVAL_TEMPLATES, EVAL_SUBJECTS, EVAL_STANDALONE, num_eval, rng)
     train = _expand(TRAIN_TEMPLATES + MORE_TRAIN_TEMPLATES, TRAIN_SUBJECTS + MORE_TRAIN_SUBJECTS,
                     TRAIN_STANDALONE + MORE_TRAIN_STANDALONE, num_train, random.Random(f"train-{seed}"))
+    train = train[:num_train]
+    passages = passage_prompts(num_passage, random.Random(f"passage-{seed}"))
+    assert not any(s.lower() in p.lower() for p in passages for s in EVAL_SUBJECTS)
+    train += passages
     assert not set(train) & set(evals)
     assert not set(TRAIN_SUBJECTS + MORE_TRAIN_SUBJECTS) & set(EVAL_SUBJECTS)
-    return train[:num_train], evals[:num_eval]
+    return train, evals[:num_eval]
 
 
 def write_jsonl(path, prompts):

@@ -1,7 +1,8 @@
 """specd-distill: train a small draft model that imitates the target's next-token distribution.
 
 Pipeline (`specd-distill run`, each step also a subcommand):
-  1. prompts   the project's prompt sets (tools/distill/prompts.py): train + held-out eval
+  1. prompts   the project's prompt sets (tools/distill/prompts.py, passages.py): train + held-out
+               eval
   2. data      `specd distill-data`: the serving engine generates responses (greedy and sampled)
                and records the target's top-N log-probs at every response position
   3. train     a Llama-architecture draft in JAX + optax: the target's first L layers as the
@@ -404,7 +405,8 @@ def load_exported(path, target):
 
 def cmd_prompts(args):
     os.makedirs(args.out_dir, exist_ok=True)
-    tr, ev = prompt_sets.build_sets(args.num_train, args.num_eval, seed=args.prompt_seed)
+    tr, ev = prompt_sets.build_sets(args.num_train, args.num_eval, seed=args.prompt_seed,
+                                    num_passage=args.num_passage)
     prompt_sets.write_jsonl(os.path.join(args.out_dir, "train.jsonl"), tr)
     prompt_sets.write_jsonl(os.path.join(args.out_dir, "eval.jsonl"), ev)
     print(f"specd-distill: {len(tr)} training and {len(ev)} held-out prompts in {args.out_dir}",
@@ -775,6 +777,9 @@ def main():
         p.add_argument("--threads", type=int, default=0)
         p.add_argument("--num-train", type=int, default=1200)
         p.add_argument("--num-eval", type=int, default=64)
+        p.add_argument("--num-passage", type=int, default=0,
+                       help="training prompts beyond --num-train that quote a passage or a "
+                            "program (summarise, rewrite, copy, answer from it; passages.py)")
         p.add_argument("--prompt-seed", type=int, default=0, help="shuffles the prompt sets")
 
     def train_flags(p):
@@ -827,6 +832,8 @@ def main():
             die(f"--out-dir {args.out_dir}: not writable ({e.strerror})")
     if getattr(args, "num_train", 1) < 1 or getattr(args, "num_eval", 1) < 1:
         die("--num-train and --num-eval must be >= 1 (an empty prompt set trains nothing)")
+    if getattr(args, "num_passage", 0) < 0:
+        die(f"--num-passage must be >= 0 (got {args.num_passage})")
     args.fn(args)
 
 
