@@ -9,6 +9,7 @@
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], CONCURRENCY
 # ["1 16"], REQUESTS per run [32], NEW_TOKENS [128], ROUNDS of off/auto pairs [3],
 # TEMPERATURE [0], SEEDED [1; 0: sampled requests send no seed, so their k is not pinned],
+# IGNORE_EOS [1: every request runs NEW_TOKENS tokens, past the end of turn; 0: it stops there],
 # DRAFT_MODEL [default], PROMPTS [builtin; edit: editing traffic, see specd-loadtest --prompts],
 # SPEC_ON [auto; e.g. draft: the draft model alone] and SPEC_K [empty = the router's adaptive
 # k; N: fixed] for the "on" side (its files and columns keep the name auto), and the draft
@@ -30,7 +31,7 @@ start_cluster spec_ab
 
 COMMON=(--server "localhost:$PORT" --mode closed --prompts "${PROMPTS:-builtin}"
         --max-new-tokens "${NEW_TOKENS:-128}" --temperature "${TEMPERATURE:-0}"
-        --seeded "${SEEDED:-1}")
+        --seeded "${SEEDED:-1}" --ignore-eos "${IGNORE_EOS:-1}")
 "$LOADTEST" "${COMMON[@]}" --spec off --concurrency 1 --requests 2 >/dev/null  # warm-up
 for c in ${CONCURRENCY:-1 16}; do
   n="${REQUESTS:-32}"

@@ -58,6 +58,7 @@ struct Config {
   int32_t shared_prefix_tokens = 0;  // random prompts: the same leading ids in every request
   int32_t prompt_seed = 0;  // random prompts: request i draws its ids from seed i + this
   int32_t seeded = 1;       // 1: request i sends seed i; 0: no seed (the router picks one)
+  int32_t ignore_eos = 1;   // 1: every request runs to max_new_tokens; 0: it ends at EOS
   int32_t conversations = 4;         // multiturn: request i is turn i / C of conversation i % C
   double qps = 2, duration_s = 30, temperature = 0;
 };
@@ -118,7 +119,7 @@ specd::v1::GenerateRequest MakeRequest(const Config& c, int index) {
   }
   r.mutable_sampling()->set_max_new_tokens(c.max_new_tokens);
   r.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
-  r.mutable_sampling()->set_ignore_eos(true);
+  r.mutable_sampling()->set_ignore_eos(c.ignore_eos != 0);
   if (c.seeded != 0) r.mutable_sampling()->set_seed(index);
   r.mutable_speculation()->set_mode(SpecMode(c.spec));
   r.mutable_speculation()->set_num_draft_tokens(c.k);
@@ -243,7 +244,7 @@ std::string HttpBody(const Config& c, int index, std::string* path) {
   nlohmann::json j = {{"model", c.http_model},
                       {"max_tokens", c.max_new_tokens},
                       {"temperature", c.temperature},
-                      {"ignore_eos", true},
+                      {"ignore_eos", c.ignore_eos != 0},
                       {"stream", true},
                       {"return_token_ids", true},
                       {"speculation", {{"mode", c.spec}, {"k", c.k}}}};
@@ -314,6 +315,7 @@ nlohmann::json Summarize(const std::vector<Sample>& samples, double wall_s, doub
   j["ok"] = ttft.size();
   j["errors_by_code"] = errors;
   j["wall_s"] = wall_s;
+  j["output_tokens"] = tokens;
   j["throughput_tokens_per_s"] = tokens / std::max(wall_s, 1e-9);
   j["ttft_ms"] = pcts(ttft);
   j["itl_ms"] = pcts(itl);
@@ -395,6 +397,9 @@ int main(int argc, char** argv) {
   f.Add("seeded", "SPECD_LOADTEST_SEEDED", &c.seeded,
         "1: request i sends seed i (its sampled text replays: pinned k); 0: no seed, as most "
         "clients send (the router's k follows load)");
+  f.Add("ignore-eos", "SPECD_LOADTEST_IGNORE_EOS", &c.ignore_eos,
+        "1: every request runs to --max-new-tokens, past the model's end of turn (fixed "
+        "lengths); 0: requests end at the end of turn, as a chat client's do");
   f.Add("spec", "SPECD_LOADTEST_SPEC", &c.spec,
         "speculation: off, auto, draft, ngram or self");
   f.Add("k", "SPECD_LOADTEST_K", &c.k, "draft tokens per step (0 = adaptive)");
@@ -422,6 +427,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "specd-loadtest: --prompts must be builtin, edit, multiturn or random, got '%s'\n",
                  c.prompts.c_str());
+    return 2;
+  }
+  if (c.ignore_eos != 0 && c.ignore_eos != 1) {
+    std::fprintf(stderr, "specd-loadtest: --ignore-eos must be 0 or 1, got %d\n", c.ignore_eos);
     return 2;
   }
   if (SpecMode(c.spec) == specd::v1::SPECULATION_MODE_UNSPECIFIED) {
@@ -485,7 +494,7 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   out["config"] = {{"server", c.server}, {"mode", c.mode}, {"spec", c.spec}, {"k", c.k},
                    {"prompts", c.prompts}, {"prompt_tokens", c.prompt_tokens},
-                   {"max_new_tokens", c.max_new_tokens},
+                   {"max_new_tokens", c.max_new_tokens}, {"ignore_eos", c.ignore_eos},
                    {"temperature", c.temperature}, {"concurrency", c.concurrency},
                    {"in_process", !c.in_process_model.empty()}, {"http", c.http}};
   if (!c.qps_sweep.empty()) {
