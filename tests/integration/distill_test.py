@@ -2,8 +2,9 @@
 engine, training with falling loss, export, load in our engine, and our engine's logits for the
 exported draft equal the training framework's (JAX) forward of the exported weights within
 1e-3 (float activations; observed ~1e-6). Also: the draft speculates losslessly (greedy output
-== plain greedy), and bad input to the tool is a clear error. PromptSetTest checks the prompt
-sets alone: the passage prompts leave the held-out set as it was and quote nothing a benchmark uses.
+== plain greedy), so does the draft re-exported at q4_1 (requantize.py), and bad input to the
+tool is a clear error. PromptSetTest checks the prompt sets alone: the passage prompts leave the
+held-out set as it was and quote nothing a benchmark uses.
 
 Usage: distill_test.py SPECD SPECD_MAKE_TINY_MODEL  (run by ctest as distill_test)
 """
@@ -160,6 +161,32 @@ class DistillTest(unittest.TestCase):
         spec = run(base + ["--draft", self.draft, "--k", "4"])
         self.assertEqual(spec.stdout, plain)
         self.assertIn("accepted", spec.stderr)
+
+    def test_requantized_draft_is_close_to_the_original_and_lossless(self):
+        sys.path.insert(0, os.path.dirname(DISTILL))
+        import specd_distill
+        requant = os.path.join(os.path.dirname(DISTILL), "requantize.py")
+        out = os.path.join(self.tmp, "draft_q4_1.gguf")
+        run([sys.executable, requant, "--target", self.target, "--layer-type", "q4_1",
+             "--head-type", "q4_1", self.draft, out])
+        self.assertLess(os.path.getsize(out), 0.75 * os.path.getsize(self.draft))
+        target = specd_distill.Gguf(self.target)
+        a, ids_a = specd_distill.load_exported(self.draft, target)
+        b, ids_b = specd_distill.load_exported(out, target)
+        np.testing.assert_array_equal(ids_a, ids_b)
+        for name in ("attn_q", "ffn_down"):
+            wa, wb = a["layers"][0][name], b["layers"][0][name]
+            # q4_1: 16 levels over each block of 32's range, so at most half a step off.
+            err = np.abs(wa - wb).max()
+            self.assertGreater(err, 0.0, name)
+            self.assertLess(err, 0.6 * (wa.max() - wa.min()) / 15, name)
+        base = [SPECD, "generate", "-m", self.target, "-p", "hello there", "-n", "24", "-t", "1",
+                "--ignore-eos"]
+        spec = run(base + ["--draft", out, "--k", "4"])
+        self.assertEqual(spec.stdout, run(base).stdout)
+        same = run([sys.executable, requant, "--target", self.target, out, out], ok=False)
+        self.assertEqual(same.returncode, 2, same.stderr)
+        self.assertIn("output", same.stderr)
 
     def test_eagle_loss_falls_and_the_chain_is_accepted(self):
         self.assertIn("specd hidden:", self.eproc.stderr)  # the engine computed the features

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Re-exports a draft GGUF (from `specd-distill train`) at other tensor types, without training
+again: its weights are dequantized and written anew, the rest of the file (head token ids,
+tokenizer, recipe) kept. Going down from q8_0 costs the draft little: the shipped draft at q4_1
+layers kept its acceptance and its step read 9.4 MB instead of 12.5 (docs/PERFORMANCE.md).
+
+  requantize.py --target T.gguf [--layer-type q4_1] [--head-type q8_0] IN.gguf OUT.gguf
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import specd_distill as sd  # noqa: E402
+
+TYPES = ("q4_1", "q8_0", "f16", "f32")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", required=True, help="the target GGUF the draft was made for")
+    ap.add_argument("--layer-type", choices=TYPES, default="q4_1")
+    ap.add_argument("--head-type", choices=TYPES, default="q8_0")
+    ap.add_argument("draft", help="the draft GGUF to re-export")
+    ap.add_argument("output", help="the new draft GGUF")
+    args = ap.parse_args()
+    from gguf import GGMLQuantizationType as Q
+    types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
+    target = sd.Gguf(args.target)
+    if not os.path.isfile(args.draft):
+        sd.die(f"draft {args.draft}: no such file")
+    if os.path.abspath(args.draft) == os.path.abspath(args.output):
+        sd.die(f"output {args.output}: the same file as the draft (the engine may have it mapped)")
+    params, head_ids = sd.load_exported(args.draft, target)
+    recipe = json.loads(str(sd.Gguf(args.draft).field("specd.draft.recipe", "{}")))
+    recipe["requantized"] = {"from": os.path.basename(args.draft),
+                             "layer_type": args.layer_type, "head_type": args.head_type}
+    sd.export_gguf(target, params, head_ids, None, args.output, types[args.layer_type],
+                   types[args.head_type], recipe.get("seed", 0), recipe)
+    print(f"requantize: wrote {args.output} (layers {args.layer_type}, head {args.head_type})",
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
