@@ -14,19 +14,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import specd_distill as sd  # noqa: E402
 
-TYPES = ("q4_1", "q8_0", "f16", "f32")
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", required=True, help="the target GGUF the draft was made for")
-    ap.add_argument("--layer-type", choices=TYPES, default="q4_1")
-    ap.add_argument("--head-type", choices=TYPES, default="q8_0")
+    ap.add_argument("--layer-type", choices=sd.EXPORT_TYPES, default="q4_1")
+    ap.add_argument("--head-type", choices=sd.EXPORT_TYPES, default="q8_0")
     ap.add_argument("draft", help="the draft GGUF to re-export")
     ap.add_argument("output", help="the new draft GGUF")
     args = ap.parse_args()
-    from gguf import GGMLQuantizationType as Q
-    types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
     target = sd.Gguf(args.target)
     if not os.path.isfile(args.draft):
         sd.die(f"draft {args.draft}: no such file")
@@ -36,8 +32,7 @@ def main():
     recipe = json.loads(str(sd.Gguf(args.draft).field("specd.draft.recipe", "{}")))
     recipe["requantized"] = {"from": os.path.basename(args.draft),
                              "layer_type": args.layer_type, "head_type": args.head_type}
-    sd.export_gguf(target, params, head_ids, None, args.output, types[args.layer_type],
-                   types[args.head_type], recipe.get("seed", 0), recipe)
+    sd.export_gguf(target, params, head_ids, args.output, args.layer_type, args.head_type, recipe)
     print(f"requantize: wrote {args.output} (layers {args.layer_type}, head {args.head_type})",
           file=sys.stderr)
 

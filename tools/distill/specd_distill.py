@@ -332,9 +332,15 @@ def evaluate(params, emb, cfg, X, S, P, W, temps, batch):
 # ---------------------------------------------------------------------------------------------
 # Export.
 
-def export_gguf(target, params, head_ids, layers_src, path, layer_type, head_type, seed, extra):
+EXPORT_TYPES = ("q4_1", "q8_0", "f16", "f32")  # --layer-type / --head-type
+
+
+def export_gguf(target, params, head_ids, path, layer_type, head_type, extra):
+    """Writes the draft GGUF; layer_type and head_type are names from EXPORT_TYPES."""
     import gguf
     from gguf import GGMLQuantizationType as Q, quants
+    types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
+    layer_type, head_type = types[layer_type], types[head_type]
     a = "llama"
     w = gguf.GGUFWriter(path, a)
     L = len(params["layers"])
@@ -559,16 +565,13 @@ def cmd_train(args):
           f"{after['greedy_acceptance']:.3f}, sampled {after['sampled_acceptance']:.3f}",
           file=sys.stderr)
 
-    from gguf import GGMLQuantizationType as Q
-    types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
     recipe = dict(layers=args.layers, init_layers=src_layers, head_vocab=len(head_ids),
                   steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
                   seed=args.seed, layer_type=args.layer_type, head_type=args.head_type,
                   loss=args.loss, tv_weight=args.tv_weight)
     out = args.output or os.path.join(d, "draft.gguf")
     try:
-        export_gguf(target, params, head_ids, src_layers, out, types[args.layer_type],
-                    types[args.head_type], args.seed, recipe)
+        export_gguf(target, params, head_ids, out, args.layer_type, args.head_type, recipe)
     except OSError as e:
         die(f"--output {out}: cannot write ({e})")
     # The exported (quantized) weights, held out once more: what the engine will run.
@@ -665,8 +668,6 @@ def cmd_train_eagle(args):
           f"{fmt(after['greedy_per_position'])} (accepted length "
           f"{after['greedy_accepted_length']:.2f} at k {args.depths}), sampled "
           f"{after['sampled_acceptance']:.3f}", file=sys.stderr)
-    from gguf import GGMLQuantizationType as Q
-    types = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f16": Q.F16, "f32": Q.F32}
     recipe = dict(kind="eagle", init_layer=init_layer, depths=args.depths,
                   feature_weight=args.feature_weight,
                   head_vocab=len(head_ids), steps=args.steps, batch=args.batch,
@@ -674,8 +675,8 @@ def cmd_train_eagle(args):
                   layer_type=args.layer_type, head_type=args.head_type)
     out = args.output or os.path.join(d, "draft.gguf")
     try:
-        export_gguf(target, eagle.as_export(params), head_ids, [init_layer], out,
-                    types[args.layer_type], types[args.head_type], args.seed, recipe)
+        export_gguf(target, eagle.as_export(params), head_ids, out, args.layer_type,
+                    args.head_type, recipe)
     except OSError as e:
         die(f"--output {out}: cannot write ({e})")
     xp, _ = load_exported(out, target)
@@ -800,8 +801,8 @@ def main():
                        help="llama: forward KL, total variation, or KL + --tv-weight x TV")
         p.add_argument("--tv-weight", type=float, default=1.0, help="with --loss kl+tv")
         p.add_argument("--log-every", type=int, default=10)
-        p.add_argument("--layer-type", choices=["q4_1", "q8_0", "f16", "f32"], default="q8_0")
-        p.add_argument("--head-type", choices=["q4_1", "q8_0", "f16", "f32"], default="q8_0")
+        p.add_argument("--layer-type", choices=EXPORT_TYPES, default="q8_0")
+        p.add_argument("--head-type", choices=EXPORT_TYPES, default="q8_0")
         p.add_argument("--output", default="", help="draft GGUF (default OUT_DIR/draft.gguf)")
 
     p = sub.add_parser("prompts"); common(p); data_flags(p); p.set_defaults(fn=cmd_prompts)
