@@ -3,7 +3,8 @@
 # draft: the distilled draft shipped in drafts/; DRAFT_MODEL=self for the first 8 layers), then
 # runs the built-in chat prompts closed-loop with --spec off and --spec auto, alternating (the
 # order swapped each round), at each concurrency, and prints auto / off: the median of the
-# rounds' paired ratios, which cancels the machine's drift.
+# rounds' paired ratios, which cancels the machine's drift. From the router's /metrics around
+# each run it also prints how many of the drafts were verified in steps of 9 or more sequences.
 #
 #   loadtest/spec_ab.sh [OUT_DIR]
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], CONCURRENCY
@@ -28,6 +29,11 @@ export SPECD_DRAFT_MODEL="${DRAFT_MODEL:-default}"
 # shellcheck source=loadtest/cluster_lib.sh
 . "$ROOT/loadtest/cluster_lib.sh"
 start_cluster spec_ab
+# The router's /metrics around each run: the drafts it verified, by the size of their step.
+scrape() {
+  "$PYTHON" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "http://localhost:$METRICS_PORT/metrics" > "$1"
+}
 
 COMMON=(--server "localhost:$PORT" --mode closed --prompts "${PROMPTS:-builtin}"
         --max-new-tokens "${NEW_TOKENS:-128}" --temperature "${TEMPERATURE:-0}"
@@ -48,8 +54,10 @@ for c in ${CONCURRENCY:-1 16}; do
         on=(--spec "${SPEC_ON:-auto}")
         [ -n "${SPEC_K:-}" ] && on+=(--k "$SPEC_K")
       fi
+      scrape "$OUT/c${c}_${spec}_${r}.metrics.before"
       "$LOADTEST" "${COMMON[@]}" "${on[@]}" --concurrency "$c" --requests "$n" \
         --out "$OUT/c${c}_${spec}_${r}.json"
+      scrape "$OUT/c${c}_${spec}_${r}.metrics.after"
     done
   done
 done
@@ -67,8 +75,34 @@ for f in sorted(glob.glob(os.path.join(out, "c*_*_*.json"))):
     rows.setdefault(int(c), {}).setdefault(spec, {})[int(r)] = p
 # The machine drifts over a run (shared hosts), so each round's auto is divided by the off run
 # beside it, and the median of those paired ratios is the figure; their range is beside it.
-print("| concurrency | off tok/s | auto tok/s | auto / off (median of paired rounds) | paired range | ITL p50 off / auto ms | drafts proposed / accepted (auto) | tokens per target step (auto) |")
-print("|---|---|---|---|---|---|---|---|")
+def batch_drafts(prefix):
+    # The router's draft counters by step size (specd_router_batch_draft_*), after - before.
+    def read(path):
+        got = {}
+        for line in open(path):
+            for kind in ("proposed", "accepted"):
+                head = f'specd_router_batch_draft_{kind}_tokens_total{{batch="'
+                if line.startswith(head):
+                    batch = line[len(head):line.index('"', len(head))]
+                    got[(kind, batch)] = float(line.rsplit(" ", 1)[1])
+        return got
+    try:
+        before, after = read(prefix + ".metrics.before"), read(prefix + ".metrics.after")
+    except OSError:
+        return {}
+    return {key: after[key] - before.get(key, 0.0) for key in after}
+
+def large_step_drafts(c, rounds):
+    # Drafts verified in steps of 9 or more sequences: where drafting costs the most.
+    total = {"proposed": 0.0, "accepted": 0.0}
+    for r in rounds:
+        for (kind, batch), n in batch_drafts(os.path.join(out, f"c{c}_auto_{r}")).items():
+            if batch in ("9-16", "17-32", "33+"):
+                total[kind] += n
+    return f"{total['proposed']:.0f} / {total['accepted']:.0f}"
+
+print("| concurrency | off tok/s | auto tok/s | auto / off (median of paired rounds) | paired range | ITL p50 off / auto ms | drafts proposed / accepted (auto) | of which in steps of >= 9 sequences | tokens per target step (auto) |")
+print("|---|---|---|---|---|---|---|---|---|")
 for c in sorted(rows):
     off, auto = rows[c]["off"], rows[c]["auto"]
     rounds = sorted(set(off) & set(auto))
@@ -80,5 +114,6 @@ for c in sorted(rows):
     tps = statistics.mean(auto[r].get("tokens_per_target_step", 0) for r in rounds)
     print(f"| {c} | {statistics.mean(tput['off']):.1f} | {statistics.mean(tput['auto']):.1f} "
           f"| {statistics.median(ratios):.3f}x | {min(ratios):.3f}-{max(ratios):.3f} "
-          f"| {itl['off']:.2f} / {itl['auto']:.2f} | {drafted} / {accepted} | {tps:.2f} |")
+          f"| {itl['off']:.2f} / {itl['auto']:.2f} | {drafted} / {accepted} "
+          f"| {large_step_drafts(c, rounds)} | {tps:.2f} |")
 PY

@@ -24,6 +24,16 @@ const prometheus::Histogram::BucketBoundaries& CountBuckets() {
   return *b;
 }
 
+const char* StepBatchLabel(int64_t sequences) {
+  if (sequences <= 1) return "1";
+  if (sequences == 2) return "2";
+  if (sequences <= 4) return "3-4";
+  if (sequences <= 8) return "5-8";
+  if (sequences <= 16) return "9-16";
+  if (sequences <= 32) return "17-32";
+  return "33+";
+}
+
 #define reg router_registry_
 #define SPECD_HIST(name, help, buckets) \
   BuildHistogram().Name(name).Help(help).Register(*reg).Add({}, buckets)
@@ -65,6 +75,16 @@ Metrics::Metrics(MetricsRole role)
                                 .Name("specd_router_draft_accepted_tokens_total")
                                 .Help("Draft tokens accepted, by draft position")
                                 .Register(*reg)),
+      router_batch_draft_proposed(
+          BuildCounter()
+              .Name("specd_router_batch_draft_proposed_tokens_total")
+              .Help("Draft tokens proposed, by the sequences emitting in their step (batch)")
+              .Register(*reg)),
+      router_batch_draft_accepted(
+          BuildCounter()
+              .Name("specd_router_batch_draft_accepted_tokens_total")
+              .Help("Draft tokens accepted, by the sequences emitting in their step (batch)")
+              .Register(*reg)),
       router_accepted_length(SPECD_HIST("specd_router_accepted_length_tokens",
                                         "Tokens emitted per verification step",
                                         CountBuckets())),

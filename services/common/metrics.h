@@ -5,6 +5,7 @@
 #ifndef SPECD_SERVICES_COMMON_METRICS_H_
 #define SPECD_SERVICES_COMMON_METRICS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,10 @@ class Metrics {
   prometheus::Counter& router_preemptions;
   prometheus::Family<prometheus::Counter>& router_draft_proposed;    // {position, mode}
   prometheus::Family<prometheus::Counter>& router_draft_accepted;    // {position, mode}
+  // The same tokens by the size of the step that verified them (`batch`: StepBatchLabel of its
+  // emitting sequences): where drafting happens under load, e.g. in a wave's tail.
+  prometheus::Family<prometheus::Counter>& router_batch_draft_proposed;  // {batch}
+  prometheus::Family<prometheus::Counter>& router_batch_draft_accepted;  // {batch}
   prometheus::Histogram& router_accepted_length;
   prometheus::Histogram& router_chosen_k;
   prometheus::Family<prometheus::Histogram>& router_rpc_latency;     // {hop}
@@ -74,6 +79,10 @@ class Metrics {
   MetricsRole role_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
+
+// The `batch` label of the router_batch_draft_* families: a step's emitting sequences,
+// bucketed as "1", "2", "3-4", "5-8", "9-16", "17-32" and "33+" (0 counts as "1").
+const char* StepBatchLabel(int64_t sequences);
 
 // Latency buckets in seconds (100 us .. 60 s) and count buckets (1 .. 1024).
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets();

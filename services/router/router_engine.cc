@@ -34,15 +34,17 @@ struct RouterEngine::Request : spec::LoopSeq {
 // The router's side of the loop's Apply: the emitted tokens go to the request's stream.
 class RouterEngine::Client final : public spec::LoopClient {
  public:
-  explicit Client(RouterEngine* e) : e_(e) {}
+  // `batch`: the step's StepBatchLabel.
+  Client(RouterEngine* e, const char* batch) : e_(e), batch_(batch) {}
   spec::Emission OnVerified(spec::LoopSeq& s, const sampling::VerifyResult& v,
                             int32_t drafted) override {
     // Every sequence in the router's loop is one of its Requests.
-    return e_->EmitTokens(static_cast<Request&>(s), v, drafted);
+    return e_->EmitTokens(static_cast<Request&>(s), v, drafted, batch_);
   }
 
  private:
   RouterEngine* e_;
+  const char* batch_;
 };
 
 namespace {
@@ -197,6 +199,9 @@ void RouterEngine::MaybeReconnectDraft() {
   services::LogEvent(services::LogLevel::kInfo, "draft_priced",
                      {{"target_step_1_ms", v.Predict(1) * 1e3},
                       {"target_step_5_ms", v.Predict(5) * 1e3},
+                      // Where a batch's extra verified rows are priced (k at concurrency 16).
+                      {"target_step_16_ms", v.Predict(16) * 1e3},
+                      {"target_step_32_ms", v.Predict(32) * 1e3},
                       {"draft_round_ms", d.Predict(1) * 1e3},
                       {"pinned_draft_ratio", policy->options().pinned_draft_ratio},
                       {"adaptive", !d.empty()}});
@@ -601,7 +606,9 @@ void RouterEngine::ApplyResults(Iteration& it) {
   }
   metrics_->router_batch_size.Observe(it.step.sched.plans.size());
   metrics_->router_step_tokens.Observe(static_cast<double>(it.step.step_tokens));
-  Client client(this);
+  const int64_t emitting = std::count_if(it.step.sched.plans.begin(), it.step.sched.plans.end(),
+                                         [](const spec::SeqPlan& p) { return p.emit; });
+  Client client(this, services::StepBatchLabel(emitting));
   loop_->Apply(it.step, client);
   if (it.step.finished.empty()) return;
   SendUnsentChunks();  // a finished request's last chunks are out before it leaves the queues
@@ -618,7 +625,7 @@ void RouterEngine::ApplyResults(Iteration& it) {
 }
 
 spec::Emission RouterEngine::EmitTokens(Request& r, const sampling::VerifyResult& v,
-                                        int32_t drafted) {
+                                        int32_t drafted, const char* batch) {
   const absl::Time now = absl::Now();
   specd::v1::GenerateStreamResponse chunk;
   bool finished = false;
@@ -663,6 +670,7 @@ spec::Emission RouterEngine::EmitTokens(Request& r, const sampling::VerifyResult
   if (finished) chunk.mutable_text()->append(r.text->Finish());
   // Statistics.
   if (drafted > 0) {
+    int32_t accepted = 0;
     for (int i = 0; i < drafted; ++i) {
       const std::string pos = std::to_string(i + 1);
       // Model drafts and n-gram drafts are different drafters: their acceptance apart (an
@@ -671,8 +679,11 @@ spec::Emission RouterEngine::EmitTokens(Request& r, const sampling::VerifyResult
       metrics_->router_draft_proposed.Add({{"position", pos}, {"mode", mode}}).Increment();
       if (i < static_cast<int>(v.accepted.size()) && v.accepted[i]) {
         metrics_->router_draft_accepted.Add({{"position", pos}, {"mode", mode}}).Increment();
+        ++accepted;
       }
     }
+    metrics_->router_batch_draft_proposed.Add({{"batch", batch}}).Increment(drafted);
+    metrics_->router_batch_draft_accepted.Add({{"batch", batch}}).Increment(accepted);
     metrics_->router_accepted_length.Observe(static_cast<double>(v.tokens.size()));
   }
   if (emitted > 0) {

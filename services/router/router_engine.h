@@ -135,7 +135,9 @@ class RouterEngine {
   static void LogRequestEvent(services::LogLevel level, absl::string_view event,
                               const Request& r, absl::string_view reason);
   // Appends-to-be: the emitted tokens of one verification, streamed; how many are taken.
-  spec::Emission EmitTokens(Request& r, const sampling::VerifyResult& v, int32_t drafted);
+  // `batch`: the step's StepBatchLabel (services/common/metrics.h), for its draft counters.
+  spec::Emission EmitTokens(Request& r, const sampling::VerifyResult& v, int32_t drafted,
+                            const char* batch);
   // The chunks EmitTokens held back (RouterOptions::overlap_client_writes), to their sinks in
   // order. Runs while a step is awaited, and before anything that ends a request.
   void SendUnsentChunks();

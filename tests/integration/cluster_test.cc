@@ -396,6 +396,8 @@ TEST_F(ClusterTest, MetricsCountersMoved) {
   for (const char* name :
        {"specd_router_time_to_first_token_seconds_count", "specd_router_generated_tokens_total",
         "specd_router_draft_proposed_tokens_total", "specd_router_rpc_latency_seconds_count",
+        "specd_router_batch_draft_proposed_tokens_total{batch=\"1\"}",
+        "specd_router_batch_draft_accepted_tokens_total{batch=\"1\"}",
         "specd_router_requests_total{code=\"INVALID_ARGUMENT\"}",
         "specd_router_requests_total{code=\"RESOURCE_EXHAUSTED\"}"}) {
     EXPECT_NE(m.find(name), std::string::npos) << name << "\n" << m;

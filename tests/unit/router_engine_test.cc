@@ -3,9 +3,11 @@
 // paths (draft down and back, target restart).
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -980,6 +982,60 @@ TEST_F(RouterEngineTest, AcceptanceIsCountedPerDrafter) {
   const std::string text = metrics_.Text();
   EXPECT_NE(text.find("mode=\"draft\",position=\"1\""), std::string::npos) << text;
   EXPECT_NE(text.find("mode=\"ngram\",position=\"1\""), std::string::npos) << text;
+}
+
+// The sum of every sample of `family` in a text exposition whose labels contain `label`
+// (empty: all of them).
+double SumSamples(const std::string& text, const std::string& family, const std::string& label = "") {
+  double sum = 0;
+  for (size_t at = 0; (at = text.find("\n" + family + "{", at)) != std::string::npos; ++at) {
+    const size_t close = text.find('}', at);
+    const std::string labels = text.substr(at, close - at);
+    if (!label.empty() && labels.find(label) == std::string::npos) continue;
+    sum += std::strtod(text.c_str() + close + 1, nullptr);
+  }
+  return sum;
+}
+
+TEST(StepBatchLabelTest, Buckets) {
+  const std::vector<std::pair<int64_t, std::string>> want = {
+      {0, "1"},    {1, "1"},     {2, "2"},      {3, "3-4"},    {4, "3-4"},  {5, "5-8"},
+      {8, "5-8"},  {9, "9-16"},  {16, "9-16"},  {17, "17-32"}, {32, "17-32"}, {33, "33+"},
+      {512, "33+"}};
+  for (const auto& [n, label] : want) EXPECT_EQ(services::StepBatchLabel(n), label) << n;
+}
+
+TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
+  Make();
+  const std::string proposed = "specd_router_batch_draft_proposed_tokens_total";
+  const std::string accepted = "specd_router_batch_draft_accepted_tokens_total";
+  // Alone: every draft is verified in a step of one sequence.
+  auto alone = Run(Req(Prompt(24, 5), 24, SpecMode::kDraft, 3));
+  alone->Wait();
+  ASSERT_TRUE(alone->status().ok()) << alone->status();
+  std::string text = metrics_.Text();
+  const double drafted_alone = alone->completion().speculation().draft_tokens();
+  ASSERT_GT(drafted_alone, 0);
+  EXPECT_EQ(SumSamples(text, proposed, "batch=\"1\""), drafted_alone) << text;
+  EXPECT_EQ(SumSamples(text, proposed), drafted_alone) << text;
+  EXPECT_EQ(SumSamples(text, accepted), alone->completion().speculation().accepted_tokens());
+  // Three at once: most of their steps verify all three.
+  std::vector<std::shared_ptr<Collect>> sinks;
+  for (int i = 0; i < 3; ++i) sinks.push_back(Run(Req(Prompt(24, 6 + i), 48, SpecMode::kDraft, 3)));
+  double drafted = drafted_alone, accepted_all = alone->completion().speculation().accepted_tokens();
+  for (const auto& sink : sinks) {
+    sink->Wait();
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    drafted += sink->completion().speculation().draft_tokens();
+    accepted_all += sink->completion().speculation().accepted_tokens();
+  }
+  text = metrics_.Text();
+  EXPECT_GT(SumSamples(text, proposed, "batch=\"3-4\""), 0) << text;
+  // Every draft is in exactly one batch bucket, as in the per-position counters.
+  EXPECT_EQ(SumSamples(text, proposed), drafted) << text;
+  EXPECT_EQ(SumSamples(text, proposed), SumSamples(text, "specd_router_draft_proposed_tokens_total"));
+  EXPECT_EQ(SumSamples(text, accepted), accepted_all) << text;
+  EXPECT_EQ(SumSamples(text, accepted), SumSamples(text, "specd_router_draft_accepted_tokens_total"));
 }
 
 }  // namespace
