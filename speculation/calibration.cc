@@ -35,10 +35,13 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
        runner.model().options().max_batch_tokens}));
   max_rows = std::max(1, std::min(max_rows, runner.model().options().max_logit_rows));
   if (max_tokens < 1) return absl::ResourceExhaustedError("no KV room to calibrate");
-  std::vector<int32_t> dense, large;
-  for (int32_t x = 1; x <= std::min(max_tokens, kDenseCalibrationTokens); ++x) dense.push_back(x);
-  for (int32_t x = 16; x < max_tokens; x *= 2) large.push_back(x);
-  if (max_tokens > kDenseCalibrationTokens) large.push_back(max_tokens);
+  // `rounds`: the sizes timed round-robin, best of kTimedPasses; `large`: the rest.
+  std::vector<int32_t> rounds, large;
+  for (int32_t x = 1; x <= std::min(max_tokens, kDenseCalibrationTokens); ++x) rounds.push_back(x);
+  for (int32_t x = 16; x < max_tokens; x *= 2) (x <= kRoundRobinCalibrationTokens ? rounds : large).push_back(x);
+  if (max_tokens > kDenseCalibrationTokens) {
+    (max_tokens <= kRoundRobinCalibrationTokens ? rounds : large).push_back(max_tokens);
+  }
   const std::vector<int32_t> ids = ProbeTokens(max_tokens, vocab);
   std::vector<float> logits(static_cast<size_t>(std::min(max_tokens, max_rows)) * vocab);
   if (absl::Status st = runner.AddSequence(probe); !st.ok()) return st;
@@ -54,27 +57,28 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
     if (best != nullptr) *best = std::min(*best, Since(t0));
     return st;
   };
-  // The decode-sized forwards go round-robin: one untimed pass (a size's first forward touches
-  // buffers and pages no later one does; right after a load it read verify(5) 1.58x verify(1)
-  // where the next calibration read 1.39x), then kTimedPasses passes whose best per size is
-  // kept, so a slow spell of a shared machine falls on every size alike and is left out.
+  // The decode- and batch-sized forwards go round-robin: one untimed pass (a size's first
+  // forward touches buffers and pages no later one does; right after a load it read verify(5)
+  // 1.58x verify(1) where the next calibration read 1.39x), then kTimedPasses passes whose best
+  // per size is kept, so a slow spell of a shared machine falls on every size alike and is
+  // left out.
   constexpr int kTimedPasses = 5;
-  std::vector<double> best(dense.size() + large.size(), 1e30);
+  std::vector<double> best(rounds.size() + large.size(), 1e30);
   absl::Status st;
   for (int pass = 0; pass <= kTimedPasses && st.ok(); ++pass) {
-    for (size_t i = 0; i < dense.size() && st.ok(); ++i) {
-      st = forward(dense[i], pass == 0 ? nullptr : &best[i]);
+    for (size_t i = 0; i < rounds.size() && st.ok(); ++i) {
+      st = forward(rounds[i], pass == 0 ? nullptr : &best[i]);
     }
   }
   // The prefill-sized ones: best of 2 each (one slow run is a small part of a long forward).
   for (size_t i = 0; i < large.size() && st.ok(); ++i) {
-    for (int rep = 0; rep < 2 && st.ok(); ++rep) st = forward(large[i], &best[dense.size() + i]);
+    for (int rep = 0; rep < 2 && st.ok(); ++rep) st = forward(large[i], &best[rounds.size() + i]);
   }
   runner.FreeSequence(probe);
   if (!st.ok()) return st;
   std::vector<std::pair<double, double>> points;
   for (size_t i = 0; i < best.size(); ++i) {
-    const double x = i < dense.size() ? dense[i] : large[i - dense.size()];
+    const double x = i < rounds.size() ? rounds[i] : large[i - rounds.size()];
     // Never below a smaller size's time: a larger forward does a superset of the work.
     points.push_back({x, points.empty() ? best[i] : std::max(best[i], points.back().second)});
   }

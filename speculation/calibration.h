@@ -17,7 +17,7 @@ namespace specd::spec {
 // Target forwards of every size 1 .. kDenseCalibrationTokens, then 16, 32, ..., max_tokens
 // tokens, each asking for logits of its last min(tokens, max_rows) rows (verification asks for
 // every decode row's): best of several runs per size, so one slow run on a shared core does not
-// make decode-sized steps look dear. The curve never falls as tokens grow (a larger forward
+// make decode-sized steps look dear (sizes up to kRoundRobinCalibrationTokens round-robin). The curve never falls as tokens grow (a larger forward
 // does a superset of the work: a lower time is noise). Uses (and frees) the sequence id `probe`.
 absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t max_tokens,
                                           int32_t max_rows, engine::SeqId probe = -1);
@@ -27,6 +27,14 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
 // pass unpacking the weights once, so 9 rows cost a pass more than 8 (docs/PERFORMANCE.md,
 // "Verification at depth"). Every size a batch-1 step can ask for is measured.
 inline constexpr int32_t kDenseCalibrationTokens = 9;
+
+// Batch-sized forwards up to this many tokens are timed round-robin with the dense ones, best of
+// as many passes: a step of 16 sequences prices its drafts on the slope from 16 to 32 tokens,
+// and at best of 2, timed one size after the other, that slope read 0.47-1.89x the mean cost
+// of a token at 16 across calibrations of one machine (a row looking half price drafted the
+// n-gram lookup's 38 %-accepted matches at concurrency 16: 0.76x of speculation off,
+// docs/PERFORMANCE.md).
+inline constexpr int32_t kRoundRobinCalibrationTokens = 64;
 
 // Drafter::Propose for 1, 4 and 16 sequences (at most max_sequences) at k = 1 (one round),
 // after a prefill; seconds per draft round. Uses (and releases) ids -1 .. -max_sequences.
