@@ -17,8 +17,9 @@ namespace specd::spec {
 // Target forwards of every size 1 .. kDenseCalibrationTokens, then 16, 32, ..., max_tokens
 // tokens, each asking for logits of its last min(tokens, max_rows) rows (verification asks for
 // every decode row's): best of several runs per size, so one slow run on a shared core does not
-// make decode-sized steps look dear (sizes up to kRoundRobinCalibrationTokens round-robin). The curve never falls as tokens grow (a larger forward
-// does a superset of the work: a lower time is noise). Uses (and frees) the sequence id `probe`.
+// make decode-sized steps look dear (sizes up to kRoundRobinCalibrationTokens round-robin). The
+// curve never falls as tokens grow (a larger forward does a superset of the work: a lower time
+// is noise). Uses (and frees) the sequence id `probe`.
 absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t max_tokens,
                                           int32_t max_rows, engine::SeqId probe = -1);
 

@@ -51,7 +51,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& router_draft_proposed;    // {position, mode}
   prometheus::Family<prometheus::Counter>& router_draft_accepted;    // {position, mode}
   // The same tokens by the size of the step that verified them (`batch`: StepBatchLabel of its
-  // emitting sequences): where drafting happens under load, e.g. in a wave's tail.
+  // emitting sequences): whether drafts are verified in full steps, where they cost the most.
   prometheus::Family<prometheus::Counter>& router_batch_draft_proposed;  // {batch}
   prometheus::Family<prometheus::Counter>& router_batch_draft_accepted;  // {batch}
   prometheus::Histogram& router_accepted_length;
