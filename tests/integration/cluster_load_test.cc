@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/metric_sum.h"
 #include "testing/plain_greedy.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
@@ -118,22 +119,6 @@ Outcome Call(Cluster& c, const GenerateRequest& r, bool stream) {
     o.has_completion = u.has_completion();
   }
   return o;
-}
-
-// Value of an unlabelled sample `name`, or the sum over all label sets of `name{...}`; -1 when
-// absent.
-double MetricSum(const std::string& text, const std::string& name) {
-  double sum = 0;
-  bool found = false;
-  for (size_t at = 0; (at = text.find("\n" + name, at)) != std::string::npos; ++at) {
-    const size_t start = at + 1 + name.size();
-    if (start >= text.size() || (text[start] != ' ' && text[start] != '{')) continue;
-    const size_t sp = text.find(' ', text[start] == '{' ? text.find('}', start) : start);
-    if (sp == std::string::npos) continue;
-    sum += std::strtod(text.c_str() + sp + 1, nullptr);
-    found = true;
-  }
-  return found ? sum : -1;
 }
 
 TEST(ClusterLoadTest, FiveHundredRequestsAtConcurrency64NoneLostKvFreed) {

@@ -3,7 +3,6 @@
 // paths (draft down and back, target restart).
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,6 +15,7 @@
 #include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
+#include "testing/metric_sum.h"
 #include "testing/plain_greedy.h"
 #include "testing/tiny_model.h"
 #include "common/tokenizer/tokenizer.h"
@@ -984,17 +984,9 @@ TEST_F(RouterEngineTest, AcceptanceIsCountedPerDrafter) {
   EXPECT_NE(text.find("mode=\"ngram\",position=\"1\""), std::string::npos) << text;
 }
 
-// The sum of every sample of `family` in a text exposition whose labels contain `label`
-// (empty: all of them).
+// The router's counters, 0 where a family has no sample yet.
 double SumSamples(const std::string& text, const std::string& family, const std::string& label = "") {
-  double sum = 0;
-  for (size_t at = 0; (at = text.find("\n" + family + "{", at)) != std::string::npos; ++at) {
-    const size_t close = text.find('}', at);
-    const std::string labels = text.substr(at, close - at);
-    if (!label.empty() && labels.find(label) == std::string::npos) continue;
-    sum += std::strtod(text.c_str() + close + 1, nullptr);
-  }
-  return sum;
+  return specd::testing::MetricSum(text, family, label, /*absent=*/0);
 }
 
 TEST(StepBatchLabelTest, Buckets) {
