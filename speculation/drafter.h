@@ -75,10 +75,13 @@ class Drafter {
   virtual int32_t feature_dim() const { return 0; }  // D of the rows AddFeatures takes
   virtual void AddFeatures(SeqId seq, int32_t first_pos, absl::Span<const float> rows) {}
 
-  // Whether Propose would propose anything for `tokens` (committed x_1..x_n), asked before
-  // the step is planned. Only a drafter that proposes from the tokens alone can know it ahead
-  // (the n-gram lookup: a match); the rest answer true.
-  virtual bool HasProposal(absl::Span<const int32_t> tokens) const { return true; }
+  // Whether Propose would propose anything for `tokens` (committed x_1..x_n) that follows at
+  // least their last `min_match` tokens, asked before the step is planned. Only a drafter that
+  // proposes from the tokens alone can know it ahead (the n-gram lookup: a match of at least
+  // `min_match` tokens); the rest answer true (a model drafter conditions on all of them).
+  virtual bool HasProposal(absl::Span<const int32_t> tokens, int32_t min_match) const {
+    return true;
+  }
 
   // True when drafting costs a model forward per token (the adaptive-k cost model needs it).
   virtual bool runs_model() const = 0;

@@ -30,11 +30,11 @@ absl::Span<const int32_t> NgramDrafter::Window(absl::Span<const int32_t> all) co
              : all;
 }
 
-bool NgramDrafter::HasProposal(absl::Span<const int32_t> all) const {
+bool NgramDrafter::HasProposal(absl::Span<const int32_t> all, int32_t min_match) const {
   const absl::Span<const int32_t> t = Window(all);
   const int64_t n = static_cast<int64_t>(t.size());
-  const int64_t len = options_.min_ngram;
-  if (n - 1 < len) return false;
+  const int64_t len = std::max(options_.min_ngram, min_match);
+  if (len > options_.max_ngram || n - 1 < len) return false;
   const int32_t* suffix = t.data() + n - len;
   for (int64_t j = n - len - 1; j >= 0; --j) {
     if (std::equal(suffix, suffix + len, t.data() + j)) return true;

@@ -29,9 +29,10 @@ class NgramDrafter final : public Drafter {
   absl::Status Commit(SeqId, absl::Span<const int32_t>) override { return absl::OkStatus(); }
   void Release(SeqId) override {}
   bool runs_model() const override { return false; }
-  // Lookup(tokens, k) is non-empty: asked every step before Propose, so one scan of the
-  // shortest suffix only (any longer match contains an earlier occurrence of it).
-  bool HasProposal(absl::Span<const int32_t> tokens) const override;
+  // Lookup(tokens, k) is non-empty and follows a suffix of at least `min_match` tokens: asked
+  // every step before Propose, so one scan of the shortest such suffix only (any longer match
+  // contains an earlier occurrence of it). False when min_match > max_ngram.
+  bool HasProposal(absl::Span<const int32_t> tokens, int32_t min_match) const override;
 
   // The continuation (at most k tokens) after the most recent earlier occurrence of the longest
   // matching suffix of `tokens`; empty when nothing matches.

@@ -74,9 +74,13 @@ bool SpecLoop::Available(int32_t d) const {
 bool SpecLoop::Drafts(const LoopSeq& s) const { return Available(s.drafter); }
 
 bool SpecLoop::LookupCanDraft(const LoopSeq& s) const {
-  return !s.fixed_k && s.lookup != s.drafter && Available(s.lookup) &&
-         !drafters_[s.lookup].drafter->runs_model() &&
-         drafters_[s.lookup].drafter->HasProposal(s.tokens);
+  if (s.fixed_k || s.lookup == s.drafter || !Available(s.lookup) ||
+      drafters_[s.lookup].drafter->runs_model()) {
+    return false;
+  }
+  // Short matches are left to the sequence's own drafter while it has one (LoopOptions).
+  const int32_t min_match = Drafts(s) ? options_.lookup_min_match : 1;
+  return drafters_[s.lookup].drafter->HasProposal(s.tokens, min_match);
 }
 
 SpecSeqState& SpecLoop::StateFor(LoopSeq& s, int32_t d) {

@@ -118,6 +118,7 @@ absl::Status RouterEngine::Start() {
   lo.max_running = options_.scheduler.max_running;
   lo.draft_errors_fail_step = false;  // a failing draft service only means plain decoding
   lo.prefix_lookups = target_info_.prefix_caching();
+  lo.lookup_min_match = options_.lookup_min_match;
   {
     absl::MutexLock l(&mu_);
     loop_ = std::make_unique<spec::SpecLoop>(lo, &remote_target_, std::move(drafters));

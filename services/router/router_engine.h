@@ -49,6 +49,9 @@ struct RouterOptions {
   SchedulerConfig scheduler;
   int32_t max_k = 8;                     // adaptive k's upper bound
   int32_t default_k = 0;                 // 0: adaptive
+  // Speculation auto: the n-gram lookup drafts only after a match of this many tokens; shorter
+  // matches are the draft service's (spec::LoopOptions::lookup_min_match).
+  int32_t lookup_min_match = spec::LoopOptions{}.lookup_min_match;
   // The adaptive-k policy's cost curves (spec::KPolicy). Empty: the services' own calibration
   // (GetInfo step_cost); a service that reports none gets no adaptive drafts.
   spec::CostCurve verify_cost, draft_cost;

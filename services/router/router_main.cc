@@ -124,6 +124,9 @@ int Main(int argc, char** argv) {
         "largest max_new_tokens accepted");
   f.Add("num-draft-tokens", "SPECD_ROUTER_NUM_DRAFT_TOKENS", &o.default_k,
         "draft tokens per step when the request does not say (0 = adaptive)");
+  f.Add("lookup-min-match", "SPECD_ROUTER_LOOKUP_MIN_MATCH", &o.lookup_min_match,
+        "speculation auto: the n-gram lookup drafts after matches of at least this many tokens, "
+        "the draft model after shorter ones (>= 1)");
   f.Add("step-timeout-s", "SPECD_ROUTER_STEP_TIMEOUT_S", &step_timeout_s,
         "deadline of one step");
   f.Add("step-streams", "SPECD_ROUTER_STEP_STREAMS", &step_streams,
@@ -173,6 +176,11 @@ int Main(int argc, char** argv) {
   }
   if (model.empty()) {
     std::fprintf(stderr, "specd-router: --model (the target's GGUF, for the tokenizer) is required\n");
+    return 2;
+  }
+  if (o.lookup_min_match < 1) {
+    std::fprintf(stderr, "specd-router: --lookup-min-match must be >= 1, got %d\n",
+                 o.lookup_min_match);
     return 2;
   }
   o.target_down_timeout = absl::Seconds(target_down_timeout_s);

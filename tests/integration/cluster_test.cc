@@ -931,5 +931,19 @@ TEST(ClusterApiKeysTest, KeysGuardBothFacesAndStayOutOfLogs) {
   std::filesystem::remove(key_file);
 }
 
+// A router flag out of range is refused at start, naming the flag.
+TEST(ClusterFlagsTest, ALookupMinMatchBelowOneIsRefusedByName) {
+  const std::string dir = ::testing::TempDir();
+  const char* b = std::getenv("SPECD_BINARY_DIR");
+  const std::string router = std::string(b != nullptr ? b : ".") + "/services/specd-router";
+  const std::string log = dir + "/router_lookup_min_match.log";
+  Process p({router, "--model", dir + "/unused.gguf", "--lookup-min-match", "0"}, log);
+  const int status = p.Wait(30);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("--lookup-min-match must be >= 1"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace specd::testing

@@ -247,19 +247,37 @@ TEST(NgramDrafterTest, LongestRecentSuffixMatch) {
   EXPECT_EQ(out[0].proposals[0].probs, (std::vector<float>{1.0f}));
 }
 
-// HasProposal (one scan of the shortest suffix) against its reference, Lookup being non-empty:
-// random short sequences over a few symbols, every option set, windows cut by max_lookback.
-TEST(NgramDrafterTest, HasProposalIsLookupNonEmpty) {
+// HasProposal (one scan of the shortest suffix) against its reference: some suffix of
+// min_match..max_ngram tokens (and at least min_ngram) occurs earlier in the window with a token
+// after it. At min_match 1 that is Lookup being non-empty. Random short sequences over a few
+// symbols, every option set, windows cut by max_lookback.
+TEST(NgramDrafterTest, HasProposalIsAMatchOfAtLeastMinMatchTokens) {
   std::mt19937 gen(5);
   for (const NgramDrafterOptions o :
        {NgramDrafterOptions{}, NgramDrafterOptions{3, 2, 4096}, NgramDrafterOptions{2, 1, 6}}) {
     auto d = NgramDrafter::Create(o);
     ASSERT_TRUE(d.ok());
     for (int trial = 0; trial < 2000; ++trial) {
-      std::vector<int32_t> t(1 + gen() % 14);
-      for (int32_t& x : t) x = static_cast<int32_t>(gen() % 4);
-      EXPECT_EQ((*d)->HasProposal(t), !(*d)->Lookup(t, 1).empty())
-          << "trial " << trial << " min_ngram " << o.min_ngram;
+      std::vector<int32_t> all(1 + gen() % 14);
+      for (int32_t& x : all) x = static_cast<int32_t>(gen() % 4);
+      const size_t from = all.size() > static_cast<size_t>(o.max_lookback)
+                              ? all.size() - static_cast<size_t>(o.max_lookback)
+                              : 0;
+      const std::vector<int32_t> t(all.begin() + static_cast<std::ptrdiff_t>(from), all.end());
+      const int64_t n = static_cast<int64_t>(t.size());
+      for (int32_t min_match = 1; min_match <= 4; ++min_match) {
+        bool expected = false;
+        for (int64_t len = std::max(o.min_ngram, min_match); len <= o.max_ngram; ++len) {
+          for (int64_t j = 0; j + len < n; ++j) {
+            expected = expected || std::equal(t.end() - len, t.end(), t.begin() + j);
+          }
+        }
+        EXPECT_EQ((*d)->HasProposal(all, min_match), expected)
+            << "trial " << trial << " min_ngram " << o.min_ngram << " min_match " << min_match;
+        if (min_match == 1) {
+          EXPECT_EQ(expected, !(*d)->Lookup(all, 1).empty()) << "trial " << trial;
+        }
+      }
     }
   }
 }

@@ -652,7 +652,9 @@ TEST_F(SpecEngineTest, LookupFirstThenTheDraftModelKeepsGreedyOutput) {
     }
     absl::Status Commit(SeqId s, absl::Span<const int32_t> c) override { return d_->Commit(s, c); }
     void Release(SeqId s) override { d_->Release(s); }
-    bool HasProposal(absl::Span<const int32_t> t) const override { return d_->HasProposal(t); }
+    bool HasProposal(absl::Span<const int32_t> t, int32_t min_match) const override {
+      return d_->HasProposal(t, min_match);
+    }
     bool runs_model() const override { return d_->runs_model(); }
     uint64_t weight_bytes() const override { return d_->weight_bytes(); }
     const engine::PagedKvCache* kv_cache() const override { return d_->kv_cache(); }

@@ -333,14 +333,16 @@ TEST(SpecLoopTest, ATargetErrorEndsTheStepAndCommitsNothing) {
   EXPECT_EQ(a->tokens, Expected({4}, 8));
 }
 
-// A free lookup drafter (the n-gram one's part): it has a match where `match` says so, and
-// guesses right or wrong.
+// A free lookup drafter (the n-gram one's part): after a sequence's last token, its match is
+// `match_length(last)` tokens long (0: none), and it guesses right or wrong.
 class FakeLookup final : public Drafter {
  public:
-  FakeLookup(Guess g, std::function<bool(int32_t last)> m) : guess(g), match(std::move(m)) {}
+  FakeLookup(Guess g, std::function<int32_t(int32_t last)> m)
+      : guess(g), match_length(std::move(m)) {}
   std::string_view name() const override { return "lookup"; }
-  bool HasProposal(absl::Span<const int32_t> tokens) const override {
-    return match(tokens.back());
+  bool HasProposal(absl::Span<const int32_t> tokens, int32_t min_match) const override {
+    const int32_t len = match_length(tokens.back());
+    return len > 0 && len >= min_match;
   }
   absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override {
     for (size_t i = 0; i < in.size(); ++i) {
@@ -359,7 +361,7 @@ class FakeLookup final : public Drafter {
   bool runs_model() const override { return false; }
 
   Guess guess;
-  std::function<bool(int32_t)> match;
+  std::function<int32_t(int32_t)> match_length;
   std::vector<int32_t> last_seen;  // the last token of every sequence it drafted for
 };
 
@@ -394,8 +396,8 @@ class RecordingDrafter final : public Drafter {
 // Speculation "auto": per step, the lookup drafts where it has a match and its policy drafts,
 // the sequence's own drafter everywhere else. Both policies are adaptive (no fixed k).
 struct AutoFixture {
-  AutoFixture(Guess lookup_guess, std::function<bool(int32_t)> match)
-      : lookup(lookup_guess, std::move(match)) {
+  AutoFixture(Guess lookup_guess, std::function<int32_t(int32_t)> match_length)
+      : lookup(lookup_guess, std::move(match_length)) {
     LoopOptions o;
     o.context_length = 4096;
     KPolicyOptions ko;
@@ -434,7 +436,7 @@ struct AutoFixture {
 
 TEST(SpecLoopTest, AutoDraftsFromTheLookupWhereItHasAMatchAndFromTheDrafterElsewhere) {
   // Matches after even tokens only.
-  AutoFixture f(Guess::kRight, [](int32_t last) { return last % 2 == 0; });
+  AutoFixture f(Guess::kRight, [](int32_t last) { return last % 2 == 0 ? 4 : 0; });
   LoopSeqPtr a = f.Add(1, {4, 9}, 120);
   TakeAll client;
   const int steps = f.RunAll(client);
@@ -450,7 +452,7 @@ TEST(SpecLoopTest, AutoDraftsFromTheLookupWhereItHasAMatchAndFromTheDrafterElsew
 }
 
 TEST(SpecLoopTest, AutoGivesAMissingLookupUpForTheDrafter) {
-  AutoFixture f(Guess::kWrong, [](int32_t) { return true; });  // always a match, always wrong
+  AutoFixture f(Guess::kWrong, [](int32_t) { return 4; });  // always a match, always wrong
   LoopSeqPtr a = f.Add(1, {4, 9}, 200);
   TakeAll client;
   const int steps = f.RunAll(client);
@@ -461,6 +463,36 @@ TEST(SpecLoopTest, AutoGivesAMissingLookupUpForTheDrafter) {
   EXPECT_LE(f.lookup.last_seen.size(), 20u);
   EXPECT_GT(f.drafter.last_seen.size(), 20u);
   EXPECT_GT(a->accepted, 100);
+}
+
+// A 1-token match is left to the sequence's own drafter (LoopOptions::lookup_min_match), and a
+// lookup with no drafter beside it takes any match.
+TEST(SpecLoopTest, AutoLeavesOneTokenMatchesToTheDrafter) {
+  // 1-token matches after even tokens, 2-token matches after odd ones.
+  const auto length = [](int32_t last) { return last % 2 == 0 ? 1 : 2; };
+  {
+    AutoFixture f(Guess::kRight, length);
+    LoopSeqPtr a = f.Add(1, {4, 9}, 120);
+    TakeAll client;
+    f.RunAll(client);
+    EXPECT_EQ(a->tokens, Expected({4, 9}, 120));
+    ASSERT_FALSE(f.lookup.last_seen.empty());
+    ASSERT_FALSE(f.drafter.last_seen.empty());
+    for (int32_t t : f.lookup.last_seen) EXPECT_EQ(t % 2, 1) << "a 1-token match: the drafter's";
+    for (int32_t t : f.drafter.last_seen) EXPECT_EQ(t % 2, 0);
+  }
+  {
+    AutoFixture f(Guess::kRight, length);
+    LoopSeqPtr a = f.Add(1, {4, 9}, 120);
+    a->drafter = -1;  // no draft model (the router without a draft service)
+    TakeAll client;
+    f.RunAll(client);
+    EXPECT_EQ(a->tokens, Expected({4, 9}, 120));
+    EXPECT_TRUE(f.drafter.last_seen.empty());
+    int even = 0;
+    for (int32_t t : f.lookup.last_seen) even += t % 2 == 0 ? 1 : 0;
+    EXPECT_GT(even, 0) << "alone, the lookup drafts after 1-token matches too";
+  }
 }
 
 }  // namespace
