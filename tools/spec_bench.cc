@@ -97,53 +97,92 @@ struct Bench {
     return e;
   }
 
+  // What a pass adds up over its groups of prompts.
+  struct Tally {
+    int64_t generated = 0, decode_tokens = 0;
+    double secs = 0, decode_secs = 0, cpu_secs = 0;
+    Row ToRow(const spec::SpecEngine& e) const {
+      Row row;
+      row.tok_s = generated / std::max(1e-9, secs);
+      row.decode_tok_s = decode_secs > 0 ? decode_tokens / decode_secs : 0;
+      row.tok_cpu_s = generated / std::max(1e-9, cpu_secs);
+      row.stats = e.stats();
+      return row;
+    }
+  };
+
   // One pass: o.new_tokens tokens (greedy, or sampled at `temperature`) for every prompt,
   // `batch` at a time. `seeded` false: as a client that chose no seed (sampled k not pinned).
   absl::StatusOr<Row> Measure(spec::SpecEngine& e, int batch, float temperature, bool seeded) {
     e.ResetStats();
-    int64_t generated = 0, decode_tokens = 0;
-    double decode_secs = 0;
-    const double c0 = CpuSeconds();
-    const auto t0 = Clock::now();
+    Tally t;
     for (size_t p0 = 0; p0 < prompts.size(); p0 += batch) {
-      std::vector<spec::RequestId> ids;
-      for (size_t p = p0; p < std::min(prompts.size(), p0 + batch); ++p) {
-        spec::SpecRequest r;
-        r.prompt = prompts[p];
-        r.params.temperature = temperature;
-        r.params.seed = 1000 + p;  // the same prompts draw the same randomness in every row
-        r.seeded = seeded;
-        r.params.ignore_eos = true;
-        r.max_new_tokens = o.new_tokens;
-        auto id = e.Admit(std::move(r));
-        if (!id.ok()) return id.status();
-        ids.push_back(*id);
-      }
-      int64_t after_first = 0;
-      auto t_first = Clock::now();
-      if (batch == 1) {
-        if (auto st = e.Step(); !st.ok()) return st;
-        after_first = e.stats().emitted;
-        t_first = Clock::now();
-      }
-      if (auto st = e.RunToCompletion(); !st.ok()) return st;
-      if (batch == 1) {
-        decode_tokens += e.stats().emitted - after_first;
-        decode_secs += std::chrono::duration<double>(Clock::now() - t_first).count();
-      }
-      for (auto id : ids) {
-        auto r = e.TakeResult(id);
-        if (!r.ok()) return r.status();
-        generated += static_cast<int64_t>(r->tokens.size());
+      if (absl::Status st = RunGroup(e, p0, batch, temperature, seeded, t); !st.ok()) return st;
+    }
+    return t.ToRow(e);
+  }
+
+  // One pass of each engine, interleaved by group of prompts: each group runs on both, the
+  // order alternating from group to group (`mine_first` for the first). A host whose speed
+  // drifts over seconds (a shared VM's neighbours) then slows both sides of a ratio alike,
+  // where pass after pass it moved one side by up to ±15 % (docs/PERFORMANCE.md).
+  absl::Status MeasurePair(spec::SpecEngine& plain, spec::SpecEngine& mine, int batch,
+                           float temperature, bool seeded, bool mine_first, Row& base, Row& row) {
+    plain.ResetStats();
+    mine.ResetStats();
+    Tally tb, tm;
+    bool mine_now = mine_first;
+    for (size_t p0 = 0; p0 < prompts.size(); p0 += batch, mine_now = !mine_now) {
+      for (int side = 0; side < 2; ++side) {
+        const bool run_mine = (side == 0) == mine_now;
+        absl::Status st = RunGroup(run_mine ? mine : plain, p0, batch, temperature, seeded,
+                                   run_mine ? tm : tb);
+        if (!st.ok()) return st;
       }
     }
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    Row row;
-    row.tok_s = generated / secs;
-    row.decode_tok_s = decode_secs > 0 ? decode_tokens / decode_secs : 0;
-    row.tok_cpu_s = generated / std::max(1e-9, CpuSeconds() - c0);
-    row.stats = e.stats();
-    return row;
+    base = tb.ToRow(plain);
+    row = tm.ToRow(mine);
+    return absl::OkStatus();
+  }
+
+  // Prompts [p0, p0 + batch) to completion on `e`, added to `t`.
+  absl::Status RunGroup(spec::SpecEngine& e, size_t p0, int batch, float temperature, bool seeded,
+                        Tally& t) {
+    const double c0 = CpuSeconds();
+    const auto t0 = Clock::now();
+    std::vector<spec::RequestId> ids;
+    for (size_t p = p0; p < std::min(prompts.size(), p0 + batch); ++p) {
+      spec::SpecRequest r;
+      r.prompt = prompts[p];
+      r.params.temperature = temperature;
+      r.params.seed = 1000 + p;  // the same prompts draw the same randomness in every row
+      r.seeded = seeded;
+      r.params.ignore_eos = true;
+      r.max_new_tokens = o.new_tokens;
+      auto id = e.Admit(std::move(r));
+      if (!id.ok()) return id.status();
+      ids.push_back(*id);
+    }
+    int64_t after_first = 0;
+    auto t_first = Clock::now();
+    if (batch == 1) {
+      if (auto st = e.Step(); !st.ok()) return st;
+      after_first = e.stats().emitted;
+      t_first = Clock::now();
+    }
+    if (auto st = e.RunToCompletion(); !st.ok()) return st;
+    if (batch == 1) {
+      t.decode_tokens += e.stats().emitted - after_first;
+      t.decode_secs += std::chrono::duration<double>(Clock::now() - t_first).count();
+    }
+    for (auto id : ids) {
+      auto r = e.TakeResult(id);
+      if (!r.ok()) return r.status();
+      t.generated += static_cast<int64_t>(r->tokens.size());
+    }
+    t.secs += std::chrono::duration<double>(Clock::now() - t0).count();
+    t.cpu_secs += CpuSeconds() - c0;
+    return absl::OkStatus();
   }
 
   // The adaptive policy's cost curves, as printed under a row.
@@ -178,10 +217,11 @@ struct Bench {
     return best;
   }
 
-  // Paired against plain decoding: `pairs` rounds of one pass on `plain` and one on this
-  // configuration's engine, the order swapped every round (whichever runs second on this
-  // machine can read faster or slower), so the machine's drift cancels in each round's ratio.
-  // The row's ratio is the median of the rounds' ratios; its tok/s and stats are the last pass.
+  // Paired against plain decoding: `pairs` rounds of a pass on `plain` and a pass on this
+  // configuration's engine, interleaved by group of prompts (MeasurePair), the order within a
+  // group alternating (whichever runs second on this machine can read faster or slower), so
+  // the machine's drift cancels in each round's ratio. The row's ratio is the median of the
+  // rounds' ratios; its tok/s and stats are the last pass.
   absl::StatusOr<Row> RunPaired(const std::string& name, spec::SpecEngine& plain, int pairs,
                                 spec::Drafter* drafter, int k, bool adaptive, int batch,
                                 float temperature, spec::Drafter* lookup = nullptr,
@@ -190,24 +230,18 @@ struct Bench {
     if (!e.ok()) return e.status();
     Row row;
     for (int i = 0; i < pairs; ++i) {
-      absl::StatusOr<Row> base, mine;
-      if (i % 2 == 0) {
-        base = Measure(plain, batch, temperature, seeded);
-        mine = Measure(**e, batch, temperature, seeded);
-      } else {
-        mine = Measure(**e, batch, temperature, seeded);
-        base = Measure(plain, batch, temperature, seeded);
+      Row base, mine;
+      absl::Status st =
+          MeasurePair(plain, **e, batch, temperature, seeded, /*mine_first=*/i % 2 == 1, base, mine);
+      if (!st.ok()) return st;
+      row.paired.push_back(mine.tok_s / base.tok_s);
+      if (batch == 1 && base.decode_tok_s > 0) {
+        row.paired_decode.push_back(mine.decode_tok_s / base.decode_tok_s);
       }
-      if (!base.ok()) return base.status();
-      if (!mine.ok()) return mine.status();
-      row.paired.push_back(mine->tok_s / base->tok_s);
-      if (batch == 1 && base->decode_tok_s > 0) {
-        row.paired_decode.push_back(mine->decode_tok_s / base->decode_tok_s);
-      }
-      row.tok_s = mine->tok_s;
-      row.decode_tok_s = mine->decode_tok_s;
-      row.tok_cpu_s = mine->tok_cpu_s;
-      row.stats = mine->stats;
+      row.tok_s = mine.tok_s;
+      row.decode_tok_s = mine.decode_tok_s;
+      row.tok_cpu_s = mine.tok_cpu_s;
+      row.stats = mine.stats;
     }
     row.name = name;
     if (drafter != nullptr && adaptive) row.costs = Costs(**e);
