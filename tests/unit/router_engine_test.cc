@@ -3,6 +3,7 @@
 // paths (draft down and back, target restart).
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -124,6 +125,8 @@ class RouterEngineTest : public ::testing::Test {
     auto t = std::make_unique<LocalTargetBackend>(std::make_unique<services::TargetWorker>(
         Host(target_model ? *target_model : *target_path_, target_blocks, 0, prefix_caching_)));
     target_ = t.get();
+    std::unique_ptr<TargetBackend> target = std::move(t);
+    if (wrap_target_) target = wrap_target_(std::move(target));
     std::unique_ptr<LocalDraftBackend> d;
     if (with_draft) {
       // The draft proposes every k the router asks for: these tests check the router's k.
@@ -141,7 +144,7 @@ class RouterEngineTest : public ::testing::Test {
       options.track_load = false;
     }
     options.draft_retry = absl::Milliseconds(50);
-    engine_ = std::make_unique<RouterEngine>(options, std::move(t), std::move(d),
+    engine_ = std::make_unique<RouterEngine>(options, std::move(target), std::move(d),
                                              tokenizer ? *tokenizer : *tokenizer_, &metrics_);
     ASSERT_TRUE(engine_->Start().ok());
   }
@@ -166,6 +169,8 @@ class RouterEngineTest : public ::testing::Test {
   }
 
   bool prefix_caching_ = true;  // on both services, as they ship
+  // Make() hands the target backend to this first, when set (a test's wrapper around it).
+  std::function<std::unique_ptr<TargetBackend>(std::unique_ptr<TargetBackend>)> wrap_target_;
   static std::string* target_path_;
   static std::string* draft_path_;
   static gguf::GgufFile* file_;
@@ -997,8 +1002,43 @@ TEST(StepBatchLabelTest, Buckets) {
   for (const auto& [n, label] : want) EXPECT_EQ(services::StepBatchLabel(n), label) << n;
 }
 
+// The target, with its steps held while `held`: requests submitted meanwhile all wait for the
+// next step, however the test's threads are scheduled.
+class HeldTarget final : public TargetBackend {
+ public:
+  explicit HeldTarget(std::unique_ptr<TargetBackend> inner) : inner_(std::move(inner)) {}
+  absl::StatusOr<iv1::TargetStepResponse> Step(const iv1::TargetStepRequest& r) override {
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(this, &HeldTarget::Free));
+    }
+    return inner_->Step(r);
+  }
+  absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
+    return inner_->Release(ids);
+  }
+  absl::StatusOr<iv1::ServiceInfo> GetInfo() override { return inner_->GetInfo(); }
+  void Hold(bool held) {
+    absl::MutexLock l(&mu_);
+    held_ = held;
+  }
+
+ private:
+  bool Free() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; }
+  std::unique_ptr<TargetBackend> inner_;
+  absl::Mutex mu_;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
+  HeldTarget* held = nullptr;
+  wrap_target_ = [&held](std::unique_ptr<TargetBackend> t) {
+    auto h = std::make_unique<HeldTarget>(std::move(t));
+    held = h.get();
+    return std::unique_ptr<TargetBackend>(std::move(h));
+  };
   Make();
+  ASSERT_NE(held, nullptr);
   const std::string proposed = "specd_router_batch_draft_proposed_tokens_total";
   const std::string accepted = "specd_router_batch_draft_accepted_tokens_total";
   // Alone: every draft is verified in a step of one sequence.
@@ -1011,9 +1051,12 @@ TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
   EXPECT_EQ(SumSamples(text, proposed, "batch=\"1\""), drafted_alone) << text;
   EXPECT_EQ(SumSamples(text, proposed), drafted_alone) << text;
   EXPECT_EQ(SumSamples(text, accepted), alone->completion().speculation().accepted_tokens());
-  // Three at once: most of their steps verify all three.
+  // Three at once (submitted while the target's steps are held, so from the second step on
+  // all three decode together): most of their steps verify all three.
+  held->Hold(true);
   std::vector<std::shared_ptr<Collect>> sinks;
   for (int i = 0; i < 3; ++i) sinks.push_back(Run(Req(Prompt(24, 6 + i), 48, SpecMode::kDraft, 3)));
+  held->Hold(false);
   double drafted = drafted_alone, accepted_all = alone->completion().speculation().accepted_tokens();
   for (const auto& sink : sinks) {
     sink->Wait();
