@@ -4,13 +4,15 @@ exported draft equal the training framework's (JAX) forward of the exported weig
 1e-3 (float activations; observed ~1e-6). Also: the draft speculates losslessly (greedy output
 == plain greedy), so does the draft re-exported at q4_1 (requantize.py), and bad input to the
 tool is a clear error. PromptSetTest checks the prompt sets alone: the passage prompts leave the
-held-out set as it was and quote nothing a benchmark uses.
+held-out set as it was and quote nothing a benchmark uses. ShippedDraftTest checks that the
+committed draft is what tools/distill/make_default_draft.sh says reproduces it.
 
 Usage: distill_test.py SPECD SPECD_MAKE_TINY_MODEL  (run by ctest as distill_test)
 """
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -374,6 +376,63 @@ class PromptSetTest(unittest.TestCase):
         self.assertIn("--num-passage", p.stderr)
         self.assertNotIn("Traceback", p.stderr)
         shutil.rmtree(w)
+
+
+class ShippedDraftTest(unittest.TestCase):
+    """The committed draft (drafts/) against the script that reproduces it: the recipe the export
+    and requantize.py stored in the file equals make_default_draft.sh's specd-distill flags (as
+    the tool's own parser reads them) and its requantization step; its tensors are of the types
+    that step writes; the file stays under the repo's 16 MiB."""
+
+    SHIPPED = os.path.join(ROOT, "drafts", "SmolLM2-135M-Instruct.Q4_1.draft.gguf")
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.dirname(DISTILL))
+        import specd_distill
+        cls.sd = specd_distill
+        with open(os.path.join(ROOT, "tools", "distill", "make_default_draft.sh")) as f:
+            lines = f.read().replace("\\\n", " ").splitlines()
+        run_line = next(line for line in lines if "specd-distill\" run" in line)
+        words = shlex.split(run_line)
+        cls.args = specd_distill.build_parser().parse_args(words[words.index("run"):])
+        req = shlex.split(next(line for line in lines if "requantize.py\"" in line))
+        req = req[next(i for i, w in enumerate(req) if w.endswith("requantize.py")) + 1:]
+        cls.req_flags = dict(zip(req[:-2:2], req[1:-2:2]))
+        cls.req_in, cls.req_out = req[-2], req[-1]
+        reader = specd_distill.Gguf(cls.SHIPPED)
+        cls.recipe = json.loads(str(reader.field("specd.draft.recipe", "{}")))
+
+    def test_the_recipe_is_the_scripts_training_command(self):
+        a = self.args
+        self.assertEqual(a.cmd, "run")
+        expected = {"layers": a.layers, "init_layers": [int(x) for x in a.init_layers.split(",")],
+                    "head_vocab": a.head_vocab, "steps": a.steps, "batch": a.batch,
+                    "seq_len": a.seq_len, "lr": a.lr, "seed": a.seed, "loss": a.loss,
+                    "tv_weight": a.tv_weight, "layer_type": a.layer_type, "head_type": a.head_type}
+        for key, value in expected.items():
+            self.assertEqual(self.recipe.get(key), value, key)
+
+    def test_the_file_is_the_scripts_requantization_of_that_export(self):
+        self.assertEqual(self.req_in, self.args.output)
+        self.assertTrue(self.req_out.endswith("/drafts/" + os.path.basename(self.SHIPPED)),
+                        self.req_out)
+        self.assertEqual(self.recipe.get("requantized"),
+                         {"from": os.path.basename(self.args.output),
+                          "layer_type": self.req_flags["--layer-type"],
+                          "head_type": self.req_flags["--head-type"]})
+        import gguf
+        names = {"q4_1": gguf.GGMLQuantizationType.Q4_1, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+                 "f16": gguf.GGMLQuantizationType.F16, "f32": gguf.GGMLQuantizationType.F32}
+        tensors = gguf.GGUFReader(self.SHIPPED).tensors
+        matrices = [t for t in tensors if len(t.shape) == 2 and t.name != "output_token_ids"]
+        self.assertGreater(len(matrices), 2)
+        for t in matrices:
+            want = self.req_flags["--head-type" if t.name == "output.weight" else "--layer-type"]
+            self.assertEqual(t.tensor_type, names[want], t.name)
+
+    def test_the_file_fits_the_repo(self):
+        self.assertLessEqual(os.path.getsize(self.SHIPPED), 16 * 1024 * 1024)
 
 
 if __name__ == "__main__":

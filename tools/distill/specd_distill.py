@@ -761,7 +761,8 @@ def cmd_hidden(args):
     F[0].tofile(args.out)
 
 
-def main():
+def build_parser():
+    """The command line (also parsed by distill_test against make_default_draft.sh's flags)."""
     ap = argparse.ArgumentParser(prog="specd-distill", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -823,7 +824,11 @@ def main():
     p.add_argument("--target", required=True); p.add_argument("--tokens", required=True)
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_hidden)
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    args = build_parser().parse_args()
     if getattr(args, "out_dir", None):
         try:
             os.makedirs(args.out_dir, exist_ok=True)
