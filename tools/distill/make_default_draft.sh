@@ -7,8 +7,9 @@
 # training 30.6 min (1,700 steps of 16 rows, cut to their length; the loss is the KL plus twice the
 # total variation); ~52 min in all. Training exports at Q8_0 (draft_q8_0.gguf in the work dir);
 # tools/distill/requantize.py then writes every layer and the head at Q4_1 (2026-12-06, tenth
-# session): the draft's step reads 9.2 MB instead of 14.3 and costs ~0.6 of the Q8_0 step in the
-# loop, for 0.507 greedy next-token agreement on the held-out responses against 0.520.
+# session): a 9.2 MB file instead of 14.3 (7.4 MB of weights read a step), its step ~0.6 of the
+# Q8_0 one in the loop, for 0.507 greedy next-token agreement on the held-out responses against
+# 0.520.
 # Work files (data, report.json, loss.png, draft_q8_0.gguf) go to ${1:-/tmp/specd-distill}.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
