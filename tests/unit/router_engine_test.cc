@@ -864,9 +864,26 @@ TEST_F(RouterEngineTest, DrainRefusesNewAndFinishesInFlight) {
 // The target as a service that takes a step's request before answering it: StepOverlapping
 // counts the step as issued, runs the caller's overlapped work, then answers. `issued` is read
 // by the sink below when a chunk reaches it.
-class IssuingTarget final : public TargetBackend {
+// A test's wrapper around a target backend: everything goes to `inner_`; a wrapper overrides
+// what it watches or delays.
+class ForwardingTarget : public TargetBackend {
  public:
-  explicit IssuingTarget(std::unique_ptr<TargetBackend> inner) : inner_(std::move(inner)) {}
+  explicit ForwardingTarget(std::unique_ptr<TargetBackend> inner) : inner_(std::move(inner)) {}
+  absl::StatusOr<iv1::TargetStepResponse> Step(const iv1::TargetStepRequest& r) override {
+    return inner_->Step(r);
+  }
+  absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
+    return inner_->Release(ids);
+  }
+  absl::StatusOr<iv1::ServiceInfo> GetInfo() override { return inner_->GetInfo(); }
+
+ protected:
+  std::unique_ptr<TargetBackend> inner_;
+};
+
+class IssuingTarget final : public ForwardingTarget {
+ public:
+  using ForwardingTarget::ForwardingTarget;
   absl::StatusOr<iv1::TargetStepResponse> Step(const iv1::TargetStepRequest& r) override {
     ++issued;
     return inner_->Step(r);
@@ -879,15 +896,8 @@ class IssuingTarget final : public TargetBackend {
     ++answered;
     return answer;
   }
-  absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
-    return inner_->Release(ids);
-  }
-  absl::StatusOr<iv1::ServiceInfo> GetInfo() override { return inner_->GetInfo(); }
   std::atomic<int> issued{0};
   std::atomic<int> answered{0};
-
- private:
-  std::unique_ptr<TargetBackend> inner_;
 };
 
 // Per chunk: how many target steps had been issued, and answered, when it reached the sink.
@@ -1004,9 +1014,9 @@ TEST(StepBatchLabelTest, Buckets) {
 
 // The target, with its steps held while `held`: requests submitted meanwhile all wait for the
 // next step, however the test's threads are scheduled.
-class HeldTarget final : public TargetBackend {
+class HeldTarget final : public ForwardingTarget {
  public:
-  explicit HeldTarget(std::unique_ptr<TargetBackend> inner) : inner_(std::move(inner)) {}
+  using ForwardingTarget::ForwardingTarget;
   absl::StatusOr<iv1::TargetStepResponse> Step(const iv1::TargetStepRequest& r) override {
     {
       absl::MutexLock l(&mu_);
@@ -1014,10 +1024,6 @@ class HeldTarget final : public TargetBackend {
     }
     return inner_->Step(r);
   }
-  absl::StatusOr<iv1::KvUsage> Release(const std::vector<int64_t>& ids) override {
-    return inner_->Release(ids);
-  }
-  absl::StatusOr<iv1::ServiceInfo> GetInfo() override { return inner_->GetInfo(); }
   void Hold(bool held) {
     absl::MutexLock l(&mu_);
     held_ = held;
@@ -1025,7 +1031,6 @@ class HeldTarget final : public TargetBackend {
 
  private:
   bool Free() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; }
-  std::unique_ptr<TargetBackend> inner_;
   absl::Mutex mu_;
   bool held_ ABSL_GUARDED_BY(mu_) = false;
 };
