@@ -1581,7 +1581,9 @@ void PvRows(const AttnRow* rows, int32_t R, const Src& src, int32_t d) {
 
 // The KV of keys [j0, j1) of kv head h (K slabs and V runs per block, blocks anywhere in the
 // pool) is rarely cached after a pass over the weights: request it all up front so the
-// misses overlap.
+// misses overlap. Into L2 (prefetcht1), not L1: decode at 4k-8k ran 1.1-1.3x faster so, on f16
+// and int8 (docs/PERFORMANCE.md, "KV prefetched into L2"). Likely why: two chunks ahead is 8-16
+// KB per kv head, which in L1 competes with the rows' scores and partials for 32-48 KB.
 void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1) {
   const PagedKvLayer& kv = *a.kv;
   const int32_t d = kv.head_dim;
@@ -1592,9 +1594,9 @@ void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_
     const int64_t block = table[j / kv.block_size];
     const int64_t kat = kv.KIndex(block, 0, h, 0) * es, vat = kv.VIndex(block, off, h) * es;
     for (int64_t o = 0; o < static_cast<int64_t>(kv.block_size) * d * es; o += 64) {
-      PrefetchLine(static_cast<const char*>(kv.k) + kat + o);
+      PrefetchLine</*kL2=*/true>(static_cast<const char*>(kv.k) + kat + o);
     }
-    for (int64_t o = 0; o < n * d * es; o += 64) PrefetchLine(static_cast<const char*>(kv.v) + vat + o);
+    for (int64_t o = 0; o < n * d * es; o += 64) PrefetchLine</*kL2=*/true>(static_cast<const char*>(kv.v) + vat + o);
     if (kv.dtype == KvDtype::kInt8) {  // the block's scales: n floats each
       PrefetchLine(kv.k_scale + kv.SIndex(block, off, h));
       PrefetchLine(kv.v_scale + kv.SIndex(block, off, h));
