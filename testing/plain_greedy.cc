@@ -40,4 +40,10 @@ absl::StatusOr<std::vector<int32_t>> PlainGreedy(const std::string& path,
   return out;
 }
 
+std::vector<int32_t> SyntheticPrompt(int n, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(3 + (i * 37 + salt * 11) % 200);
+  return p;
+}
+
 }  // namespace specd::testing

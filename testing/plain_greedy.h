@@ -16,6 +16,10 @@ namespace specd::testing {
 absl::StatusOr<std::vector<int32_t>> PlainGreedy(const std::string& path,
                                                  const std::vector<int32_t>& prompt, int n);
 
+// A prompt of n token ids in [3, 203) that does not repeat within its first 200 tokens; `salt`
+// gives another prompt of the same length.
+std::vector<int32_t> SyntheticPrompt(int n, int salt = 0);
+
 }  // namespace specd::testing
 
 #endif  // SPECD_TESTING_PLAIN_GREEDY_H_

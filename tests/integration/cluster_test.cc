@@ -21,6 +21,7 @@
 #include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
+#include "testing/expected_greedy.h"
 #include "testing/plain_greedy.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "gtest/gtest.h"
@@ -33,19 +34,6 @@ namespace {
 using specd::v1::GenerateRequest;
 using specd::v1::GenerateResponse;
 using specd::v1::GenerateStreamResponse;
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(3 + (i * 37 + salt * 11) % 200);
-  return p;
-}
-
-std::vector<int32_t> ReferenceGreedy(const std::string& path, const std::vector<int32_t>& prompt,
-                                     int n) {
-  auto out = specd::testing::PlainGreedy(path, prompt, n);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return out.ok() ? *out : std::vector<int32_t>{};
-}
 
 GenerateRequest Req(const std::vector<int32_t>& prompt, int n, specd::v1::SpeculationMode mode,
                     int k = 0, float temperature = 0) {
@@ -131,7 +119,7 @@ TEST_F(ClusterTest, HealthyAndModelInfo) {
 TEST_F(ClusterTest, StreamEqualsUnary) {
   Cluster& c = *cluster_;
   for (auto mode : {specd::v1::SPECULATION_MODE_OFF, specd::v1::SPECULATION_MODE_DRAFT}) {
-    const GenerateRequest r = Req(Prompt(17, 1), 40, mode, 3, /*temperature=*/0.8f);
+    const GenerateRequest r = Req(SyntheticPrompt(17, 1), 40, mode, 3, /*temperature=*/0.8f);
     GenerateResponse u;
     ASSERT_TRUE(Unary(c, r, &u).ok());
     Streamed s = Stream(c, r);
@@ -146,8 +134,8 @@ TEST_F(ClusterTest, StreamEqualsUnary) {
 
 TEST_F(ClusterTest, GreedyEqualsInProcessWithAndWithoutSpeculation) {
   Cluster& c = *cluster_;
-  const auto prompt = Prompt(33, 2);
-  const auto want = ReferenceGreedy(c.target_model, prompt, 48);
+  const auto prompt = SyntheticPrompt(33, 2);
+  const auto want = ExpectedGreedy(c.target_model, prompt, 48);
   for (auto [mode, k] : {std::pair{specd::v1::SPECULATION_MODE_OFF, 0},
                          std::pair{specd::v1::SPECULATION_MODE_DRAFT, 4},
                          std::pair{specd::v1::SPECULATION_MODE_AUTO, 0}}) {
@@ -169,17 +157,17 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentAndServicesStayHealthy) {
   bad.push_back({r, "prompt"});
   r.set_prompt("");
   bad.push_back({r, "prompt"});
-  r = Req(Prompt(5, 3), 0, specd::v1::SPECULATION_MODE_OFF);
+  r = Req(SyntheticPrompt(5, 3), 0, specd::v1::SPECULATION_MODE_OFF);
   bad.push_back({r, "sampling.max_new_tokens"});
-  r = Req(Prompt(5, 3), 1 << 20, specd::v1::SPECULATION_MODE_OFF);
+  r = Req(SyntheticPrompt(5, 3), 1 << 20, specd::v1::SPECULATION_MODE_OFF);
   bad.push_back({r, "sampling.max_new_tokens"});
-  r = Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
+  r = Req(SyntheticPrompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
   r.mutable_sampling()->set_temperature(-1);
   bad.push_back({r, "sampling.temperature"});
-  r = Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
+  r = Req(SyntheticPrompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
   r.mutable_sampling()->set_top_p(0);
   bad.push_back({r, "sampling.top_p"});
-  r = Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
+  r = Req(SyntheticPrompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF);
   r.mutable_tokens()->add_ids(1 << 30);
   bad.push_back({r, "tokens.ids[5]"});
   r = Req(std::vector<int32_t>(600, 5), 5, specd::v1::SPECULATION_MODE_OFF);
@@ -195,7 +183,7 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentAndServicesStayHealthy) {
   EXPECT_EQ(c.Health(c.router_addr), 1);
   EXPECT_EQ(c.Health(c.target_addr), 1);
   GenerateResponse u;
-  EXPECT_TRUE(Unary(c, Req(Prompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF), &u).ok());
+  EXPECT_TRUE(Unary(c, Req(SyntheticPrompt(5, 3), 5, specd::v1::SPECULATION_MODE_OFF), &u).ok());
 }
 
 // Raw bytes on the wire, as a client in another language (or an attacker) may send them: each
@@ -297,7 +285,7 @@ TEST_F(ClusterTest, MalformedPayloadsAreInvalidArgumentNamingTheField) {
 TEST_F(ClusterTest, CancelMidStreamFreesKvOnBothServices) {
   Cluster& c = *cluster_;
   grpc::ClientContext ctx;
-  auto reader = c.router().GenerateStream(&ctx, Req(Prompt(40, 4), 400,
+  auto reader = c.router().GenerateStream(&ctx, Req(SyntheticPrompt(40, 4), 400,
                                                     specd::v1::SPECULATION_MODE_DRAFT, 3));
   GenerateStreamResponse m;
   ASSERT_TRUE(reader->Read(&m));
@@ -335,7 +323,7 @@ TEST_F(ClusterTest, OverloadIsResourceExhaustedWithin50ms) {
     threads.emplace_back([&, i] {
       GenerateResponse u;
       const auto t0 = std::chrono::steady_clock::now();
-      grpc::Status s = Unary(c, Req(Prompt(10, i), 60, specd::v1::SPECULATION_MODE_OFF), &u);
+      grpc::Status s = Unary(c, Req(SyntheticPrompt(10, i), 60, specd::v1::SPECULATION_MODE_OFF), &u);
       const auto dt = std::chrono::steady_clock::now() - t0;
       if (s.ok()) {
         ++ok;
@@ -360,7 +348,7 @@ TEST_F(ClusterTest, RepeatedPromptComesFromThePrefixCache) {
   Cluster& c = *cluster_;
   EXPECT_TRUE(c.TargetInfo().prefix_caching());
   EXPECT_TRUE(c.DraftInfo().prefix_caching());
-  const auto prompt = Prompt(150, 9);
+  const auto prompt = SyntheticPrompt(150, 9);
   GenerateResponse first, second;
   ASSERT_TRUE(Unary(c, Req(prompt, 24, specd::v1::SPECULATION_MODE_DRAFT, 3), &first).ok());
   ASSERT_TRUE(Unary(c, Req(prompt, 24, specd::v1::SPECULATION_MODE_DRAFT, 3), &second).ok());
@@ -466,7 +454,7 @@ TEST_F(ClusterTest, OneRoundTripPerServiceEachStep) {
   };
   const Counts before = counts();
   GenerateResponse u;
-  ASSERT_TRUE(Unary(c, Req(Prompt(29, 8), 40, specd::v1::SPECULATION_MODE_DRAFT, 3), &u).ok());
+  ASSERT_TRUE(Unary(c, Req(SyntheticPrompt(29, 8), 40, specd::v1::SPECULATION_MODE_DRAFT, 3), &u).ok());
   EXPECT_GT(u.completion().speculation().draft_tokens(), 0);
   const Counts after = counts();
   const double steps = after.steps - before.steps;
@@ -485,10 +473,10 @@ TEST_F(ClusterTest, OneRoundTripPerServiceEachStep) {
 // From here on the tests break things; they run last.
 TEST_F(ClusterTest, KillDraftUnderLoadZeroFailedThenResumes) {
   Cluster& c = *cluster_;
-  const auto prompt = Prompt(20, 5);
+  const auto prompt = SyntheticPrompt(20, 5);
   // Long enough that the kill lands mid-flight even on this tiny, fast model (a step costs
   // about a millisecond of RPCs): 8 requests (the router runs 8) of 480 tokens.
-  const auto want = ReferenceGreedy(c.target_model, prompt, 480);
+  const auto want = ExpectedGreedy(c.target_model, prompt, 480);
   std::atomic<int> failed{0}, mismatched{0}, finished{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < 8; ++i) {
@@ -535,7 +523,7 @@ int CountInRouterLog(const Cluster& c, const std::string& what) {
 
 TEST_F(ClusterTest, TargetRestartRePrefillsWithSeededOutputUnchanged) {
   Cluster& c = *cluster_;
-  const GenerateRequest r = Req(Prompt(30, 6), 150, specd::v1::SPECULATION_MODE_DRAFT, 3, 0.9f);
+  const GenerateRequest r = Req(SyntheticPrompt(30, 6), 150, specd::v1::SPECULATION_MODE_DRAFT, 3, 0.9f);
   GenerateResponse baseline;
   ASSERT_TRUE(Unary(c, r, &baseline).ok());
   // The kill must land while the request still needs the target. On a fast machine, or with
@@ -616,7 +604,7 @@ specd::internal::v1::TargetStepRequest DecodeStep(int64_t seq, int32_t start,
 
 // A prompt, then greedy decode steps on `b`: each step's emitted token with its logprobs.
 std::vector<std::string> DecodeOn(router::TargetBackend& b, int64_t seq) {
-  std::vector<int32_t> tokens = Prompt(12, 9);
+  std::vector<int32_t> tokens = SyntheticPrompt(12, 9);
   const int32_t prompt_len = tokens.size();
   std::vector<std::string> out;
   for (int i = 0; i < 8; ++i) {
@@ -659,7 +647,7 @@ void StepsAnswerLikeUnaryAndRecover(Cluster& c, bool step_socket, int64_t seq) {
   // or socket once the request is written, on a unary call before it, and on a failed step.
   for (router::GrpcTargetBackend* b : {&tested, &unary}) {
     int ran = 0;
-    auto ok = b->StepOverlapping(DecodeStep(seq + 7, 0, Prompt(12, 9), 12), [&] { ++ran; });
+    auto ok = b->StepOverlapping(DecodeStep(seq + 7, 0, SyntheticPrompt(12, 9), 12), [&] { ++ran; });
     EXPECT_TRUE(ok.ok()) << ok.status();
     EXPECT_EQ(ran, 1);
     EXPECT_TRUE(b->Release({seq + 7}).ok());
@@ -671,7 +659,7 @@ void StepsAnswerLikeUnaryAndRecover(Cluster& c, bool step_socket, int64_t seq) {
   c.target->Signal(SIGSTOP);
   ASSERT_TRUE(WaitStopped(c.target->pid())) << "the target did not stop";
   const auto t0 = std::chrono::steady_clock::now();
-  auto stalled = tested.Step(DecodeStep(seq + 5, 0, Prompt(12, 9), 12));
+  auto stalled = tested.Step(DecodeStep(seq + 5, 0, SyntheticPrompt(12, 9), 12));
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   c.target->Signal(SIGCONT);
@@ -748,7 +736,7 @@ bool LongStreamCompletes(specd::v1::Generation::Stub& stub, int salt, int tokens
                          std::atomic<int>& started) {
   grpc::ClientContext ctx;
   auto reader =
-      stub.GenerateStream(&ctx, Req(Prompt(12, salt), tokens, specd::v1::SPECULATION_MODE_OFF));
+      stub.GenerateStream(&ctx, Req(SyntheticPrompt(12, salt), tokens, specd::v1::SPECULATION_MODE_OFF));
   GenerateStreamResponse m;
   int got = 0;
   while (reader->Read(&m)) {
@@ -777,7 +765,7 @@ TEST_F(ClusterTest, SigtermDrainsInFlightAndRefusesNew) {
   std::this_thread::sleep_for(std::chrono::milliseconds(15));
   const int health = c.Health(c.router_addr);
   GenerateResponse u;
-  grpc::Status refused = Unary(c, Req(Prompt(5, 9), 5, specd::v1::SPECULATION_MODE_OFF), &u, 5);
+  grpc::Status refused = Unary(c, Req(SyntheticPrompt(5, 9), 5, specd::v1::SPECULATION_MODE_OFF), &u, 5);
   const bool still_draining = c.router_proc->running() && finished.load() < kRequests;
   for (auto& t : threads) t.join();
   EXPECT_EQ(failed.load(), 0);
@@ -852,7 +840,7 @@ TEST(ClusterDrainTest, EveryCallDuringDrainIsUnavailableOrCompleted) {
       auto stub = specd::v1::Generation::NewStub(c.Channel(c.router_addr));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-      const GenerateRequest r = Req(Prompt(6, 50 + i), 4, specd::v1::SPECULATION_MODE_OFF);
+      const GenerateRequest r = Req(SyntheticPrompt(6, 50 + i), 4, specd::v1::SPECULATION_MODE_OFF);
       grpc::Status st;
       if (i % 2 == 0) {
         GenerateResponse u;

@@ -16,6 +16,7 @@
 #include "engine/llama_model.h"
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
+#include "testing/expected_greedy.h"
 #include "testing/metric_sum.h"
 #include "testing/plain_greedy.h"
 #include "testing/tiny_model.h"
@@ -27,6 +28,9 @@
 
 namespace specd::router {
 namespace {
+
+using specd::testing::ExpectedGreedy;
+using specd::testing::SyntheticPrompt;
 
 std::string TinyModel(uint64_t seed) {
   const std::string path =
@@ -60,19 +64,6 @@ std::unique_ptr<services::ModelHost> Host(const std::string& path, int kv_blocks
   auto h = services::ModelHost::Load(o);
   EXPECT_TRUE(h.ok()) << h.status();
   return std::move(*h);
-}
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(3 + (i * 37 + salt * 11) % 200);
-  return p;
-}
-
-std::vector<int32_t> ReferenceGreedy(const std::string& path, const std::vector<int32_t>& prompt,
-                                     int n) {
-  auto out = specd::testing::PlainGreedy(path, prompt, n);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return out.ok() ? *out : std::vector<int32_t>{};
 }
 
 class Collect : public RequestSink {
@@ -187,8 +178,8 @@ tok::Tokenizer* RouterEngineTest::tokenizer_ = nullptr;
 
 TEST_F(RouterEngineTest, GreedyEqualsPlainWithAndWithoutSpeculation) {
   Make();
-  const auto prompt = Prompt(20, 1);
-  const auto want = ReferenceGreedy(*target_path_, prompt, 24);
+  const auto prompt = SyntheticPrompt(20, 1);
+  const auto want = ExpectedGreedy(*target_path_, prompt, 24);
   for (auto [mode, k] : {std::pair{SpecMode::kOff, 0}, std::pair{SpecMode::kDraft, 4},
                          std::pair{SpecMode::kAuto, 0}}) {
     auto sink = Run(Req(prompt, 24, mode, k));
@@ -222,13 +213,13 @@ TEST_F(RouterEngineTest, FeatureConditionedDraftServiceGetsTheTargetsFeatures) {
     std::vector<std::shared_ptr<Collect>> sinks;
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 3; ++i) {
-      prompts.push_back(Prompt(40 + 7 * i, i));
+      prompts.push_back(SyntheticPrompt(40 + 7 * i, i));
       sinks.push_back(Run(Req(prompts.back(), 20, SpecMode::kDraft, 3)));
     }
     for (int i = 0; i < 3; ++i) {
       sinks[i]->Wait();
       ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
-      EXPECT_EQ(sinks[i]->tokens(), ReferenceGreedy(*target_path_, prompts[i], 20)) << i;
+      EXPECT_EQ(sinks[i]->tokens(), ExpectedGreedy(*target_path_, prompts[i], 20)) << i;
       EXPECT_GT(sinks[i]->completion().speculation().draft_tokens(), 0) << round << " " << i;
     }
   }
@@ -236,10 +227,10 @@ TEST_F(RouterEngineTest, FeatureConditionedDraftServiceGetsTheTargetsFeatures) {
 
 TEST_F(RouterEngineTest, SelfDraftAcceptsEverything) {
   Make({}, 256, true, target_path_);
-  const auto prompt = Prompt(9, 2);
+  const auto prompt = SyntheticPrompt(9, 2);
   auto sink = Run(Req(prompt, 30, SpecMode::kDraft, 4));
   sink->Wait();
-  EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, prompt, 30));
+  EXPECT_EQ(sink->tokens(), ExpectedGreedy(*target_path_, prompt, 30));
   const auto c = sink->completion();
   EXPECT_EQ(c.speculation().accepted_tokens(), c.speculation().draft_tokens());
   EXPECT_GT(c.speculation().mean_accepted_length(), 3.0);
@@ -249,11 +240,11 @@ TEST_F(RouterEngineTest, SelfDraftAcceptsEverything) {
 // and is refused, naming the field, when the draft is a separate model.
 TEST_F(RouterEngineTest, SelfModeNeedsASelfDraftService) {
   Make({}, 256, true, target_path_, nullptr, /*draft_layers=*/1);
-  const auto prompt = Prompt(9, 3);
+  const auto prompt = SyntheticPrompt(9, 3);
   auto sink = Run(Req(prompt, 30, SpecMode::kSelf, 3));
   sink->Wait();
   ASSERT_TRUE(sink->status().ok()) << sink->status();
-  EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, prompt, 30));
+  EXPECT_EQ(sink->tokens(), ExpectedGreedy(*target_path_, prompt, 30));
   EXPECT_GT(sink->completion().speculation().draft_tokens(), 0);
   engine_->Stop();
 
@@ -278,7 +269,7 @@ TEST_F(RouterEngineTest, NgramSpeculationWithoutDraftServiceMatchesPlain) {
   auto sink = Run(Req(prompt, 40, SpecMode::kNgram, 4));
   sink->Wait();
   ASSERT_TRUE(sink->status().ok()) << sink->status();
-  EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, prompt, 40));
+  EXPECT_EQ(sink->tokens(), ExpectedGreedy(*target_path_, prompt, 40));
   EXPECT_GT(sink->completion().speculation().draft_tokens(), 0);
   // Sampled too: a point-mass q is still verified losslessly; same seed, same text.
   auto a = Req(prompt, 30, SpecMode::kNgram, 3);
@@ -331,7 +322,7 @@ TEST_F(RouterEngineTest, AutoDraftsRepeatedTextFromTheLookup) {
   for (int i = 0; i < 6; ++i) {
     for (int32_t t : {40, 41, 42, 43, 44}) prompt.push_back(t);
   }
-  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, prompt, 40);
+  const std::vector<int32_t> want = ExpectedGreedy(*target_path_, prompt, 40);
   Make({}, 256, true, &bad);
   auto draft_only = Run(Req(prompt, 40, SpecMode::kDraft, 0));
   draft_only->Wait();
@@ -360,20 +351,20 @@ TEST_F(RouterEngineTest, ConcurrentRequestsWithChunkedPrefill) {
   std::vector<std::shared_ptr<Collect>> sinks;
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 6; ++i) {
-    prompts.push_back(Prompt(10 + 7 * i, i));
+    prompts.push_back(SyntheticPrompt(10 + 7 * i, i));
     sinks.push_back(Run(Req(prompts.back(), 12, i % 2 ? SpecMode::kDraft : SpecMode::kOff, 3)));
   }
   for (int i = 0; i < 6; ++i) {
     sinks[i]->Wait();
     ASSERT_TRUE(sinks[i]->status().ok());
-    EXPECT_EQ(sinks[i]->tokens(), ReferenceGreedy(*target_path_, prompts[i], 12)) << i;
+    EXPECT_EQ(sinks[i]->tokens(), ExpectedGreedy(*target_path_, prompts[i], 12)) << i;
   }
 }
 
 TEST_F(RouterEngineTest, StopStringSpanningTokens) {
   Make();
-  const auto prompt = Prompt(12, 3);
-  const auto want = ReferenceGreedy(*target_path_, prompt, 40);
+  const auto prompt = SyntheticPrompt(12, 3);
+  const auto want = ExpectedGreedy(*target_path_, prompt, 40);
   // A stop string that starts inside token 5's text and ends inside a later token.
   std::string before = tokenizer_->Decode(std::vector<int32_t>(want.begin(), want.begin() + 5), true);
   std::string full = tokenizer_->Decode(want, true);
@@ -392,7 +383,7 @@ TEST_F(RouterEngineTest, StopStringSpanningTokens) {
 
 TEST_F(RouterEngineTest, CancelReleasesKvOnBothServices) {
   Make();
-  ValidatedRequest r = Req(Prompt(30, 4), 400, SpecMode::kDraft, 2);
+  ValidatedRequest r = Req(SyntheticPrompt(30, 4), 400, SpecMode::kDraft, 2);
   auto sink = std::make_shared<Collect>();
   auto id = engine_->Submit(r, sink);
   ASSERT_TRUE(id.ok());
@@ -427,8 +418,8 @@ TEST_F(RouterEngineTest, MeanAcceptedLengthCountsTheEosStep) {
   std::vector<int32_t> prompt, out;
   size_t cut = 0;
   for (int salt = 0; salt < 64 && cut == 0; ++salt) {
-    prompt = Prompt(12, salt);
-    out = ReferenceGreedy(lively, prompt, 16);
+    prompt = SyntheticPrompt(12, salt);
+    out = ExpectedGreedy(lively, prompt, 16);
     ASSERT_EQ(out.size(), 16u);
     cut = 1;
     while (cut < out.size() &&
@@ -472,7 +463,7 @@ TEST_F(RouterEngineTest, DeadlineExceeded) {
   Make();
   target_->set_down(true);  // nothing can progress: the deadline must end the request
   auto sink = std::make_shared<Collect>();
-  ASSERT_TRUE(engine_->Submit(Req(Prompt(30, 5), 400, SpecMode::kOff), sink,
+  ASSERT_TRUE(engine_->Submit(Req(SyntheticPrompt(30, 5), 400, SpecMode::kOff), sink,
                               absl::Now() + absl::Milliseconds(30)).ok());
   sink->Wait();
   EXPECT_EQ(sink->status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -494,7 +485,7 @@ TEST_F(RouterEngineTest, FullQueueIsResourceExhaustedAtOnce) {
   for (int i = 0; i < 8; ++i) {
     auto sink = std::make_shared<Collect>();
     const absl::Time t0 = absl::Now();
-    auto id = engine_->Submit(Req(Prompt(8, i), 50, SpecMode::kOff), sink);
+    auto id = engine_->Submit(Req(SyntheticPrompt(8, i), 50, SpecMode::kOff), sink);
     if (!id.ok()) {
       EXPECT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted);
       EXPECT_LT(absl::Now() - t0, absl::Milliseconds(50));
@@ -516,21 +507,21 @@ TEST_F(RouterEngineTest, PreemptionByRecomputeKeepsOutputs) {
   std::vector<std::shared_ptr<Collect>> sinks;
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) {
-    prompts.push_back(Prompt(20, 10 + i));
+    prompts.push_back(SyntheticPrompt(20, 10 + i));
     sinks.push_back(Run(Req(prompts.back(), 50, SpecMode::kDraft, 3)));
   }
   for (int i = 0; i < 4; ++i) {
     sinks[i]->Wait();
     ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
-    EXPECT_EQ(sinks[i]->tokens(), ReferenceGreedy(*target_path_, prompts[i], 50)) << i;
+    EXPECT_EQ(sinks[i]->tokens(), ExpectedGreedy(*target_path_, prompts[i], 50)) << i;
   }
   EXPECT_GT(metrics_.router_preemptions.Value(), 0);
 }
 
 TEST_F(RouterEngineTest, DraftDownDegradesAndResumes) {
   Make();
-  const auto prompt = Prompt(15, 6);
-  const auto want = ReferenceGreedy(*target_path_, prompt, 60);
+  const auto prompt = SyntheticPrompt(15, 6);
+  const auto want = ExpectedGreedy(*target_path_, prompt, 60);
   draft_->set_down(true);
   auto sink = Run(Req(prompt, 60, SpecMode::kDraft, 3));
   sink->Wait();
@@ -556,7 +547,7 @@ TEST_F(RouterEngineTest, TargetRestartRePrefillsSeededOutputUnchanged) {
     r.params.seed = 1234;
     return r;
   };
-  const auto prompt = Prompt(25, 7);
+  const auto prompt = SyntheticPrompt(25, 7);
   Make();
   auto baseline = Run(sampled(prompt));
   baseline->Wait();
@@ -594,7 +585,7 @@ TEST_F(RouterEngineTest, TargetRestartRePrefillsSeededOutputUnchanged) {
 // block boundary, one token off it, and differ inside a block; one after another (every hit
 // possible) and all at once. The usage reports the cached prompt tokens.
 TEST_F(RouterEngineTest, PrefixCacheOnEqualsOffTokenForToken) {
-  const std::vector<int32_t> base = Prompt(64, 3);  // 4 blocks of 16
+  const std::vector<int32_t> base = SyntheticPrompt(64, 3);  // 4 blocks of 16
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(base);                                            // the whole prefix
   prompts.push_back(base);                                            // again
@@ -671,7 +662,7 @@ TEST_F(RouterEngineTest, PrefixCacheOnEqualsOffTokenForToken) {
 TEST_F(RouterEngineTest, RandomStreamsWithTheCacheEqualTheSameWithout) {
   std::mt19937 rng(17);
   std::vector<std::vector<int32_t>> bases;
-  for (int b = 0; b < 3; ++b) bases.push_back(Prompt(70, 40 + b));
+  for (int b = 0; b < 3; ++b) bases.push_back(SyntheticPrompt(70, 40 + b));
   struct Item {
     ValidatedRequest request;
     bool cancel = false;
@@ -761,7 +752,7 @@ TEST_F(RouterEngineTest, SeededSampledOutputIndependentOfBatchWithAdaptiveK) {
     // Long enough that a probe may pay (KPolicy::kProbePayback): this draft costs 0.65 of the
     // target (nominal), so a 40-token request would never probe it, never draft, and the test
     // would show nothing. 32 target blocks below still preempt.
-    ValidatedRequest r = Req(Prompt(12 + 5 * i, 30 + i), 400, SpecMode::kDraft, /*k=*/0);
+    ValidatedRequest r = Req(SyntheticPrompt(12 + 5 * i, 30 + i), 400, SpecMode::kDraft, /*k=*/0);
     r.params.temperature = 1.0f;
     r.params.seed = 500 + i;
     return r;
@@ -796,7 +787,7 @@ TEST_F(RouterEngineTest, SeededSampledOutputIndependentOfBatchWithAdaptiveK) {
   std::vector<std::shared_ptr<Collect>> sinks;
   for (int i = 0; i < 4; ++i) {
     sinks.push_back(Run(sampled(i)));
-    sinks.push_back(Run(Req(Prompt(20, 60 + i), 40, SpecMode::kDraft, 0)));  // greedy, adapts
+    sinks.push_back(Run(Req(SyntheticPrompt(20, 60 + i), 40, SpecMode::kDraft, 0)));  // greedy, adapts
   }
   for (int i = 0; i < 4; ++i) {
     sinks[2 * i]->Wait();
@@ -820,10 +811,10 @@ TEST_F(RouterEngineTest, AdaptiveKStartsFromTheDraftsTrackRecord) {
   for (int i = 0; i < 10; ++i) {
     // DRAFT: the draft model alone (AUTO would also try the n-gram lookup, which these models'
     // repetitive text rewards).
-    auto sink = Run(Req(Prompt(10, 40 + i), 30, SpecMode::kDraft, 0));
+    auto sink = Run(Req(SyntheticPrompt(10, 40 + i), 30, SpecMode::kDraft, 0));
     sink->Wait();
     ASSERT_TRUE(sink->status().ok()) << sink->status();
-    EXPECT_EQ(sink->tokens(), ReferenceGreedy(*target_path_, Prompt(10, 40 + i), 30));
+    EXPECT_EQ(sink->tokens(), ExpectedGreedy(*target_path_, SyntheticPrompt(10, 40 + i), 30));
     EXPECT_EQ(sink->completion().speculation().accepted_tokens(), 0);
     drafted.push_back(sink->completion().speculation().draft_tokens());
   }
@@ -842,19 +833,19 @@ TEST_F(RouterEngineTest, AdaptiveKStartsFromTheDraftsTrackRecord) {
 
 TEST_F(RouterEngineTest, RequestLargerThanKvCapacityIsRefused) {
   Make({}, /*target_blocks=*/4);  // 64 tokens
-  auto id = engine_->Submit(Req(Prompt(20, 1), 60, SpecMode::kOff), std::make_shared<Collect>());
+  auto id = engine_->Submit(Req(SyntheticPrompt(20, 1), 60, SpecMode::kOff), std::make_shared<Collect>());
   EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(std::string(id.status().message()).rfind("sampling.max_new_tokens", 0), 0u);
-  auto fits = Run(Req(Prompt(20, 1), 40, SpecMode::kOff));
+  auto fits = Run(Req(SyntheticPrompt(20, 1), 40, SpecMode::kOff));
   fits->Wait();
   EXPECT_TRUE(fits->status().ok());
 }
 
 TEST_F(RouterEngineTest, DrainRefusesNewAndFinishesInFlight) {
   Make();
-  auto sink = Run(Req(Prompt(10, 8), 30, SpecMode::kOff));
+  auto sink = Run(Req(SyntheticPrompt(10, 8), 30, SpecMode::kOff));
   engine_->BeginDrain();
-  auto refused = engine_->Submit(Req(Prompt(10, 9), 5, SpecMode::kOff), std::make_shared<Collect>());
+  auto refused = engine_->Submit(Req(SyntheticPrompt(10, 9), 5, SpecMode::kOff), std::make_shared<Collect>());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(60)));
   EXPECT_TRUE(sink->status().ok());
@@ -932,9 +923,9 @@ class IssuedAtChunk final : public Collect {
 // (before its completion, and before the engine is idle). With overlap_client_writes off, each
 // chunk goes before the next step is issued. Same tokens either way.
 TEST_F(RouterEngineTest, TokensReachTheClientWhileTheNextStepRuns) {
-  const auto prompt = Prompt(10, 4);
+  const auto prompt = SyntheticPrompt(10, 4);
   const int n = 6;
-  const auto want = ReferenceGreedy(*target_path_, prompt, n);
+  const auto want = ExpectedGreedy(*target_path_, prompt, n);
   for (bool overlap : {true, false}) {
     SCOPED_TRACE(overlap ? "overlapped" : "not overlapped");
     RouterOptions o;
@@ -975,7 +966,7 @@ TEST_F(RouterEngineTest, DeadlineWinsOverTheCancelItCauses) {
   Make();
   target_->set_down(true);
   auto sink = std::make_shared<Collect>();
-  absl::StatusOr<int64_t> id = engine_->Submit(Req(Prompt(30, 5), 400, SpecMode::kOff), sink,
+  absl::StatusOr<int64_t> id = engine_->Submit(Req(SyntheticPrompt(30, 5), 400, SpecMode::kOff), sink,
                                                absl::Now() + absl::Milliseconds(20));
   ASSERT_TRUE(id.ok());
   absl::SleepFor(absl::Milliseconds(40));
@@ -990,7 +981,7 @@ TEST_F(RouterEngineTest, AcceptanceIsCountedPerDrafter) {
   Make();
   for (SpecMode mode : {SpecMode::kDraft, SpecMode::kNgram}) {
     auto sink = std::make_shared<Collect>();
-    ASSERT_TRUE(engine_->Submit(Req(Prompt(40, 3), 40, mode, 3), sink).ok());
+    ASSERT_TRUE(engine_->Submit(Req(SyntheticPrompt(40, 3), 40, mode, 3), sink).ok());
     sink->Wait();
     ASSERT_TRUE(sink->status().ok());
   }
@@ -1047,7 +1038,7 @@ TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
   const std::string proposed = "specd_router_batch_draft_proposed_tokens_total";
   const std::string accepted = "specd_router_batch_draft_accepted_tokens_total";
   // Alone: every draft is verified in a step of one sequence.
-  auto alone = Run(Req(Prompt(24, 5), 24, SpecMode::kDraft, 3));
+  auto alone = Run(Req(SyntheticPrompt(24, 5), 24, SpecMode::kDraft, 3));
   alone->Wait();
   ASSERT_TRUE(alone->status().ok()) << alone->status();
   std::string text = metrics_.Text();
@@ -1060,7 +1051,7 @@ TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
   // all three decode together): most of their steps verify all three.
   held->Hold(true);
   std::vector<std::shared_ptr<Collect>> sinks;
-  for (int i = 0; i < 3; ++i) sinks.push_back(Run(Req(Prompt(24, 6 + i), 48, SpecMode::kDraft, 3)));
+  for (int i = 0; i < 3; ++i) sinks.push_back(Run(Req(SyntheticPrompt(24, 6 + i), 48, SpecMode::kDraft, 3)));
   held->Hold(false);
   double drafted = drafted_alone, accepted_all = alone->completion().speculation().accepted_tokens();
   for (const auto& sink : sinks) {

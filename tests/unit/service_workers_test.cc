@@ -10,6 +10,7 @@
 #include "common/gguf/gguf_file.h"
 #include "common/sampling/sampler.h"
 #include "testing/fenced_backend.h"
+#include "testing/expected_greedy.h"
 #include "testing/plain_greedy.h"
 #include "testing/tiny_model.h"
 #include "gtest/gtest.h"
@@ -20,6 +21,9 @@
 
 namespace specd::services {
 namespace {
+
+using specd::testing::ExpectedGreedy;
+using specd::testing::SyntheticPrompt;
 
 namespace iv1 = specd::internal::v1;
 
@@ -53,19 +57,7 @@ sampling::SamplingParams Greedy() {
   return p;
 }
 
-std::vector<int32_t> Prompt() {
-  std::vector<int32_t> p;
-  for (int i = 0; i < 23; ++i) p.push_back(3 + (i * 37) % 200);
-  return p;
-}
-
-// Plain greedy decoding through the engine directly.
-std::vector<int32_t> ReferenceGreedy(const std::string& path, const std::vector<int32_t>& prompt,
-                                     int n) {
-  auto out = specd::testing::PlainGreedy(path, prompt, n);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return out.ok() ? *out : std::vector<int32_t>{};
-}
+std::vector<int32_t> Prompt() { return SyntheticPrompt(23); }
 
 iv1::TargetSequenceStep* AddTarget(iv1::TargetStepRequest& r, int64_t id, int32_t start,
                                    const std::vector<int32_t>& toks, bool emit, int32_t n_prompt) {
@@ -147,7 +139,7 @@ std::string* WorkersTest::draft_path_ = nullptr;
 
 TEST_F(WorkersTest, PlainGreedyMatchesEngine) {
   TargetWorker target(Host(*target_path_));
-  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 20);
+  const std::vector<int32_t> want = ExpectedGreedy(*target_path_, Prompt(), 20);
   EXPECT_EQ(Decode(target, nullptr, 0, 64, 20), want);
 }
 
@@ -181,7 +173,7 @@ TEST_F(WorkersTest, WorkersSampleOnDeviceMemoryAndKeepGreedyOutput) {
   DraftWorker draft(std::move(draft_host), kAlwaysK);
   int proposed = 0;
   EXPECT_EQ(Decode(target, &draft, 3, 64, 24, nullptr, &proposed),
-            ReferenceGreedy(*target_path_, Prompt(), 24));
+            ExpectedGreedy(*target_path_, Prompt(), 24));
   EXPECT_GT(proposed, 0);
   EXPECT_GT(target_backend->blockwise_verifications(), 0);
   EXPECT_GT(draft_backend->blockwise_proposals(), 0);
@@ -191,11 +183,11 @@ TEST_F(WorkersTest, WorkersSampleOnDeviceMemoryAndKeepGreedyOutput) {
 
 TEST_F(WorkersTest, ChunkedPrefillMatches) {
   TargetWorker target(Host(*target_path_));
-  EXPECT_EQ(Decode(target, nullptr, 0, 5, 12), ReferenceGreedy(*target_path_, Prompt(), 12));
+  EXPECT_EQ(Decode(target, nullptr, 0, 5, 12), ExpectedGreedy(*target_path_, Prompt(), 12));
 }
 
 TEST_F(WorkersTest, SpeculativeGreedyMatchesPlain) {
-  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
+  const std::vector<int32_t> want = ExpectedGreedy(*target_path_, Prompt(), 30);
   for (int k : {1, 3, 6}) {
     TargetWorker target(Host(*target_path_));
     DraftWorker draft(Host(*draft_path_), kAlwaysK);
@@ -217,7 +209,7 @@ TEST_F(WorkersTest, SpeculativeGreedyMatchesPlain) {
 TEST_F(WorkersTest, DraftLengthFromConfidenceKeepsGreedyOutput) {
   EXPECT_GT(DraftWorker::Options{}.min_keep, 0.0);
   EXPECT_GT(DraftWorker::Options{}.min_extend, 0.0);
-  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
+  const std::vector<int32_t> want = ExpectedGreedy(*target_path_, Prompt(), 30);
   for (double keep : {0.9999, 1.0}) {
     TargetWorker target(Host(*target_path_));
     DraftWorker draft(Host(*draft_path_), DraftWorker::Options{keep, 0.0});
@@ -236,7 +228,7 @@ TEST_F(WorkersTest, DraftLengthFromConfidenceKeepsGreedyOutput) {
 // plain greedy output on such a target (and its plain output stays close to the f16 one: the
 // tiny model's logits are far from ties for its first tokens).
 TEST_F(WorkersTest, ReducedPrecisionKvSpeculativeGreedyMatchesPlain) {
-  const std::vector<int32_t> f16 = ReferenceGreedy(*target_path_, Prompt(), 30);
+  const std::vector<int32_t> f16 = ExpectedGreedy(*target_path_, Prompt(), 30);
   for (kernels::KvDtype dt : {kernels::KvDtype::kInt8, kernels::KvDtype::kBF16}) {
     TargetWorker plain(Host(*target_path_, 64, 1, dt));
     const std::vector<int32_t> want = Decode(plain, nullptr, 0, 5, 30);
@@ -254,7 +246,7 @@ TEST_F(WorkersTest, ReducedPrecisionKvSpeculativeGreedyMatchesPlain) {
 // the same greedy output as the engine on one rank, with chunked prefill, speculation and
 // rollback, and release mirrored on every rank's cache.
 TEST_F(WorkersTest, TensorParallelTargetMatchesOneRank) {
-  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
+  const std::vector<int32_t> want = ExpectedGreedy(*target_path_, Prompt(), 30);
   {
     TargetWorker target(Host(*target_path_, 64, /*world_size=*/2));
     EXPECT_EQ(target.Info().world_size(), 2);
@@ -294,7 +286,7 @@ TEST_F(WorkersTest, DistilledDraftServiceBorrowsTheTargetsEmbeddings) {
   ASSERT_FALSE(alone.ok());
   EXPECT_NE(alone.status().message().find("--borrow-from"), std::string::npos) << alone.status();
   o.borrow_path = *target_path_;
-  const std::vector<int32_t> want = ReferenceGreedy(*target_path_, Prompt(), 30);
+  const std::vector<int32_t> want = ExpectedGreedy(*target_path_, Prompt(), 30);
   for (int world : {1, 2}) {
     o.world_size = world;
     o.threads = world;
