@@ -13,8 +13,8 @@ namespace specd::testing {
 
 // PlainGreedy's tokens. If the reference itself fails to run, the calling test fails here and
 // gets no tokens, so its comparison fails too rather than passing against nothing.
-inline std::vector<int32_t> ExpectedGreedy(const std::string& path, const std::vector<int32_t>& prompt,
-                                           int n) {
+inline std::vector<int32_t> ExpectedGreedy(const std::string& path,
+                                           const std::vector<int32_t>& prompt, int n) {
   auto out = PlainGreedy(path, prompt, n);
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? *out : std::vector<int32_t>{};

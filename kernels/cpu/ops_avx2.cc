@@ -1596,7 +1596,8 @@ void PrefetchKvChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_
     for (int64_t o = 0; o < static_cast<int64_t>(kv.block_size) * d * es; o += 64) {
       PrefetchLine</*kL2=*/true>(static_cast<const char*>(kv.k) + kat + o);
     }
-    for (int64_t o = 0; o < n * d * es; o += 64) PrefetchLine</*kL2=*/true>(static_cast<const char*>(kv.v) + vat + o);
+    for (int64_t o = 0; o < n * d * es; o += 64)
+      PrefetchLine</*kL2=*/true>(static_cast<const char*>(kv.v) + vat + o);
     if (kv.dtype == KvDtype::kInt8) {  // the block's scales: n floats each
       PrefetchLine(kv.k_scale + kv.SIndex(block, off, h));
       PrefetchLine(kv.v_scale + kv.SIndex(block, off, h));

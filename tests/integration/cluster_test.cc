@@ -285,8 +285,8 @@ TEST_F(ClusterTest, MalformedPayloadsAreInvalidArgumentNamingTheField) {
 TEST_F(ClusterTest, CancelMidStreamFreesKvOnBothServices) {
   Cluster& c = *cluster_;
   grpc::ClientContext ctx;
-  auto reader = c.router().GenerateStream(&ctx, Req(SyntheticPrompt(40, 4), 400,
-                                                    specd::v1::SPECULATION_MODE_DRAFT, 3));
+  auto reader = c.router().GenerateStream(
+      &ctx, Req(SyntheticPrompt(40, 4), 400, specd::v1::SPECULATION_MODE_DRAFT, 3));
   GenerateStreamResponse m;
   ASSERT_TRUE(reader->Read(&m));
   ASSERT_TRUE(reader->Read(&m));
@@ -323,7 +323,8 @@ TEST_F(ClusterTest, OverloadIsResourceExhaustedWithin50ms) {
     threads.emplace_back([&, i] {
       GenerateResponse u;
       const auto t0 = std::chrono::steady_clock::now();
-      grpc::Status s = Unary(c, Req(SyntheticPrompt(10, i), 60, specd::v1::SPECULATION_MODE_OFF), &u);
+      grpc::Status s =
+          Unary(c, Req(SyntheticPrompt(10, i), 60, specd::v1::SPECULATION_MODE_OFF), &u);
       const auto dt = std::chrono::steady_clock::now() - t0;
       if (s.ok()) {
         ++ok;
@@ -454,7 +455,8 @@ TEST_F(ClusterTest, OneRoundTripPerServiceEachStep) {
   };
   const Counts before = counts();
   GenerateResponse u;
-  ASSERT_TRUE(Unary(c, Req(SyntheticPrompt(29, 8), 40, specd::v1::SPECULATION_MODE_DRAFT, 3), &u).ok());
+  ASSERT_TRUE(
+      Unary(c, Req(SyntheticPrompt(29, 8), 40, specd::v1::SPECULATION_MODE_DRAFT, 3), &u).ok());
   EXPECT_GT(u.completion().speculation().draft_tokens(), 0);
   const Counts after = counts();
   const double steps = after.steps - before.steps;
@@ -523,7 +525,8 @@ int CountInRouterLog(const Cluster& c, const std::string& what) {
 
 TEST_F(ClusterTest, TargetRestartRePrefillsWithSeededOutputUnchanged) {
   Cluster& c = *cluster_;
-  const GenerateRequest r = Req(SyntheticPrompt(30, 6), 150, specd::v1::SPECULATION_MODE_DRAFT, 3, 0.9f);
+  const GenerateRequest r =
+      Req(SyntheticPrompt(30, 6), 150, specd::v1::SPECULATION_MODE_DRAFT, 3, 0.9f);
   GenerateResponse baseline;
   ASSERT_TRUE(Unary(c, r, &baseline).ok());
   // The kill must land while the request still needs the target. On a fast machine, or with
@@ -647,7 +650,8 @@ void StepsAnswerLikeUnaryAndRecover(Cluster& c, bool step_socket, int64_t seq) {
   // or socket once the request is written, on a unary call before it, and on a failed step.
   for (router::GrpcTargetBackend* b : {&tested, &unary}) {
     int ran = 0;
-    auto ok = b->StepOverlapping(DecodeStep(seq + 7, 0, SyntheticPrompt(12, 9), 12), [&] { ++ran; });
+    auto ok =
+        b->StepOverlapping(DecodeStep(seq + 7, 0, SyntheticPrompt(12, 9), 12), [&] { ++ran; });
     EXPECT_TRUE(ok.ok()) << ok.status();
     EXPECT_EQ(ran, 1);
     EXPECT_TRUE(b->Release({seq + 7}).ok());
@@ -735,8 +739,8 @@ TEST_F(ClusterTest, RouterHealthFollowsTheTarget) {
 bool LongStreamCompletes(specd::v1::Generation::Stub& stub, int salt, int tokens,
                          std::atomic<int>& started) {
   grpc::ClientContext ctx;
-  auto reader =
-      stub.GenerateStream(&ctx, Req(SyntheticPrompt(12, salt), tokens, specd::v1::SPECULATION_MODE_OFF));
+  auto reader = stub.GenerateStream(
+      &ctx, Req(SyntheticPrompt(12, salt), tokens, specd::v1::SPECULATION_MODE_OFF));
   GenerateStreamResponse m;
   int got = 0;
   while (reader->Read(&m)) {
@@ -765,7 +769,8 @@ TEST_F(ClusterTest, SigtermDrainsInFlightAndRefusesNew) {
   std::this_thread::sleep_for(std::chrono::milliseconds(15));
   const int health = c.Health(c.router_addr);
   GenerateResponse u;
-  grpc::Status refused = Unary(c, Req(SyntheticPrompt(5, 9), 5, specd::v1::SPECULATION_MODE_OFF), &u, 5);
+  grpc::Status refused =
+      Unary(c, Req(SyntheticPrompt(5, 9), 5, specd::v1::SPECULATION_MODE_OFF), &u, 5);
   const bool still_draining = c.router_proc->running() && finished.load() < kRequests;
   for (auto& t : threads) t.join();
   EXPECT_EQ(failed.load(), 0);

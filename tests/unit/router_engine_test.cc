@@ -787,7 +787,8 @@ TEST_F(RouterEngineTest, SeededSampledOutputIndependentOfBatchWithAdaptiveK) {
   std::vector<std::shared_ptr<Collect>> sinks;
   for (int i = 0; i < 4; ++i) {
     sinks.push_back(Run(sampled(i)));
-    sinks.push_back(Run(Req(SyntheticPrompt(20, 60 + i), 40, SpecMode::kDraft, 0)));  // greedy, adapts
+    sinks.push_back(
+        Run(Req(SyntheticPrompt(20, 60 + i), 40, SpecMode::kDraft, 0)));  // greedy, adapts
   }
   for (int i = 0; i < 4; ++i) {
     sinks[2 * i]->Wait();
@@ -833,7 +834,8 @@ TEST_F(RouterEngineTest, AdaptiveKStartsFromTheDraftsTrackRecord) {
 
 TEST_F(RouterEngineTest, RequestLargerThanKvCapacityIsRefused) {
   Make({}, /*target_blocks=*/4);  // 64 tokens
-  auto id = engine_->Submit(Req(SyntheticPrompt(20, 1), 60, SpecMode::kOff), std::make_shared<Collect>());
+  auto id =
+      engine_->Submit(Req(SyntheticPrompt(20, 1), 60, SpecMode::kOff), std::make_shared<Collect>());
   EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(std::string(id.status().message()).rfind("sampling.max_new_tokens", 0), 0u);
   auto fits = Run(Req(SyntheticPrompt(20, 1), 40, SpecMode::kOff));
@@ -845,7 +847,8 @@ TEST_F(RouterEngineTest, DrainRefusesNewAndFinishesInFlight) {
   Make();
   auto sink = Run(Req(SyntheticPrompt(10, 8), 30, SpecMode::kOff));
   engine_->BeginDrain();
-  auto refused = engine_->Submit(Req(SyntheticPrompt(10, 9), 5, SpecMode::kOff), std::make_shared<Collect>());
+  auto refused =
+      engine_->Submit(Req(SyntheticPrompt(10, 9), 5, SpecMode::kOff), std::make_shared<Collect>());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(60)));
   EXPECT_TRUE(sink->status().ok());
@@ -966,8 +969,8 @@ TEST_F(RouterEngineTest, DeadlineWinsOverTheCancelItCauses) {
   Make();
   target_->set_down(true);
   auto sink = std::make_shared<Collect>();
-  absl::StatusOr<int64_t> id = engine_->Submit(Req(SyntheticPrompt(30, 5), 400, SpecMode::kOff), sink,
-                                               absl::Now() + absl::Milliseconds(20));
+  absl::StatusOr<int64_t> id = engine_->Submit(Req(SyntheticPrompt(30, 5), 400, SpecMode::kOff),
+                                               sink, absl::Now() + absl::Milliseconds(20));
   ASSERT_TRUE(id.ok());
   absl::SleepFor(absl::Milliseconds(40));
   engine_->Cancel(*id);
@@ -1051,7 +1054,8 @@ TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
   // all three decode together): most of their steps verify all three.
   held->Hold(true);
   std::vector<std::shared_ptr<Collect>> sinks;
-  for (int i = 0; i < 3; ++i) sinks.push_back(Run(Req(SyntheticPrompt(24, 6 + i), 48, SpecMode::kDraft, 3)));
+  for (int i = 0; i < 3; ++i)
+    sinks.push_back(Run(Req(SyntheticPrompt(24, 6 + i), 48, SpecMode::kDraft, 3)));
   held->Hold(false);
   double drafted = drafted_alone, accepted_all = alone->completion().speculation().accepted_tokens();
   for (const auto& sink : sinks) {
