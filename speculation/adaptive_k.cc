@@ -9,10 +9,12 @@ CostCurve::CostCurve(std::vector<std::pair<double, double>> points) : points_(st
   std::sort(points_.begin(), points_.end());
 }
 
-double CostCurve::Shape(double x) const {
+double CostCurve::Shape(double x, const StepContext& context) const {
   if (points_.empty()) return 0.0;
+  const double at_depth = depth_.Seconds(context);
   if (points_.size() == 1) {
-    return points_[0].first > 0 ? points_[0].second * x / points_[0].first : points_[0].second;
+    return at_depth +
+           (points_[0].first > 0 ? points_[0].second * x / points_[0].first : points_[0].second);
   }
   // Segment [i, i+1] containing x; the first / last segment extrapolates.
   size_t i = 0;
@@ -20,12 +22,16 @@ double CostCurve::Shape(double x) const {
   const auto& [x0, y0] = points_[i];
   const auto& [x1, y1] = points_[i + 1];
   const double slope = x1 > x0 ? (y1 - y0) / (x1 - x0) : 0.0;
-  return std::max(0.0, y0 + slope * (x - x0));
+  return at_depth + std::max(0.0, y0 + slope * (x - x0));
 }
 
-double CostCurve::Predict(double x) const { return scale_ * Shape(x); }
+double CostCurve::Predict(double x, const StepContext& context) const {
+  return scale_ * Shape(x, context);
+}
 
-void CostCurve::Observe(double x, double seconds) { ObserveTotal(Shape(x), seconds); }
+void CostCurve::Observe(double x, double seconds, const StepContext& context) {
+  ObserveTotal(Shape(x, context), seconds);
+}
 
 void CostCurve::ObserveTotal(double shape_seconds, double seconds) {
   if (!(shape_seconds > 0.0) || !(seconds > 0.0)) return;
@@ -54,17 +60,19 @@ double ExpectedTokens(double alpha, int32_t k) {
 
 namespace {
 
-double StepCost(absl::Span<const int32_t> k, int32_t prefill_tokens, const CostCurve& verify,
-                const CostCurve& draft) {
+double StepCost(absl::Span<const KCandidate> seqs, absl::Span<const int32_t> k,
+                int32_t prefill_tokens, const CostCurve& verify, const CostCurve& draft) {
   int32_t tokens = prefill_tokens, max_k = 0;
-  for (int32_t ki : k) {
-    tokens += 1 + ki;
-    max_k = std::max(max_k, ki);
+  StepContext context;
+  for (size_t i = 0; i < k.size(); ++i) {
+    tokens += 1 + k[i];
+    max_k = std::max(max_k, k[i]);
+    context.Add(seqs[i].context, 1 + k[i]);
   }
   // Charge the decode rows only what they add to the step: prompt chunks riding along are
   // paid for anyway, and once they make the step compute-bound every draft token costs its
   // full share.
-  double cost = verify.Predict(tokens);
+  double cost = verify.Predict(tokens, context);
   if (prefill_tokens > 0) cost -= verify.Predict(prefill_tokens);
   if (!draft.empty() && max_k > 0) cost += DraftRoundsCost(draft, k);
   return cost;
@@ -102,7 +110,7 @@ std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_
   auto rate = [&](const std::vector<int32_t>& k) {
     double e = 0.0;
     for (size_t i = 0; i < B; ++i) e += expected_of[i * J + k[i]];
-    const double c = StepCost(k, prefill_tokens, verify, draft);
+    const double c = StepCost(seqs, k, prefill_tokens, verify, draft);
     return c > 0.0 ? e / c : 0.0;
   };
   double best_rate = rate(best);
@@ -146,20 +154,24 @@ std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_
 }
 
 SpeedupEstimate EstimateSpeedup(double alpha, int32_t batch, int32_t max_k, const CostCurve& verify,
-                                const CostCurve& draft) {
+                                const CostCurve& draft, int32_t context) {
   SpeedupEstimate e;
   if (batch < 1 || verify.empty()) return e;
-  const std::vector<KCandidate> seqs(static_cast<size_t>(batch), KCandidate{alpha, max_k});
+  const std::vector<KCandidate> seqs(static_cast<size_t>(batch), KCandidate{alpha, max_k, context});
   const std::vector<int32_t> k = ChooseK(seqs, 0, max_k, verify, draft);
   double tokens = 0.0, rows = 0.0;
+  StepContext with_drafts, plain_context;
   for (int32_t ki : k) {
     tokens += ExpectedTokens(alpha, ki);
     rows += 1 + ki;
+    with_drafts.Add(context, 1 + ki);
+    plain_context.Add(context, 1);
   }
   e.mean_k = (rows - batch) / batch;
   e.tokens_per_step = tokens / batch;
-  e.step_seconds = verify.Predict(rows) + (draft.empty() ? 0.0 : DraftRoundsCost(draft, k));
-  const double plain = batch / verify.Predict(batch);
+  e.step_seconds =
+      verify.Predict(rows, with_drafts) + (draft.empty() ? 0.0 : DraftRoundsCost(draft, k));
+  const double plain = batch / verify.Predict(batch, plain_context);
   e.speedup = e.step_seconds > 0.0 && plain > 0.0 ? tokens / e.step_seconds / plain : 0.0;
   return e;
 }

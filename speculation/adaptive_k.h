@@ -15,9 +15,32 @@
 
 namespace specd::spec {
 
+// The context a target forward's rows attend over, beyond the positions of the forward itself:
+// each sequence's KV before its first row of the step (`context`) is read once for all its rows
+// (`keys`), and every row does its arithmetic against each of those positions (`row_keys`).
+struct StepContext {
+  double keys = 0.0;      // sum over sequences of context
+  double row_keys = 0.0;  // sum over sequences of rows * context
+  void Add(int64_t context, int64_t rows) {
+    keys += static_cast<double>(context);
+    row_keys += static_cast<double>(rows) * static_cast<double>(context);
+  }
+};
+
+// What a forward's context adds to its seconds: per KV position read, and per (row, position)
+// pair. A calibration near position 0 does not see it; at 2k positions verify(5) cost
+// 1.7-2.1x verify(1) against 1.4x at depth 32 (docs/PERFORMANCE.md, "Verification at depth").
+struct DepthCost {
+  double per_key = 0.0;
+  double per_row_key = 0.0;
+  double Seconds(const StepContext& c) const { return per_key * c.keys + per_row_key * c.row_keys; }
+  bool empty() const { return per_key == 0.0 && per_row_key == 0.0; }
+};
+
 // Seconds as a function of a size x: piecewise linear through calibration points (linear
-// extrapolation past the last), times a load factor tracked online from observed runs (the
-// machine may be shared, so absolute times drift while the shape holds).
+// extrapolation past the last), plus what the forward's context adds (DepthCost; none for a
+// draft round), times a load factor tracked online from observed runs (the machine may be
+// shared, so absolute times drift while the shape holds).
 class CostCurve {
  public:
   CostCurve() = default;
@@ -25,20 +48,28 @@ class CostCurve {
   explicit CostCurve(std::vector<std::pair<double, double>> points);
 
   bool empty() const { return points_.empty(); }
-  double Predict(double x) const;  // 0 when empty
+  double Predict(double x, const StepContext& context = {}) const;  // 0 when empty
   // A run of size x took `seconds`: moves the load factor toward seconds / shape(x).
-  void Observe(double x, double seconds);
+  void Observe(double x, double seconds, const StepContext& context = {});
   // Same, for a prediction that summed several shape evaluations (e.g. draft steps).
   void ObserveTotal(double predicted_shape_seconds, double seconds);
-  double Shape(double x) const;  // the calibrated curve without the load factor
+  // The calibrated curve without the load factor (0 when empty).
+  double Shape(double x, const StepContext& context = {}) const;
   double load_factor() const { return scale_; }
   // The same calibration with the load factor reset to 1: what a pinned sequence decides on
   // (its k must not depend on how loaded the machine was when it ran).
-  CostCurve Unscaled() const { return CostCurve(points_); }
+  CostCurve Unscaled() const {
+    CostCurve c(points_);
+    c.depth_ = depth_;
+    return c;
+  }
   const std::vector<std::pair<double, double>>& points() const { return points_; }
+  const DepthCost& depth() const { return depth_; }
+  void set_depth(DepthCost depth) { depth_ = depth; }
 
  private:
   std::vector<std::pair<double, double>> points_;  // sorted by x
+  DepthCost depth_;
   double scale_ = 1.0;
 };
 
@@ -90,6 +121,9 @@ class AcceptanceEstimate {
 struct KCandidate {
   double alpha = 0.0;  // per-token acceptance estimate
   int32_t cap = 0;     // most drafts allowed (request k, context, tokens left, budget)
+  // KV positions before the step's rows of this sequence: what each of its 1 + k rows attends
+  // over (priced by the verify curve's DepthCost).
+  int32_t context = 0;
 };
 
 // Expected tokens emitted by a step with k drafts at per-token acceptance alpha:
@@ -102,9 +136,10 @@ double DraftRoundsCost(const CostCurve& draft, absl::Span<const int32_t> k,
                        bool shape_only = false);
 
 // Chooses k_i for each sequence of a step that also carries `prefill_tokens` prompt tokens,
-// maximising sum_i ExpectedTokens(alpha_i, k_i) / (verify(prefill + sum(1 + k_i)) -
+// maximising sum_i ExpectedTokens(alpha_i, k_i) / (verify(prefill + sum(1 + k_i), context) -
 // verify(prefill) + sum_{j=1..max k} draft(#{i : k_i >= j})): expected tokens per second of
-// what the decode rows add to the step. `draft` empty = free drafting (n-gram).
+// what the decode rows add to the step, `context` being the candidates' (StepContext::Add(
+// context_i, 1 + k_i)). `draft` empty = free drafting (n-gram).
 std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_tokens,
                              int32_t max_k, const CostCurve& verify, const CostCurve& draft);
 
@@ -116,8 +151,9 @@ struct SpeedupEstimate {
   double step_seconds = 0.0;     // verify(batch * (1 + k)) + the draft rounds
   double speedup = 0.0;          // tokens per second against plain decoding's batch / verify(batch)
 };
+// `context`: every sequence's KV positions before the step (plain decoding pays for them too).
 SpeedupEstimate EstimateSpeedup(double alpha, int32_t batch, int32_t max_k, const CostCurve& verify,
-                                const CostCurve& draft);
+                                const CostCurve& draft, int32_t context = 0);
 
 }  // namespace specd::spec
 

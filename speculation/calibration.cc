@@ -24,10 +24,76 @@ std::vector<int32_t> ProbeTokens(int32_t n, int32_t vocab) {
   return ids;
 }
 
+// CalibrateDepth at up to `depth_keys` positions on `probe` (the shallow sequence; it holds the
+// curve's last forward, `chunk` tokens, and is truncated by the first shallow one) and
+// `probe - 1` (added and freed here), within what the KV cache and the model's context allow;
+// no depth cost where that is under kMinDepthCalibrationKeys.
+absl::StatusOr<DepthCost> CalibrateDepthIfRoom(engine::ModelRunner& runner, int32_t depth_keys,
+                                               int32_t chunk, engine::SeqId probe) {
+  const engine::PagedKvCache& kv = runner.kv();
+  const int64_t block = kv.config().block_size;
+  const int64_t shallow_blocks = (kDepthCalibrationRows + block - 1) / block;
+  const int64_t held_blocks = (int64_t{chunk} + block - 1) / block;
+  const int64_t room = (int64_t{kv.num_free_blocks()} + held_blocks - shallow_blocks - 1) * block;
+  const int64_t context = runner.model().config().context_length;
+  const int64_t depth = std::min<int64_t>({int64_t{depth_keys}, room - kDepthCalibrationRows,
+                                           context - kDepthCalibrationRows});
+  if (depth < kMinDepthCalibrationKeys) return DepthCost{};
+  if (absl::Status st = runner.AddSequence(probe - 1); !st.ok()) return st;
+  absl::StatusOr<DepthCost> cost =
+      CalibrateDepth(runner, static_cast<int32_t>(depth), chunk, probe, probe - 1);
+  runner.FreeSequence(probe - 1);
+  return cost;
+}
+
 }  // namespace
 
+absl::StatusOr<DepthCost> CalibrateDepth(engine::ModelRunner& runner, int32_t depth,
+                                         int32_t chunk, engine::SeqId shallow, engine::SeqId deep) {
+  constexpr int32_t R = kDepthCalibrationRows;
+  const int32_t vocab = runner.model().vocab_size();
+  if (depth < 1 || chunk < 1) return absl::InvalidArgumentError("depth calibration: no depth");
+  const std::vector<int32_t> ids = ProbeTokens(depth + R, vocab);
+  std::vector<float> logits(static_cast<size_t>(R) * vocab);
+  engine::ForwardBatch batch;
+  // `rows` tokens of `seq` from `start`, logits for each: a verification's shape.
+  const auto forward = [&](engine::SeqId seq, int32_t start, int32_t rows, double* best) {
+    batch.Clear();
+    batch.AddPrompt(seq, start, ids.data() + start, rows);
+    for (int32_t r = std::max(0, rows - R); r < rows; ++r) batch.logit_rows.push_back(r);
+    const auto t0 = Clock::now();
+    absl::Status st = runner.Forward(batch, logits.data(), nullptr);
+    if (best != nullptr) *best = std::min(*best, Since(t0));
+    return st;
+  };
+  absl::Status st;
+  for (int32_t at = 0; at < depth && st.ok(); at += chunk) {
+    st = forward(deep, at, std::min(chunk, depth - at), nullptr);
+  }
+  // [0]: 1 row, [1]: R rows; shallow and deep. Round-robin with an untimed first pass, as for
+  // the curve (a slow spell falls on every shape alike).
+  constexpr int kTimedPasses = 5;
+  double t_shallow[2] = {1e30, 1e30}, t_deep[2] = {1e30, 1e30};
+  for (int pass = 0; pass <= kTimedPasses && st.ok(); ++pass) {
+    for (int i = 0; i < 2 && st.ok(); ++i) {
+      const int32_t rows = i == 0 ? 1 : R;
+      st = forward(shallow, 0, rows, pass == 0 ? nullptr : &t_shallow[i]);
+      if (st.ok()) st = forward(deep, depth, rows, pass == 0 ? nullptr : &t_deep[i]);
+    }
+  }
+  if (!st.ok()) return st;
+  // Below 0 is noise: context never makes a forward cheaper.
+  const double e1 = std::max(0.0, t_deep[0] - t_shallow[0]);
+  const double eR = std::max(0.0, t_deep[1] - t_shallow[1]);
+  DepthCost d;
+  d.per_row_key = std::max(0.0, (eR - e1) / (double{R - 1} * depth));
+  d.per_key = std::max(0.0, e1 / depth - d.per_row_key);
+  return d;
+}
+
 absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t max_tokens,
-                                          int32_t max_rows, engine::SeqId probe) {
+                                          int32_t max_rows, engine::SeqId probe,
+                                          int32_t depth_keys) {
   const int32_t vocab = runner.model().vocab_size();
   const engine::PagedKvCache& kv = runner.kv();
   max_tokens = static_cast<int32_t>(std::min<int64_t>(
@@ -74,15 +140,20 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
   for (size_t i = 0; i < large.size() && st.ok(); ++i) {
     for (int rep = 0; rep < 2 && st.ok(); ++rep) st = forward(large[i], &best[rounds.size() + i]);
   }
+  absl::StatusOr<DepthCost> depth = DepthCost{};
+  if (st.ok()) depth = CalibrateDepthIfRoom(runner, depth_keys, max_tokens, probe);
   runner.FreeSequence(probe);
   if (!st.ok()) return st;
+  if (!depth.ok()) return depth.status();
   std::vector<std::pair<double, double>> points;
   for (size_t i = 0; i < best.size(); ++i) {
     const double x = i < rounds.size() ? rounds[i] : large[i - rounds.size()];
     // Never below a smaller size's time: a larger forward does a superset of the work.
     points.push_back({x, points.empty() ? best[i] : std::max(best[i], points.back().second)});
   }
-  return CostCurve(std::move(points));
+  CostCurve curve(std::move(points));
+  curve.set_depth(*depth);
+  return curve;
 }
 
 void AddProbeFeatures(Drafter& drafter, SeqId seq, size_t num_tokens) {

@@ -19,9 +19,23 @@ namespace specd::spec {
 // every decode row's): best of several runs per size, so one slow run on a shared core does not
 // make decode-sized steps look dear (sizes up to kRoundRobinCalibrationTokens round-robin). The
 // curve never falls as tokens grow (a larger forward does a superset of the work: a lower time
-// is noise). Uses (and frees) the sequence id `probe`.
+// is noise). Then its DepthCost (CalibrateDepth below) at up to `depth_keys` positions, as
+// deep as the KV cache's free room allows (0, or room for fewer than kMinDepthCalibrationKeys:
+// none). Uses (and frees) the sequence ids `probe` and `probe - 1`.
 absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t max_tokens,
-                                          int32_t max_rows, engine::SeqId probe = -1);
+                                          int32_t max_rows, engine::SeqId probe = -1,
+                                          int32_t depth_keys = 1024);
+
+// What context costs a forward: rows 1 and kDepthCalibrationRows at position `depth` of a
+// sequence against the same rows at position 0 of another, timed round-robin (best of several),
+// and the DepthCost through the two differences: e(r) = depth * (per_key + r * per_row_key).
+// A verification's rows share the sequence's KV reads, so the two terms differ (at 2k positions
+// on a 2-core CPU: ~1.3 us a position, ~0.5 us more a row). Prefills `deep` to `depth` in
+// forwards of at most `chunk` tokens first. Leaves both sequences allocated.
+absl::StatusOr<DepthCost> CalibrateDepth(engine::ModelRunner& runner, int32_t depth,
+                                         int32_t chunk, engine::SeqId shallow, engine::SeqId deep);
+inline constexpr int32_t kDepthCalibrationRows = 5;  // 1 + max_k at the default k ceiling
+inline constexpr int32_t kMinDepthCalibrationKeys = 256;
 
 // A batch-1 verification of up to 8 drafts has 1..9 rows, and its cost is not a line between
 // powers of two: the CPU MatMul takes tokens in passes of up to 8 (AVX-512) or 4 (AVX2), each

@@ -15,12 +15,20 @@ double CatchUpCost(int32_t behind, const CostCurve& verify, const CostCurve& dra
   return draft.Predict(1) / t1 * verify.Predict(behind);
 }
 
+// One sequence's step of `rows` rows over `context` KV positions.
+StepContext OneSequence(int32_t context, int32_t rows) {
+  StepContext c;
+  c.Add(context, rows);
+  return c;
+}
+
 // Starting (or resuming) drafts makes the draft model catch up on `behind` tokens first: that
-// catch-up against the expected saving of drafting k for the next `horizon` steps.
+// catch-up against the expected saving of drafting k for the next `horizon` steps, at the
+// sequence's `context` (a deep sequence's extra rows cost more).
 bool CatchUpPays(double alpha, int32_t k, int32_t behind, const CostCurve& verify,
-                 const CostCurve& draft, double horizon) {
-  const double t1 = verify.Predict(1);
-  const double with_k = verify.Predict(1 + k) + k * draft.Predict(1);
+                 const CostCurve& draft, double horizon, int32_t context) {
+  const double t1 = verify.Predict(1, OneSequence(context, 1));
+  const double with_k = verify.Predict(1 + k, OneSequence(context, 1 + k)) + k * draft.Predict(1);
   const double saving = ExpectedTokens(alpha, k) * t1 - with_k;
   return horizon * saving > CatchUpCost(behind, verify, draft);
 }
@@ -33,13 +41,15 @@ double UnpinnedCatchUpHorizon(double alpha, int32_t k, int32_t tokens_left) {
                     static_cast<double>(KPolicy::kMaxCatchUpHorizon));
 }
 
-// What a k = 1 probe costs, in target decode steps: the catch-up, one draft, one more verified
-// row.
-double ProbeCostInSteps(int32_t behind, const CostCurve& verify, const CostCurve& draft) {
-  const double t1 = verify.Predict(1);
+// What a k = 1 probe costs, in target decode steps at the sequence's `context`: the catch-up,
+// one draft, one more verified row.
+double ProbeCostInSteps(int32_t behind, const CostCurve& verify, const CostCurve& draft,
+                        int32_t context) {
+  const double t1 = verify.Predict(1, OneSequence(context, 1));
   if (t1 <= 0) return 0.0;
   const double one_draft = draft.empty() ? 0.0 : draft.Predict(1);
-  return (CatchUpCost(behind, verify, draft) + one_draft + verify.Predict(2) - t1) / t1;
+  const double t2 = verify.Predict(2, OneSequence(context, 2));
+  return (CatchUpCost(behind, verify, draft) + one_draft + t2 - t1) / t1;
 }
 
 }  // namespace
@@ -99,7 +109,8 @@ KPolicy::NominalCosts KPolicy::PinnedCosts() const {
 
 int64_t KPolicy::ChoosePinned(absl::Span<const KRequest> seqs, const NominalCosts& n,
                               int32_t fixed_tokens, Choice& c) const {
-  // Pinned: alone, own acceptance with the fixed prior, the nominal costs.
+  // Pinned: alone, own acceptance with the fixed prior, the nominal costs (which have no depth
+  // term: a measured one would make k depend on the machine).
   int64_t fixed = fixed_tokens;
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].pinned) continue;
@@ -107,7 +118,8 @@ int64_t KPolicy::ChoosePinned(absl::Span<const KRequest> seqs, const NominalCost
     c.k[i] = ChooseK({&own, 1}, 0, options_.max_k, n.verify, n.draft)[0];
     // The draft model's catch-up (a fresh sequence: its whole prompt), on the nominal costs.
     if (c.k[i] > 0 && seqs[i].behind > 1 && !n.draft.empty() &&
-        !CatchUpPays(own.alpha, c.k[i], seqs[i].behind, n.verify, n.draft, kCatchUpHorizon)) {
+        !CatchUpPays(own.alpha, c.k[i], seqs[i].behind, n.verify, n.draft, kCatchUpHorizon,
+                     /*context=*/0)) {
       c.k[i] = 0;
     }
     const KCandidate best{1.0, seqs[i].cap};
@@ -125,8 +137,8 @@ void KPolicy::ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, siz
   const double prior = new_sequence_prior(step_sequences);
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (seqs[i].pinned) continue;
-    cand.push_back({seqs[i].state->acceptance.alpha(prior), seqs[i].cap});
-    best.push_back({1.0, seqs[i].cap});
+    cand.push_back({seqs[i].state->acceptance.alpha(prior), seqs[i].cap, seqs[i].context});
+    best.push_back({1.0, seqs[i].cap, seqs[i].context});
     which.push_back(i);
   }
   if (which.empty()) return;
@@ -143,7 +155,8 @@ void KPolicy::ChooseUnpinned(absl::Span<const KRequest> seqs, int64_t fixed, siz
     if (!options_.draft_cost.empty() && c.k[i] > 0 && seqs[i].behind > 1 &&
         !CatchUpPays(cand[j].alpha, c.k[i], seqs[i].behind, options_.verify_cost,
                      options_.draft_cost,
-                     UnpinnedCatchUpHorizon(cand[j].alpha, c.k[i], seqs[i].tokens_left))) {
+                     UnpinnedCatchUpHorizon(cand[j].alpha, c.k[i], seqs[i].tokens_left),
+                     seqs[i].context)) {
       c.k[i] = 0;
     }
   }
@@ -178,9 +191,9 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
     }
     const double repaid_over =
         seqs[i].pinned
-            ? kPinnedProbePayback * ProbeCostInSteps(seqs[i].behind, n.verify, n.draft)
-            : kProbePayback *
-                  ProbeCostInSteps(seqs[i].behind, options_.verify_cost, options_.draft_cost);
+            ? kPinnedProbePayback * ProbeCostInSteps(seqs[i].behind, n.verify, n.draft, 0)
+            : kProbePayback * ProbeCostInSteps(seqs[i].behind, options_.verify_cost,
+                                               options_.draft_cost, seqs[i].context);
     if (repaid_over > seqs[i].tokens_left && !exploring) continue;
     c.k[i] = 1;
     s.probed = true;
@@ -198,8 +211,8 @@ void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int
                                    seconds);
 }
 
-void KPolicy::ObserveVerify(double tokens, double seconds) {
-  if (options_.track_load) options_.verify_cost.Observe(tokens, seconds);
+void KPolicy::ObserveVerify(double tokens, double seconds, const StepContext& context) {
+  if (options_.track_load) options_.verify_cost.Observe(tokens, seconds, context);
 }
 
 void KPolicy::AfterDraft(SpecSeqState& s, int32_t k) {

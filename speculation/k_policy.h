@@ -79,6 +79,10 @@ struct KRequest {
   // taken only with enough of them left to use what it finds (KPolicy::kProbePayback,
   // kPinnedProbePayback).
   int32_t tokens_left = INT32_MAX;
+  // KV positions before this step's rows (the sequence's length less its last token): the
+  // depth its verified rows attend over, priced by the verify curve's DepthCost. Pinned
+  // sequences' nominal costs have no depth term.
+  int32_t context = 0;
 };
 
 class KPolicy {
@@ -138,8 +142,8 @@ class KPolicy {
   // sequence of `seqs`) took `seconds`. Ignored when a sequence caught up on tokens it had not
   // drafted from (a probe, a first draft): that is not what a draft round costs.
   void ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k, double seconds);
-  // A target forward over `tokens` tokens took `seconds`.
-  void ObserveVerify(double tokens, double seconds);
+  // A target forward over `tokens` tokens whose rows attended over `context` took `seconds`.
+  void ObserveVerify(double tokens, double seconds, const StepContext& context = {});
 
   // The k the sequence really drafted this step (the drafter may propose fewer than asked).
   void AfterDraft(SpecSeqState& s, int32_t k);

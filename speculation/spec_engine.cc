@@ -188,8 +188,9 @@ const CostCurve& SpecEngine::draft_cost() const {
 absl::Status SpecEngine::Calibrate() {
   engine::LocalModelRunner runner(target_, kv_.get());
   constexpr SeqId kProbe = -1;
-  absl::StatusOr<CostCurve> verify = CalibrateVerify(runner, options_.max_batch_tokens,
-                                                     target_->options().max_logit_rows, kProbe);
+  absl::StatusOr<CostCurve> verify =
+      CalibrateVerify(runner, options_.max_batch_tokens, target_->options().max_logit_rows,
+                      kProbe, options_.calibrate_depth_keys);
   if (!verify.ok()) return verify.status();
   if (lookup_index_ >= 0) loop_->drafters()[lookup_index_].policy.set_costs(*verify, CostCurve());
   if (drafter_ == nullptr) {
@@ -237,7 +238,9 @@ absl::Status SpecEngine::Calibrate() {
   drafter_->Release(-1);
   kv_->FreeSequence(kProbe);
   if (!st.ok()) return st;
-  policy.set_costs(CostCurve(std::move(points)), CostCurve(std::move(dpoints)));
+  CostCurve refined(std::move(points));
+  refined.set_depth(verify->depth());  // the refinement times position 0 only
+  policy.set_costs(std::move(refined), CostCurve(std::move(dpoints)));
   return absl::OkStatus();
 }
 

@@ -84,6 +84,9 @@ struct SpecEngineOptions {
   // Adaptive mode: measure target and draft costs at Create (a few forwards). Without it
   // the curves start from `verify_cost` / `draft_cost` (must be set then).
   bool calibrate = true;
+  // The context the calibration prices verification at (CalibrateVerify's depth_keys): what
+  // each KV position a sequence's rows attend over adds to a step. 0: context is not priced.
+  int32_t calibrate_depth_keys = 1024;
   CostCurve verify_cost, draft_cost;
   // Rescale the curves online from measured step times (a shared machine drifts). Off: the
   // curves are used exactly as given (tests; k choices that do not depend on timing).

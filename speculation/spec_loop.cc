@@ -229,8 +229,8 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
           !d.runs_model() ? 0
           : s.pinned()    ? s.n() - StateFor(s, s.step_drafter).seen_through
                           : static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0));
-      group[s.step_drafter].push_back(
-          {&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind, TokensLeft(s)});
+      group[s.step_drafter].push_back({&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind,
+                                       TokensLeft(s), /*context=*/std::max(0, s.n() - 1)});
       index[s.step_drafter].push_back(i);
     }
     for (size_t g = 0; g < drafters_.size(); ++g) {
@@ -378,6 +378,7 @@ absl::Status SpecLoop::Target(LoopStep& step) {
   std::vector<TargetCall> calls(plans.size());
   step.step_tokens = 0;
   int64_t prefill_tokens = 0;
+  StepContext context;  // what the step's rows attend over, for the policy's cost observation
   for (size_t p = 0; p < plans.size(); ++p) {
     const SeqPlan& plan = plans[p];
     LoopSeq& s = *step.seqs[p];
@@ -393,6 +394,7 @@ absl::Status SpecLoop::Target(LoopStep& step) {
     if (s.adopt_pending) c.cached_prefix = absl::MakeConstSpan(s.tokens).subspan(0, plan.start);
     c.want_features = WantsFeatures(s);
     step.step_tokens += plan.tokens();
+    context.Add(plan.start, plan.tokens());
     prefill_tokens += plan.end - plan.start - (plan.emit ? 1 : 0);
     s.on_backends = true;
   }
@@ -403,7 +405,7 @@ absl::Status SpecLoop::Target(LoopStep& step) {
   SPECD_CHECK(step.outcomes.size() == calls.size(), "target step: %zu outcomes for %zu calls",
               step.outcomes.size(), calls.size());
   for (LoopDrafter& d : drafters_) {
-    d.policy.ObserveVerify(static_cast<double>(step.step_tokens), step.target_seconds);
+    d.policy.ObserveVerify(static_cast<double>(step.step_tokens), step.target_seconds, context);
   }
   ++stats_.steps;
   stats_.verify_seconds += step.target_seconds;

@@ -83,6 +83,7 @@ struct Bench {
     eo.max_batch_tokens = 256;
     eo.max_running = batch;
     eo.kv_blocks = 512;
+    eo.calibrate_depth_keys = o.depth_keys;
     eo.k = drafter ? k : 0;
     eo.adaptive_k = drafter != nullptr && adaptive;
     eo.lookup = eo.adaptive_k ? lookup : nullptr;
@@ -197,6 +198,8 @@ struct Bench {
     for (int kk = 1; kk <= 8; ++kk) {
       absl::StrAppendFormat(&costs, " %.2f", v.Predict(kk + 1) / v.Predict(1));
     }
+    absl::StrAppendFormat(&costs, "; context %.2f us a position, %.2f us more a row's position",
+                          1e6 * v.depth().per_key, 1e6 * v.depth().per_row_key);
     return costs;
   }
 

@@ -37,6 +37,9 @@ struct SpecBenchOptions {
   // The distilled draft's confidence cut (spec::ModelDrafterOptions min_keep / min_extend).
   double draft_min_keep = spec::kDefaultMinKeep;
   double draft_min_extend = spec::kDefaultMinExtend;
+  // The adaptive policy's calibration at depth (SpecEngineOptions::calibrate_depth_keys; 0:
+  // context not priced), to compare k choices with and without it.
+  int32_t depth_keys = 1024;
   // The distilled section's batches and temperatures (--spec-batches, --spec-temps): a paired
   // run of one configuration need not pay for the others.
   std::vector<int> distilled_batches = {1, 8};

@@ -516,6 +516,12 @@ int Main(int argc, char** argv) {
                      a.c_str(), argv[i]);
         return 2;
       }
+    } else if (a == "--spec-depth-keys" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &spec.depth_keys) || spec.depth_keys < 0) {
+        std::fprintf(stderr, "specd-bench: --spec-depth-keys: expected a count >= 0, got %s\n",
+                     argv[i]);
+        return 2;
+      }
     } else if (a == "--spec-batches" && i + 1 < argc) {
       spec.distilled_batches.clear();
       for (absl::string_view part : absl::StrSplit(argv[++i], ',')) {
@@ -572,6 +578,7 @@ int Main(int argc, char** argv) {
                    "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4] [--spec-pairs N]\n"
                    "                    [--spec-batches 1,8] [--spec-temps 0,0.8]\n"
                    "                    [--draft-min-keep P] [--draft-min-extend P]\n"
+                   "                    [--spec-depth-keys N]  (adaptive k's calibration depth; 0: context not priced)\n"
                    "  (the pairs' targets default to f16 and f32)\n"
                    "       specd-bench --cost-model DRAFT.gguf [-m TARGET.gguf] [-t THREADS] [--device D]\n");
       return 2;

@@ -58,12 +58,19 @@ void ToProto(const spec::CostCurve& curve, specd::internal::v1::ServiceInfo* inf
     p->set_size(size);
     p->set_seconds(seconds);
   }
+  info->set_step_cost_per_key(curve.depth().per_key);
+  info->set_step_cost_per_row_key(curve.depth().per_row_key);
 }
 
 spec::CostCurve CostCurveFromProto(const specd::internal::v1::ServiceInfo& info) {
   std::vector<std::pair<double, double>> points;
   for (const auto& p : info.step_cost()) points.push_back({p.size(), p.seconds()});
-  return points.empty() ? spec::CostCurve() : spec::CostCurve(std::move(points));
+  if (points.empty()) return spec::CostCurve();
+  spec::CostCurve curve(std::move(points));
+  // Negative or NaN from a peer would make context look cheaper than none: read as none.
+  const auto seconds = [](double x) { return x > 0.0 ? x : 0.0; };
+  curve.set_depth({seconds(info.step_cost_per_key()), seconds(info.step_cost_per_row_key())});
+  return curve;
 }
 
 std::string FeaturesToBytes(absl::Span<const float> rows) {

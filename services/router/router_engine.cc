@@ -203,6 +203,9 @@ void RouterEngine::MaybeReconnectDraft() {
                       // Where a batch's extra verified rows are priced (k at concurrency 16).
                       {"target_step_16_ms", v.Predict(16) * 1e3},
                       {"target_step_32_ms", v.Predict(32) * 1e3},
+                      // What 1k positions of context add to a step of 1 and of 5 rows.
+                      {"target_context_1k_1_row_ms", v.depth().Seconds({1024, 1024}) * 1e3},
+                      {"target_context_1k_5_rows_ms", v.depth().Seconds({1024, 5 * 1024}) * 1e3},
                       {"draft_round_ms", d.Predict(1) * 1e3},
                       {"pinned_draft_ratio", policy->options().pinned_draft_ratio},
                       {"adaptive", !d.empty()}});

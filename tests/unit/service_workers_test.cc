@@ -1,5 +1,6 @@
 // TargetWorker / DraftWorker driven directly (no network): prefill, chunked prefill, plain and
 // speculative greedy decoding against an in-process reference, re-prefill, release.
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -136,6 +137,24 @@ class WorkersTest : public ::testing::Test {
 };
 std::string* WorkersTest::target_path_ = nullptr;
 std::string* WorkersTest::draft_path_ = nullptr;
+
+// The target's cost curve reaches the router whole: its points and what context adds
+// (spec::DepthCost); a negative or NaN depth figure from a peer reads as none.
+TEST(CostCurveProtoTest, PointsAndDepthCostRoundTrip) {
+  spec::CostCurve curve({{1, 3e-3}, {5, 6e-3}, {64, 50e-3}});
+  curve.set_depth({0.99e-6, 0.54e-6});
+  iv1::ServiceInfo info;
+  ToProto(curve, &info);
+  const spec::CostCurve back = CostCurveFromProto(info);
+  EXPECT_EQ(back.points(), curve.points());
+  EXPECT_EQ(back.depth().per_key, 0.99e-6);
+  EXPECT_EQ(back.depth().per_row_key, 0.54e-6);
+  info.set_step_cost_per_key(-1.0);
+  info.set_step_cost_per_row_key(std::nan(""));
+  EXPECT_TRUE(CostCurveFromProto(info).depth().empty());
+  info.clear_step_cost();
+  EXPECT_TRUE(CostCurveFromProto(info).empty());
+}
 
 TEST_F(WorkersTest, PlainGreedyMatchesEngine) {
   TargetWorker target(Host(*target_path_));

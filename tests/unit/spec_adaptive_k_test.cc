@@ -34,14 +34,18 @@ std::vector<int32_t> ChooseKReference(const std::vector<KCandidate>& seqs, int32
   std::vector<int32_t> best(B, 0);
   if (B == 0 || max_k <= 0 || verify.empty()) return best;
   auto rate = [&](const std::vector<int32_t>& k) {
-    double e = 0.0;
+    double e = 0.0, keys = 0.0, row_keys = 0.0;
     int32_t tokens = prefill, top = 0;
     for (size_t i = 0; i < B; ++i) {
       e += ExpectedTokens(seqs[i].alpha, k[i]);
       tokens += 1 + k[i];
       top = std::max(top, k[i]);
+      keys += seqs[i].context;
+      row_keys += double{1.0 + k[i]} * seqs[i].context;
     }
-    double c = verify.Predict(tokens);
+    double c = verify.Predict(tokens) + verify.load_factor() *
+                                            (verify.depth().per_key * keys +
+                                             verify.depth().per_row_key * row_keys);
     if (prefill > 0) c -= verify.Predict(prefill);
     if (!draft.empty() && top > 0) c += DraftRoundsCost(draft, k);
     return c > 0.0 ? e / c : 0.0;
@@ -82,7 +86,8 @@ std::vector<int32_t> ChooseKReference(const std::vector<KCandidate>& seqs, int32
 }
 
 // Random batches (1-24 sequences, acceptances from 0 to 1 with ties, caps from -1 to 10,
-// prefills, free and priced drafting) choose the same k as the plain twin.
+// contexts from 0 to 8k, prefills, free and priced drafting, with and without a depth cost)
+// choose the same k as the plain twin.
 TEST(AdaptiveKTest, ChooseKEqualsItsPlainTwin) {
   std::mt19937 rng(7);
   const double alphas[] = {0.0, 0.2, 0.42, 0.42, 0.6, 0.75, 0.9, 1.0};
@@ -93,10 +98,12 @@ TEST(AdaptiveKTest, ChooseKEqualsItsPlainTwin) {
     for (KCandidate& c : seqs) {
       c.alpha = rng() % 3 == 0 ? alphas[rng() % 8] : (rng() % 1001) / 1000.0;
       c.cap = static_cast<int32_t>(rng() % 12) - 1;
+      c.context = rng() % 2 == 0 ? static_cast<int32_t>(rng() % 8192) : 0;
     }
     const int32_t prefill = rng() % 3 == 0 ? static_cast<int32_t>(rng() % 300) : 0;
     const int32_t max_k = static_cast<int32_t>(rng() % 10);
-    const CostCurve verify = Knee(2 + rng() % 20, 8 + rng() % 64, 0.05 + (rng() % 100) / 100.0);
+    CostCurve verify = Knee(2 + rng() % 20, 8 + rng() % 64, 0.05 + (rng() % 100) / 100.0);
+    if (rng() % 2 == 0) verify.set_depth({(rng() % 20) * 1e-7, (rng() % 10) * 1e-7});
     const CostCurve draft = rng() % 4 == 0 ? CostCurve() : Knee(0.1 + (rng() % 30) / 10.0, 32, 0.02);
     const std::vector<int32_t> got = ChooseK(seqs, prefill, max_k, verify, draft);
     ASSERT_EQ(got, ChooseKReference(seqs, prefill, max_k, verify, draft)) << "trial " << trial;
@@ -118,6 +125,57 @@ TEST(AdaptiveKTest, CostCurveInterpolatesAndTracksLoad) {
   for (int i = 0; i < 200; ++i) c.Observe(5, 4.0);  // the machine got 2x slower
   EXPECT_NEAR(c.load_factor(), 2.0, 1e-3);
   EXPECT_NEAR(c.Predict(9), 6.0, 1e-2);
+}
+
+// Context is priced per KV position a sequence reads and per (row, position): a step's
+// prediction adds both, the load factor scales them with the rest, and a step observed exactly
+// as the curve prices it leaves the load factor at 1 (a depth-blind curve read the same step
+// as a machine 2x slower).
+TEST(AdaptiveKTest, CostCurvePricesContext) {
+  CostCurve c({{1, 1.0e-3}, {9, 3.0e-3}});
+  c.set_depth({1e-6, 0.5e-6});
+  StepContext ctx;
+  ctx.Add(2000, 5);  // one sequence, 5 rows over 2,000 positions
+  ctx.Add(1000, 1);
+  EXPECT_DOUBLE_EQ(ctx.keys, 3000.0);
+  EXPECT_DOUBLE_EQ(ctx.row_keys, 11000.0);
+  EXPECT_NEAR(c.Predict(6), 2.25e-3, 1e-12);
+  EXPECT_NEAR(c.Predict(6, ctx), 2.25e-3 + 3e-3 + 5.5e-3, 1e-12);
+  for (int i = 0; i < 200; ++i) c.Observe(6, 10.75e-3, ctx);
+  EXPECT_NEAR(c.load_factor(), 1.0, 1e-9);
+  CostCurve blind({{1, 1.0e-3}, {9, 3.0e-3}});
+  for (int i = 0; i < 200; ++i) blind.Observe(6, 10.75e-3);
+  EXPECT_NEAR(blind.load_factor(), 10.75 / 2.25, 1e-3);
+  for (int i = 0; i < 200; ++i) c.Observe(6, 2 * 10.75e-3, ctx);  // now 2x slower
+  EXPECT_NEAR(c.Predict(6, ctx), 2 * 10.75e-3, 1e-5);
+  EXPECT_EQ(c.Unscaled().depth().per_row_key, 0.5e-6);
+  EXPECT_NEAR(c.Unscaled().Predict(6, ctx), 10.75e-3, 1e-12);
+}
+
+// The default model's costs as calibrated on a 2-core EPYC (specd-bench --cost-model,
+// 2026-12-06): at 2k positions a verified row costs more (its arithmetic against every
+// position), so a lone sequence drafts less deep; but the KV read is shared by all of a
+// sequence's rows and dominates a deep batch's step, so at batch 8, where a shallow batch does
+// not draft, a deep one does.
+TEST(AdaptiveKTest, ContextShortensALoneDraftAndMakesADeepBatchDraft) {
+  CostCurve verify({{1, 3.311e-3}, {2, 3.998e-3}, {3, 4.726e-3}, {4, 5.316e-3}, {5, 6.501e-3},
+                    {6, 6.819e-3}, {7, 7.720e-3}, {8, 8.879e-3}, {9, 9.498e-3}, {16, 14.851e-3},
+                    {32, 26.754e-3}, {64, 50.545e-3}});
+  verify.set_depth({0.993e-6, 0.544e-6});
+  const CostCurve draft({{1, 0.167e-3}, {4, 0.327e-3}, {16, 1.275e-3}, {32, 2.458e-3}});
+  const auto k_at = [&](int n, double alpha, int32_t context) {
+    std::vector<KCandidate> seqs(n, KCandidate{alpha, 8, context});
+    return ChooseK(seqs, 0, 8, verify, draft);
+  };
+  EXPECT_EQ(k_at(1, 0.7, 0)[0], 3);
+  EXPECT_EQ(k_at(1, 0.7, 2048)[0], 2);
+  EXPECT_EQ(k_at(8, 0.7, 0), std::vector<int32_t>(8, 0));
+  EXPECT_EQ(k_at(8, 0.7, 2048), std::vector<int32_t>(8, 1));
+  // The cost model's estimate agrees: plain decoding pays for the context too.
+  const SpeedupEstimate deep = EstimateSpeedup(0.7, 8, 8, verify, draft, 2048);
+  EXPECT_EQ(deep.mean_k, 1.0);
+  EXPECT_GT(deep.speedup, 1.05);
+  EXPECT_EQ(EstimateSpeedup(0.7, 8, 8, verify, draft, 0).speedup, 1.0);
 }
 
 TEST(AdaptiveKTest, MemoryBoundTargetAndGoodDraftSpeculateDeep) {

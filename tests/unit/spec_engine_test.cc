@@ -127,15 +127,19 @@ class SpecEngineTest : public ::testing::Test {
 };
 
 // A runner whose forwards cost what a test says: the tiny model's forward plus a sleep of
-// extra(tokens, nth), nth counting the earlier forwards of that many tokens.
+// extra(tokens, nth), nth counting the earlier forwards of that many tokens (or of
+// by_batch(batch), for costs that depend on where the rows sit).
 class CostedRunner final : public engine::ModelRunner {
  public:
   using Extra = std::chrono::microseconds (*)(int32_t tokens, int nth);
+  using BatchExtra = std::chrono::microseconds (*)(const engine::ForwardBatch& batch);
   CostedRunner(engine::LlamaModel* model, engine::PagedKvCache* kv, Extra extra)
       : inner_(model, kv), extra_(extra) {}
+  CostedRunner(engine::LlamaModel* model, engine::PagedKvCache* kv, BatchExtra by_batch)
+      : inner_(model, kv), by_batch_(by_batch) {}
   absl::Status Forward(const engine::ForwardBatch& batch, float* logits, float* hidden) override {
     const int32_t n = static_cast<int32_t>(batch.tokens.size());
-    std::this_thread::sleep_for(extra_(n, calls_[n]++));
+    std::this_thread::sleep_for(by_batch_ != nullptr ? by_batch_(batch) : extra_(n, calls_[n]++));
     return inner_.Forward(batch, logits, hidden);
   }
   absl::Status AddSequence(SeqId seq) override { return inner_.AddSequence(seq); }
@@ -153,7 +157,8 @@ class CostedRunner final : public engine::ModelRunner {
 
  private:
   engine::LocalModelRunner inner_;
-  Extra extra_;
+  Extra extra_ = nullptr;
+  BatchExtra by_batch_ = nullptr;
   std::map<int32_t, int> calls_;
 };
 
@@ -183,6 +188,46 @@ TEST_F(SpecEngineTest, CalibrationTimesEveryDecodeSizeWithoutFirstTouches) {
     EXPECT_LT(secs, 0.002 * x + 0.015) << "x=" << x << ": the first forward was kept";
   }
   EXPECT_GE(curve->Shape(6), curve->Shape(5));
+}
+
+// What context adds to a forward, measured: a runner whose forwards cost 1 ms, 0.2 ms a row,
+// 4 us per position of context before a sequence's rows and 2 us more per (row, position)
+// gives those two figures back, and the curve near position 0 stays what it was.
+TEST_F(SpecEngineTest, CalibrationMeasuresWhatContextAddsPerPositionAndPerRow) {
+  auto kv = engine::PagedKvCache::Create(
+      target_->model->MakeKvCacheConfig(64, 16, kernels::KvDtype::kF16));
+  ASSERT_TRUE(kv.ok());
+  CostedRunner runner(target_->model.get(), kv->get(), [](const engine::ForwardBatch& b) {
+    double us = 1000.0 + 200.0 * static_cast<double>(b.tokens.size());
+    for (const engine::SequenceSlice& s : b.slices) us += (4.0 + 2.0 * s.num_tokens) * s.start_pos;
+    return std::chrono::microseconds(static_cast<int64_t>(us));
+  });
+  absl::StatusOr<CostCurve> curve = CalibrateVerify(runner, 40, 40);
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  // At 507 positions (the tiny model's 512 less the rows): 2 ms for one row, 7 ms for five.
+  // A sleep overshoots by up to ~0.1 ms, which moves the per-position figures by ~10 %.
+  EXPECT_NEAR(curve->depth().per_key, 4e-6, 1e-6);
+  EXPECT_NEAR(curve->depth().per_row_key, 2e-6, 0.5e-6);
+  EXPECT_NEAR(curve->Shape(1), 1.2e-3, 0.3e-3);
+  EXPECT_NEAR(curve->Shape(5), 2.0e-3, 0.3e-3);
+  StepContext deep;
+  deep.Add(400, 5);
+  EXPECT_NEAR(curve->Shape(5, deep), 2.0e-3 + 400 * (4e-6 + 5 * 2e-6), 0.8e-3);
+  // No room for a deep sequence (or depth 0 asked): no depth cost, and no error.
+  auto small = engine::PagedKvCache::Create(
+      target_->model->MakeKvCacheConfig(16, 16, kernels::KvDtype::kF16));
+  ASSERT_TRUE(small.ok());
+  CostedRunner cramped(target_->model.get(), small->get(), [](const engine::ForwardBatch&) {
+    return std::chrono::microseconds(100);
+  });
+  absl::StatusOr<CostCurve> shallow = CalibrateVerify(cramped, 40, 40);
+  ASSERT_TRUE(shallow.ok()) << shallow.status();
+  EXPECT_TRUE(shallow->depth().empty());
+  EXPECT_EQ((*small)->num_free_blocks(), 16);  // both probes freed
+  absl::StatusOr<CostCurve> none = CalibrateVerify(runner, 40, 40, -1, /*depth_keys=*/0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->depth().empty());
+  EXPECT_EQ((*kv)->num_free_blocks(), 64);
 }
 
 // A slow spell of the machine (three forwards in a row, 12 ms slower each), wherever it falls,
@@ -598,6 +643,41 @@ TEST_F(SpecEngineTest, DraftConfidenceSetsTheChainLength) {
     EXPECT_NE(refused.status().message().find(keep > 1 ? "min_keep" : "min_extend"),
               std::string::npos)
         << refused.status();
+  }
+}
+
+// The loop hands the policy each sequence's context. A draft round nearly as dear as a target
+// step never pays near position 0 (the next test's second half has one as dear), but when
+// every KV position a sequence reads costs 2 % of a step, 400 of them make each step 9 steps'
+// worth, which the drafts' rows share: the same drafter drafts there (its catch-up on the
+// prompt repaid within the request), and output stays plain greedy's. The same curve without
+// its depth cost drafts nothing.
+TEST_F(SpecEngineTest, ContextReachesThePolicyAndADeepSequenceDrafts) {
+  std::vector<std::vector<int32_t>> prompts(1);
+  for (int j = 0; j < 400; ++j) prompts[0].push_back((j * 37 + (j % 7) * 11 + 5) % vocab_);
+  const auto params = Greedy(1);
+  const auto plain = PlainGenerate(*target_->model, prompts, params, 60, {});
+  for (const bool priced : {true, false}) {
+    auto d = MakeDrafter("same");
+    SpecEngineOptions o;
+    o.k = 4;
+    o.adaptive_k = true;
+    o.calibrate = false;
+    o.track_load = false;
+    o.verify_cost = CostCurve({{1, 1.0}, {5, 1.6}, {40, 8.0}});
+    if (priced) o.verify_cost.set_depth({0.02, 0.0});
+    o.draft_cost = CostCurve({{1, 0.9}, {8, 7.2}});
+    ASSERT_EQ(ChooseK(std::vector<KCandidate>{{1.0, 4, 0}}, 0, 4, o.verify_cost, o.draft_cost),
+              std::vector<int32_t>{0});
+    auto e = MakeEngine(d.get(), o);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(EngineGenerate(*e, prompts, params, 60), plain) << "priced " << priced;
+    if (priced) {
+      EXPECT_GT(e->stats().drafted, 20);
+      EXPECT_EQ(e->stats().accepted, e->stats().drafted);
+    } else {
+      EXPECT_EQ(e->stats().drafted, 0);
+    }
   }
 }
 
