@@ -25,7 +25,8 @@ iv1::ServiceInfo TargetWorker::Info() const {
 absl::Status TargetWorker::Calibrate() {
   // Verification asks for every decode row's logits: up to 128 rows per step measured.
   absl::StatusOr<spec::CostCurve> c =
-      spec::CalibrateVerify(*host_, host_->options().max_batch_tokens, /*max_rows=*/128);
+      spec::CalibrateVerify(*host_, host_->options().max_batch_tokens, /*max_rows=*/128,
+                            /*probe=*/-1, options_.calibrate_depth);
   if (!c.ok()) return c.status();
   cost_ = std::move(*c);
   return absl::OkStatus();

@@ -19,11 +19,25 @@ namespace specd::services {
 
 class TargetWorker {
  public:
-  struct Options {  // none yet: the model host's flags say everything
-    static void AddFlags(FlagSet&, const std::string& env, Options*) {}
-    absl::Status Check() const { return absl::OkStatus(); }
+  struct Options {
+    // Context positions the calibration prices a step's rows at (spec::CalibrateVerify's
+    // depth_keys; 0: the router's adaptive k does not price context).
+    int32_t calibrate_depth = 1024;
+    static void AddFlags(FlagSet& flags, const std::string& env, Options* o) {
+      flags.Add("calibrate-depth", env + "_CALIBRATE_DEPTH", &o->calibrate_depth,
+                "KV positions the start-up calibration times rows at, so that the router's "
+                "adaptive k prices what context adds to a step (0: not priced)");
+    }
+    absl::Status Check() const {
+      if (calibrate_depth < 0) {
+        return absl::InvalidArgumentError("--calibrate-depth must be >= 0");
+      }
+      return absl::OkStatus();
+    }
   };
-  explicit TargetWorker(std::unique_ptr<ModelHost> host, Options = {}) : host_(std::move(host)) {
+  explicit TargetWorker(std::unique_ptr<ModelHost> host) : TargetWorker(std::move(host), Options()) {}
+  TargetWorker(std::unique_ptr<ModelHost> host, Options options)
+      : host_(std::move(host)), options_(options) {
     verify_options_.eos_token_ids.assign(host_->eos_ids().begin(), host_->eos_ids().end());
   }
 
@@ -52,6 +66,7 @@ class TargetWorker {
   absl::Status PublishCommitted(int64_t seq, absl::Span<const int32_t> history);
 
   std::unique_ptr<ModelHost> host_;
+  Options options_;
   spec::VerifyStepOptions verify_options_;
   spec::VerifyStepBuffers buffers_;  // THE verification path's batch and logits
   spec::CostCurve cost_;

@@ -156,6 +156,23 @@ TEST(CostCurveProtoTest, PointsAndDepthCostRoundTrip) {
   EXPECT_TRUE(CostCurveFromProto(info).empty());
 }
 
+// --calibrate-depth 0 leaves context unpriced (the curve without a depth cost, in Info);
+// a negative depth is refused naming the flag.
+TEST_F(WorkersTest, CalibrateDepthZeroReportsNoDepthCost) {
+  TargetWorker::Options o;
+  o.calibrate_depth = 0;
+  TargetWorker target(Host(*target_path_), o);
+  ASSERT_TRUE(target.Calibrate().ok());
+  const iv1::ServiceInfo info = target.Info();
+  EXPECT_GT(info.step_cost_size(), 0);
+  EXPECT_EQ(info.step_cost_per_key(), 0.0);
+  EXPECT_EQ(info.step_cost_per_row_key(), 0.0);
+  o.calibrate_depth = -1;
+  const absl::Status st = o.Check();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("--calibrate-depth"), std::string::npos) << st;
+}
+
 TEST_F(WorkersTest, PlainGreedyMatchesEngine) {
   TargetWorker target(Host(*target_path_));
   const std::vector<int32_t> want = ExpectedGreedy(*target_path_, Prompt(), 20);
