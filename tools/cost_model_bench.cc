@@ -77,8 +77,9 @@ int RunCostModel(const CostModelOptions& o) {
   }
   // Verification asks for every row's logits, as a draft round does for each sequence's.
   absl::StatusOr<spec::CostCurve> verify = spec::CalibrateVerify(*(*target)->runner, verify_tokens, verify_tokens);
+  // A draft round is priced by sequences alone: no depth.
   absl::StatusOr<spec::CostCurve> round = spec::CalibrateVerify(
-      *(*draft)->runner, max_batch, max_batch, /*probe=*/-1, /*depth_keys=*/0);  // a round: no depth
+      *(*draft)->runner, max_batch, max_batch, /*probe=*/-1, /*depth_keys=*/0);
   if (!verify.ok() || !round.ok()) {
     std::fprintf(stderr, "specd-bench: --cost-model: %s\n",
                  (verify.ok() ? round.status() : verify.status()).ToString().c_str());
@@ -96,8 +97,9 @@ int RunCostModel(const CostModelOptions& o) {
   std::printf("verify(k+1) / verify(1), k = 1..%d:", o.max_k);
   for (int k = 1; k <= o.max_k; ++k) std::printf(" %.2f", verify->Predict(k + 1) / v1);
   const spec::DepthCost& depth = verify->depth();
-  std::printf("\ncontext (calibrated at depth): %.3f us a position, %.3f us more a row's position\n",
-              depth.per_key * 1e6, depth.per_row_key * 1e6);
+  std::printf(
+      "\ncontext (calibrated at depth): %.3f us a position, %.3f us more a row's position\n",
+      depth.per_key * 1e6, depth.per_row_key * 1e6);
   constexpr int32_t kDeep = 2048;
   const auto at_deep = [&](int32_t rows) {
     spec::StepContext c;

@@ -578,7 +578,8 @@ int Main(int argc, char** argv) {
                    "                    [--prompts FILE.jsonl] [--distilled-k 1,2,4] [--spec-pairs N]\n"
                    "                    [--spec-batches 1,8] [--spec-temps 0,0.8]\n"
                    "                    [--draft-min-keep P] [--draft-min-extend P]\n"
-                   "                    [--spec-depth-keys N]  (adaptive k's calibration depth; 0: context not priced)\n"
+                   "                    [--spec-depth-keys N]  (adaptive k's calibration depth;"
+                   " 0: context not priced)\n"
                    "  (the pairs' targets default to f16 and f32)\n"
                    "       specd-bench --cost-model DRAFT.gguf [-m TARGET.gguf] [-t THREADS] [--device D]\n");
       return 2;

@@ -35,7 +35,8 @@ class TargetWorker {
       return absl::OkStatus();
     }
   };
-  explicit TargetWorker(std::unique_ptr<ModelHost> host) : TargetWorker(std::move(host), Options()) {}
+  explicit TargetWorker(std::unique_ptr<ModelHost> host)
+      : TargetWorker(std::move(host), Options()) {}
   TargetWorker(std::unique_ptr<ModelHost> host, Options options)
       : host_(std::move(host)), options_(options) {
     verify_options_.eos_token_ids.assign(host_->eos_ids().begin(), host_->eos_ids().end());

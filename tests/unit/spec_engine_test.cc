@@ -646,6 +646,19 @@ TEST_F(SpecEngineTest, DraftConfidenceSetsTheChainLength) {
   }
 }
 
+// Adaptive k (k <= 4) on the given curves as they are: no timing, no load tracking, so what
+// drafts follows from the costs and the acceptance alone, on any machine.
+SpecEngineOptions FixedCostAdaptive(CostCurve verify, CostCurve draft) {
+  SpecEngineOptions o;
+  o.k = 4;
+  o.adaptive_k = true;
+  o.calibrate = false;
+  o.track_load = false;
+  o.verify_cost = std::move(verify);
+  o.draft_cost = std::move(draft);
+  return o;
+}
+
 // The loop hands the policy each sequence's context. A draft round nearly as dear as a target
 // step never pays near position 0 (the next test's second half has one as dear), but when
 // every KV position a sequence reads costs 2 % of a step, 400 of them make each step 9 steps'
@@ -659,14 +672,9 @@ TEST_F(SpecEngineTest, ContextReachesThePolicyAndADeepSequenceDrafts) {
   const auto plain = PlainGenerate(*target_->model, prompts, params, 60, {});
   for (const bool priced : {true, false}) {
     auto d = MakeDrafter("same");
-    SpecEngineOptions o;
-    o.k = 4;
-    o.adaptive_k = true;
-    o.calibrate = false;
-    o.track_load = false;
-    o.verify_cost = CostCurve({{1, 1.0}, {5, 1.6}, {40, 8.0}});
+    SpecEngineOptions o = FixedCostAdaptive(CostCurve({{1, 1.0}, {5, 1.6}, {40, 8.0}}),
+                                            CostCurve({{1, 0.9}, {8, 7.2}}));
     if (priced) o.verify_cost.set_depth({0.02, 0.0});
-    o.draft_cost = CostCurve({{1, 0.9}, {8, 7.2}});
     ASSERT_EQ(ChooseK(std::vector<KCandidate>{{1.0, 4, 0}}, 0, 4, o.verify_cost, o.draft_cost),
               std::vector<int32_t>{0});
     auto e = MakeEngine(d.get(), o);
@@ -688,13 +696,8 @@ TEST_F(SpecEngineTest, AdaptiveKProbesAndFindsAGoodDrafter) {
   const auto prompts = Prompts(1, vocab_);
   const auto params = Greedy(1);
   auto d = MakeDrafter("same");
-  SpecEngineOptions o;
-  o.k = 4;
-  o.adaptive_k = true;
-  o.calibrate = false;
-  o.track_load = false;
-  o.verify_cost = CostCurve({{1, 1.0}, {5, 1.6}, {40, 8.0}});
-  o.draft_cost = CostCurve({{1, 0.4}, {8, 1.0}});
+  SpecEngineOptions o = FixedCostAdaptive(CostCurve({{1, 1.0}, {5, 1.6}, {40, 8.0}}),
+                                          CostCurve({{1, 0.4}, {8, 1.0}}));
   ASSERT_EQ(ChooseK(std::vector<KCandidate>{{0.5, 4}}, 0, 4, o.verify_cost, o.draft_cost),
             std::vector<int32_t>{0});
   ASSERT_EQ(ChooseK(std::vector<KCandidate>{{0.95, 4}}, 0, 4, o.verify_cost, o.draft_cost),
