@@ -60,33 +60,40 @@ double ExpectedTokens(double alpha, int32_t k) {
 
 namespace {
 
-double StepCost(absl::Span<const KCandidate> seqs, absl::Span<const int32_t> k,
+// contexts[i]: sequence i's KV positions before the step (KCandidate::context).
+double StepCost(absl::Span<const int32_t> contexts, absl::Span<const int32_t> k,
                 int32_t prefill_tokens, const CostCurve& verify, const CostCurve& draft) {
   int32_t tokens = prefill_tokens, max_k = 0;
   StepContext context;
   for (size_t i = 0; i < k.size(); ++i) {
     tokens += 1 + k[i];
     max_k = std::max(max_k, k[i]);
-    context.Add(seqs[i].context, 1 + k[i]);
+    context.Add(contexts[i], 1 + k[i]);
   }
   // Charge the decode rows only what they add to the step: prompt chunks riding along are
   // paid for anyway, and once they make the step compute-bound every draft token costs its
   // full share.
   double cost = verify.Predict(tokens, context);
   if (prefill_tokens > 0) cost -= verify.Predict(prefill_tokens);
-  if (!draft.empty() && max_k > 0) cost += DraftRoundsCost(draft, k);
+  if (!draft.empty() && max_k > 0) cost += DraftRoundsCost(draft, k, contexts);
   return cost;
 }
 
 }  // namespace
 
-double DraftRoundsCost(const CostCurve& draft, absl::Span<const int32_t> k, bool shape_only) {
+double DraftRoundsCost(const CostCurve& draft, absl::Span<const int32_t> k,
+                       absl::Span<const int32_t> context, bool shape_only) {
   double seconds = 0.0;
   const int32_t max_k = k.empty() ? 0 : *std::max_element(k.begin(), k.end());
   for (int32_t j = 1; j <= max_k; ++j) {
     int32_t n = 0;
-    for (int32_t ki : k) n += ki >= j ? 1 : 0;
-    seconds += shape_only ? draft.Shape(n) : draft.Predict(n);
+    StepContext round;  // the round's rows: one per drafting sequence
+    for (size_t i = 0; i < k.size(); ++i) {
+      if (k[i] < j) continue;
+      ++n;
+      if (!context.empty()) round.Add(context[i], 1);
+    }
+    seconds += shape_only ? draft.Shape(n, round) : draft.Predict(n, round);
   }
   return seconds;
 }
@@ -101,6 +108,8 @@ std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_
   // spent a tenth of its CPU in pow()).
   const size_t J = static_cast<size_t>(max_k) + 1;
   std::vector<double> gain_of(B * J), expected_of(B * J);  // [B][max_k + 1]
+  std::vector<int32_t> contexts(B);
+  for (size_t i = 0; i < B; ++i) contexts[i] = seqs[i].context;
   for (size_t i = 0; i < B; ++i) {
     for (size_t j = 0; j < J; ++j) {
       gain_of[i * J + j] = std::pow(seqs[i].alpha, static_cast<int32_t>(j));
@@ -110,7 +119,7 @@ std::vector<int32_t> ChooseK(absl::Span<const KCandidate> seqs, int32_t prefill_
   auto rate = [&](const std::vector<int32_t>& k) {
     double e = 0.0;
     for (size_t i = 0; i < B; ++i) e += expected_of[i * J + k[i]];
-    const double c = StepCost(seqs, k, prefill_tokens, verify, draft);
+    const double c = StepCost(contexts, k, prefill_tokens, verify, draft);
     return c > 0.0 ? e / c : 0.0;
   };
   double best_rate = rate(best);
@@ -169,8 +178,9 @@ SpeedupEstimate EstimateSpeedup(double alpha, int32_t batch, int32_t max_k, cons
   }
   e.mean_k = (rows - batch) / batch;
   e.tokens_per_step = tokens / batch;
-  e.step_seconds =
-      verify.Predict(rows, with_drafts) + (draft.empty() ? 0.0 : DraftRoundsCost(draft, k));
+  const std::vector<int32_t> contexts(static_cast<size_t>(batch), context);
+  e.step_seconds = verify.Predict(rows, with_drafts) +
+                   (draft.empty() ? 0.0 : DraftRoundsCost(draft, k, contexts));
   const double plain = batch / verify.Predict(batch, plain_context);
   e.speedup = e.step_seconds > 0.0 && plain > 0.0 ? tokens / e.step_seconds / plain : 0.0;
   return e;

@@ -162,7 +162,47 @@ void AddProbeFeatures(Drafter& drafter, SeqId seq, size_t num_tokens) {
   drafter.AddFeatures(seq, 0, zeros);
 }
 
-absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences) {
+namespace {
+
+// CalibrateDraft's depth term (see calibration.h).
+absl::StatusOr<DepthCost> CalibrateDraftDepth(Drafter& drafter, int32_t vocab, int32_t depth) {
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const sampling::PenaltyState none;
+  const sampling::CounterRng rng(0);
+  const std::vector<int32_t> shallow_prompt = ProbeTokens(8, vocab);
+  const std::vector<int32_t> deep_prompt = ProbeTokens(depth, vocab);
+  constexpr SeqId kShallow = -1, kDeep = -2;
+  std::vector<DraftInput> shallow{DraftInput{kShallow, shallow_prompt, &greedy, &none, &rng, 1}};
+  std::vector<DraftInput> deep{DraftInput{kDeep, deep_prompt, &greedy, &none, &rng, 1}};
+  AddProbeFeatures(drafter, kShallow, shallow_prompt.size());
+  AddProbeFeatures(drafter, kDeep, deep_prompt.size());
+  std::vector<DraftOutput> out(1);
+  // Pass 0 prefills both (untimed); then one round each, alternating, best of 5.
+  constexpr int kTimedPasses = 5;
+  double t_shallow = 1e30, t_deep = 1e30;
+  absl::Status st;
+  for (int pass = 0; pass <= kTimedPasses && st.ok(); ++pass) {
+    auto t0 = Clock::now();
+    st = drafter.Propose(shallow, absl::MakeSpan(out));
+    if (pass > 0) t_shallow = std::min(t_shallow, Since(t0));
+    if (!st.ok()) break;
+    t0 = Clock::now();
+    st = drafter.Propose(deep, absl::MakeSpan(out));
+    if (pass > 0) t_deep = std::min(t_deep, Since(t0));
+  }
+  drafter.Release(kShallow);
+  drafter.Release(kDeep);
+  // No room for the deep sequence: the curve stays depth-free (the drafter's KV is its own).
+  if (absl::IsResourceExhausted(st)) return DepthCost{};
+  if (!st.ok()) return st;
+  return DepthCost{std::max(0.0, (t_deep - t_shallow) / depth), 0.0};
+}
+
+}  // namespace
+
+absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences,
+                                         int32_t depth_keys) {
   sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
   const sampling::PenaltyState none;
@@ -191,7 +231,13 @@ absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_
     if (!st.ok()) return st;
     if (points.empty() || points.back().first != B) points.push_back({double(B), best});
   }
-  return CostCurve(std::move(points));
+  CostCurve curve(std::move(points));
+  if (depth_keys >= kMinDepthCalibrationKeys) {
+    absl::StatusOr<DepthCost> depth = CalibrateDraftDepth(drafter, vocab, depth_keys);
+    if (!depth.ok()) return depth.status();
+    curve.set_depth(*depth);
+  }
+  return curve;
 }
 
 }  // namespace specd::spec

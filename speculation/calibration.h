@@ -52,8 +52,15 @@ inline constexpr int32_t kDenseCalibrationTokens = 9;
 inline constexpr int32_t kRoundRobinCalibrationTokens = 64;
 
 // Drafter::Propose for 1, 4 and 16 sequences (at most max_sequences) at k = 1 (one round),
-// after a prefill; seconds per draft round. Uses (and releases) ids -1 .. -max_sequences.
-absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences);
+// after a prefill; seconds per draft round. Then, with depth_keys > 0, its DepthCost: a round of
+// one sequence at depth_keys positions against one at 8, round-robin (a round has one row per
+// sequence, so one term: per_key). A drafter that has no room for the deep sequence
+// (RESOURCE_EXHAUSTED) leaves the curve without one; the caller keeps depth_keys within the
+// drafter's context (past it a round drafts nothing, and times nothing). A round may propose
+// nothing and still count: the draft's confidence cut stops a chain after its round ran.
+// Uses (and releases) ids -1 .. -max_sequences (and -2 for the deep sequence).
+absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences,
+                                         int32_t depth_keys = 0);
 
 // A feature-conditioned drafter drafts nothing without the target's hidden states: a probe
 // sequence of `num_tokens` tokens gets zeros for them (a timing needs the work, not the values).

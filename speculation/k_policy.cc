@@ -28,7 +28,8 @@ StepContext OneSequence(int32_t context, int32_t rows) {
 bool CatchUpPays(double alpha, int32_t k, int32_t behind, const CostCurve& verify,
                  const CostCurve& draft, double horizon, int32_t context) {
   const double t1 = verify.Predict(1, OneSequence(context, 1));
-  const double with_k = verify.Predict(1 + k, OneSequence(context, 1 + k)) + k * draft.Predict(1);
+  const double with_k = verify.Predict(1 + k, OneSequence(context, 1 + k)) +
+                        k * draft.Predict(1, OneSequence(context, 1));
   const double saving = ExpectedTokens(alpha, k) * t1 - with_k;
   return horizon * saving > CatchUpCost(behind, verify, draft);
 }
@@ -47,7 +48,7 @@ double ProbeCostInSteps(int32_t behind, const CostCurve& verify, const CostCurve
                         int32_t context) {
   const double t1 = verify.Predict(1, OneSequence(context, 1));
   if (t1 <= 0) return 0.0;
-  const double one_draft = draft.empty() ? 0.0 : draft.Predict(1);
+  const double one_draft = draft.empty() ? 0.0 : draft.Predict(1, OneSequence(context, 1));
   const double t2 = verify.Predict(2, OneSequence(context, 2));
   return (CatchUpCost(behind, verify, draft) + one_draft + t2 - t1) / t1;
 }
@@ -207,8 +208,10 @@ void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int
     const SpecSeqState& s = *seqs[i].state;
     if (k[i] > 0 && (s.steps_without_drafts > 0 || s.steps == 0)) return;  // catching up
   }
-  options_.draft_cost.ObserveTotal(DraftRoundsCost(options_.draft_cost, k, /*shape_only=*/true),
-                                   seconds);
+  std::vector<int32_t> contexts(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) contexts[i] = seqs[i].context;
+  options_.draft_cost.ObserveTotal(
+      DraftRoundsCost(options_.draft_cost, k, contexts, /*shape_only=*/true), seconds);
 }
 
 void KPolicy::ObserveVerify(double tokens, double seconds, const StepContext& context) {

@@ -203,7 +203,10 @@ absl::Status SpecEngine::Calibrate() {
     return absl::OkStatus();
   }
   absl::StatusOr<CostCurve> draft =
-      CalibrateDraft(*drafter_, target_->vocab_size(), options_.max_running);
+      CalibrateDraft(*drafter_, target_->vocab_size(), options_.max_running,
+                     std::max(0, std::min(options_.calibrate_depth_keys,
+                                          target_->config().context_length -
+                                              kDepthCalibrationRows)));
   if (!draft.ok()) return draft.status();
   std::vector<std::pair<double, double>> points = verify->points();
   std::vector<std::pair<double, double>> dpoints = draft->points();
@@ -238,9 +241,11 @@ absl::Status SpecEngine::Calibrate() {
   drafter_->Release(-1);
   kv_->FreeSequence(kProbe);
   if (!st.ok()) return st;
-  CostCurve refined(std::move(points));
-  refined.set_depth(verify->depth());  // the refinement times position 0 only
-  policy.set_costs(std::move(refined), CostCurve(std::move(dpoints)));
+  // The refinement times position 0 only: both curves keep their depth costs.
+  CostCurve refined(std::move(points)), refined_draft(std::move(dpoints));
+  refined.set_depth(verify->depth());
+  refined_draft.set_depth(draft->depth());
+  policy.set_costs(std::move(refined), std::move(refined_draft));
   return absl::OkStatus();
 }
 

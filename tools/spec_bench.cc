@@ -198,8 +198,11 @@ struct Bench {
     for (int kk = 1; kk <= 8; ++kk) {
       absl::StrAppendFormat(&costs, " %.2f", v.Predict(kk + 1) / v.Predict(1));
     }
-    absl::StrAppendFormat(&costs, "; context %.2f us a position, %.2f us more a row's position",
-                          1e6 * v.depth().per_key, 1e6 * v.depth().per_row_key);
+    absl::StrAppendFormat(&costs,
+                          "; context %.2f us a position, %.2f us more a row's position (draft "
+                          "round %.2f us a position)",
+                          1e6 * v.depth().per_key, 1e6 * v.depth().per_row_key,
+                          1e6 * d.depth().per_key);
     return costs;
   }
 

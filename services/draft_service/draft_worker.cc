@@ -21,6 +21,9 @@ void DraftWorkerOptions::AddFlags(FlagSet& flags, const std::string& env, DraftW
             "confidences below this (0 = off)");
   flags.Add("min-extend", env + "_MIN_EXTEND", &o->min_extend,
             "no further draft round once that product is below this (0 = off)");
+  flags.Add("calibrate-depth", env + "_CALIBRATE_DEPTH", &o->calibrate_depth,
+            "KV positions the start-up calibration times a draft round at, so that the router's "
+            "adaptive k prices what context adds to it (0: not priced)");
 }
 
 absl::Status DraftWorkerOptions::Check() const {
@@ -31,6 +34,7 @@ absl::Status DraftWorkerOptions::Check() const {
           absl::StrCat(flag, ": expected a probability in [0, 1], got ", value));
     }
   }
+  if (calibrate_depth < 0) return absl::InvalidArgumentError("--calibrate-depth must be >= 0");
   return absl::OkStatus();
 }
 
@@ -53,8 +57,12 @@ iv1::ServiceInfo DraftWorker::Info() const {
 }
 
 absl::Status DraftWorker::Calibrate() {
+  // The deep probe within the draft's context (its KV room is checked by the probe itself).
+  const int32_t depth = static_cast<int32_t>(std::min<int64_t>(
+      options_.calibrate_depth, host_->context_length() - spec::kDepthCalibrationRows));
   absl::StatusOr<spec::CostCurve> c = spec::CalibrateDraft(
-      *drafter_, host_->vocab_size(), std::min(16, host_->model().options().max_logit_rows));
+      *drafter_, host_->vocab_size(), std::min(16, host_->model().options().max_logit_rows),
+      std::max(0, depth));
   if (!c.ok()) return c.status();
   cost_ = std::move(*c);
   return absl::OkStatus();

@@ -24,6 +24,9 @@ struct DraftWorkerOptions {
   // The draft length from the draft's confidence (spec::ModelDrafterOptions).
   double min_keep = spec::kDefaultMinKeep;
   double min_extend = spec::kDefaultMinExtend;
+  // Context positions the calibration times a draft round at (spec::CalibrateDraft's
+  // depth_keys; 0: the router's adaptive k does not price the draft's context).
+  int32_t calibrate_depth = 1024;
   static void AddFlags(FlagSet& flags, const std::string& env, DraftWorkerOptions* o);
   absl::Status Check() const;  // INVALID_ARGUMENT naming the flag
 };

@@ -17,27 +17,26 @@
 
 namespace specd::services {
 
+// The target service's own flags (WorkerMain declares them).
+struct TargetWorkerOptions {
+  // Context positions the calibration prices a step's rows at (spec::CalibrateVerify's
+  // depth_keys; 0: the router's adaptive k does not price context).
+  int32_t calibrate_depth = 1024;
+  static void AddFlags(FlagSet& flags, const std::string& env, TargetWorkerOptions* o) {
+    flags.Add("calibrate-depth", env + "_CALIBRATE_DEPTH", &o->calibrate_depth,
+              "KV positions the start-up calibration times rows at, so that the router's "
+              "adaptive k prices what context adds to a step (0: not priced)");
+  }
+  absl::Status Check() const {  // INVALID_ARGUMENT naming the flag
+    if (calibrate_depth < 0) return absl::InvalidArgumentError("--calibrate-depth must be >= 0");
+    return absl::OkStatus();
+  }
+};
+
 class TargetWorker {
  public:
-  struct Options {
-    // Context positions the calibration prices a step's rows at (spec::CalibrateVerify's
-    // depth_keys; 0: the router's adaptive k does not price context).
-    int32_t calibrate_depth = 1024;
-    static void AddFlags(FlagSet& flags, const std::string& env, Options* o) {
-      flags.Add("calibrate-depth", env + "_CALIBRATE_DEPTH", &o->calibrate_depth,
-                "KV positions the start-up calibration times rows at, so that the router's "
-                "adaptive k prices what context adds to a step (0: not priced)");
-    }
-    absl::Status Check() const {
-      if (calibrate_depth < 0) {
-        return absl::InvalidArgumentError("--calibrate-depth must be >= 0");
-      }
-      return absl::OkStatus();
-    }
-  };
-  explicit TargetWorker(std::unique_ptr<ModelHost> host)
-      : TargetWorker(std::move(host), Options()) {}
-  TargetWorker(std::unique_ptr<ModelHost> host, Options options)
+  using Options = TargetWorkerOptions;
+  explicit TargetWorker(std::unique_ptr<ModelHost> host, Options options = {})
       : host_(std::move(host)), options_(options) {
     verify_options_.eos_token_ids.assign(host_->eos_ids().begin(), host_->eos_ids().end());
   }

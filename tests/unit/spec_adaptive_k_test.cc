@@ -47,7 +47,17 @@ std::vector<int32_t> ChooseKReference(const std::vector<KCandidate>& seqs, int32
                                             (verify.depth().per_key * keys +
                                              verify.depth().per_row_key * row_keys);
     if (prefill > 0) c -= verify.Predict(prefill);
-    if (!draft.empty() && top > 0) c += DraftRoundsCost(draft, k);
+    // Draft round j: the sequences with k_i >= j, one row each at its context.
+    for (int32_t j = 1; !draft.empty() && j <= top; ++j) {
+      double n = 0.0, round_keys = 0.0;
+      for (size_t i = 0; i < B; ++i) {
+        if (k[i] < j) continue;
+        n += 1.0;
+        round_keys += seqs[i].context;
+      }
+      c += draft.Predict(n) + draft.load_factor() * (draft.depth().per_key +
+                                                     draft.depth().per_row_key) * round_keys;
+    }
     return c > 0.0 ? e / c : 0.0;
   };
   double best_rate = rate(best);
@@ -104,7 +114,8 @@ TEST(AdaptiveKTest, ChooseKEqualsItsPlainTwin) {
     const int32_t max_k = static_cast<int32_t>(rng() % 10);
     CostCurve verify = Knee(2 + rng() % 20, 8 + rng() % 64, 0.05 + (rng() % 100) / 100.0);
     if (rng() % 2 == 0) verify.set_depth({(rng() % 20) * 1e-7, (rng() % 10) * 1e-7});
-    const CostCurve draft = rng() % 4 == 0 ? CostCurve() : Knee(0.1 + (rng() % 30) / 10.0, 32, 0.02);
+    CostCurve draft = rng() % 4 == 0 ? CostCurve() : Knee(0.1 + (rng() % 30) / 10.0, 32, 0.02);
+    if (!draft.empty() && rng() % 2 == 0) draft.set_depth({(rng() % 10) * 1e-7, 0.0});
     const std::vector<int32_t> got = ChooseK(seqs, prefill, max_k, verify, draft);
     ASSERT_EQ(got, ChooseKReference(seqs, prefill, max_k, verify, draft)) << "trial " << trial;
     for (int32_t k : got) drafted += k > 0 ? 1 : 0;
