@@ -7,7 +7,8 @@
 #
 #   loadtest/long_prompt_ttft.sh [OUT_DIR]
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], LONG [1700],
-# REQUESTS long prompts per phase [4], BACKGROUND decoding clients [2].
+# REQUESTS long prompts per phase [4], BACKGROUND decoding clients [2], LONG_SPEC the long
+# prompts' speculation mode [auto].
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -15,6 +16,7 @@ OUT="${1:-/tmp/specd-long-prompt}"
 BUILD="${SPECD_BUILD:-$ROOT/build}"
 THREADS="${THREADS:-$(nproc)}"
 LONG="${LONG:-1700}"
+LONG_SPEC="${LONG_SPEC:-auto}"
 REQUESTS="${REQUESTS:-4}"
 BACKGROUND="${BACKGROUND:-2}"
 LOADTEST="$BUILD/loadtest/specd-loadtest"
@@ -26,7 +28,7 @@ mkdir -p "$OUT"
 start_cluster long_prompt_ttft
 
 LONG_FLAGS=(--server "localhost:$PORT" --mode closed --prompts random --prompt-tokens "$LONG"
-            --concurrency 1 --requests "$REQUESTS" --max-new-tokens 4)
+            --concurrency 1 --requests "$REQUESTS" --max-new-tokens 4 --spec "$LONG_SPEC")
 # Warm-up: page cache, thread pools, the draft's first prefill.
 "$LOADTEST" --server "localhost:$PORT" --mode closed --prompts random --prompt-tokens 64 \
   --concurrency 1 --requests 2 --max-new-tokens 4 >/dev/null
