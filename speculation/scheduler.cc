@@ -23,6 +23,55 @@ static bool Decoding(const SeqView& s, const SchedulerConfig& config) {
   return s.committed - s.target_pos == 1 && (s.has_output || config.drafts_with_prompt);
 }
 
+// The step's predicted seconds while prompt chunks join decode rows, and the chunk that keeps
+// them within config.step_seconds_while_decoding. Inactive (chunks unbounded in time) without
+// that bound, a cost curve, or decode rows in the step.
+class StepTime {
+ public:
+  StepTime(const SchedulerConfig& config, const std::vector<SeqPlan>& decode_rows)
+      : config_(config),
+        active_(config.step_seconds_while_decoding > 0 && config.step_cost != nullptr &&
+                !config.step_cost->empty() && !decode_rows.empty()) {
+    for (const SeqPlan& p : decode_rows) Add(p);
+  }
+
+  // The rows a target step gets for `p`, priced as the loop's Target step observes them.
+  void Add(const SeqPlan& p) {
+    tokens_ += p.tokens();
+    context_.Add(p.start, p.tokens());
+  }
+
+  // Of a chunk of at most n_max prompt tokens from position `start`: how many fit in time
+  // (the seconds grow with the tokens), and at least one block.
+  int32_t ChunkTokens(int32_t start, int32_t n_max) const {
+    if (!active_ || Fits(start, n_max)) return n_max;
+    int32_t lo = std::min(n_max, config_.block_size);  // taken even when it does not fit
+    int32_t hi = n_max;                                // does not fit
+    while (hi - lo > 1) {
+      const int32_t mid = lo + (hi - lo) / 2;
+      if (Fits(start, mid)) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+
+ private:
+  bool Fits(int32_t start, int32_t n) const {
+    StepContext c = context_;
+    c.Add(start, n);
+    return config_.step_cost->Predict(static_cast<double>(tokens_ + n), c) <=
+           config_.step_seconds_while_decoding;
+  }
+
+  const SchedulerConfig& config_;
+  const bool active_;
+  int64_t tokens_ = 0;
+  StepContext context_;
+};
+
 Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& config) {
   Schedule out;
   const int32_t bs = config.block_size;
@@ -106,6 +155,7 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   if (config.prefill_tokens_while_decoding > 0 && !out.plans.empty()) {
     budget = std::min(budget, config.prefill_tokens_while_decoding);
   }
+  StepTime step_time(config, out.plans);
   // A prompt chunk [target_pos, end) within the budget; its last row emits (one logit row)
   // when it reaches the end of the committed tokens and a row is left. With
   // drafts_with_prompt that last chunk also verifies `ki` drafts (fewer for an unpinned
@@ -113,6 +163,7 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
   // stops one short instead, so its first token still comes with its own k.
   auto chunk = [&](const SeqView& s, int32_t ki, bool hold) {
     int32_t end = std::min(PrefillEnd(s), s.target_pos + budget);
+    end = s.target_pos + step_time.ChunkTokens(s.target_pos, end - s.target_pos);
     int32_t kk = 0;
     if (end == s.committed && (ki > 0 || hold)) {
       const int32_t room = std::min(budget - (end - s.target_pos), rows - 1);
@@ -126,6 +177,7 @@ Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& c
     if (end <= s.target_pos) return;
     const bool emit = end == s.committed;
     out.plans.push_back({s.id, s.target_pos, end, emit, kk});
+    step_time.Add(out.plans.back());
     budget -= end - s.target_pos + kk;
     rows -= emit ? 1 + kk : 0;
   };

@@ -10,7 +10,9 @@
 //  * Token budget per iteration (the target's max batch tokens): running decode rows first
 //    ([last, d1..dk] = 1 + k tokens; k shrinks before a row is left out), then prompt chunks
 //    (chunked prefill) of running and newly admitted sequences, mixed in the same step; with
-//    decode rows in the step, prompt chunks get at most prefill_tokens_while_decoding of it.
+//    decode rows in the step, prompt chunks get at most prefill_tokens_while_decoding of it,
+//    and (step_seconds_while_decoding) at most what keeps the step's predicted seconds within
+//    that bound, priced by the target's cost curve at each row's context.
 //  * KV: a sequence is charged for committed + k tokens on the target (and on the draft when it
 //    drafts), less the blocks it took from the target's prefix cache (those are shared: they
 //    come out of the capacity once). A prefill starts at target_pos, past a cached prefix. Over target capacity, drafts are dropped first, then the most recently admitted
@@ -28,6 +30,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "speculation/adaptive_k.h"
 
 namespace specd::spec {
 
@@ -54,6 +58,14 @@ struct SchedulerConfig {
   // max_batch_tokens). A long prompt's chunk holds up every decoding sequence for that step,
   // so this bounds their inter-token latency, at the price of more steps (TTFT) for the prompt.
   int32_t prefill_tokens_while_decoding = 0;
+  // The same bound in time (0: none): with decode rows in the step, prompt chunks are cut so
+  // step_cost predicts the whole step within this many seconds. A chunk at depth costs more
+  // than one near position 0, so it gets fewer tokens; a chunk gets at least one KV block
+  // (block_size tokens), so a prompt advances even when the decode rows alone exceed it.
+  double step_seconds_while_decoding = 0.0;
+  // The target's step seconds by tokens and context (the policy's verify curve, load factor
+  // included); no bound in time without one.
+  const CostCurve* step_cost = nullptr;
 };
 
 // One request as the scheduler sees it.

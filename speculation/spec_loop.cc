@@ -280,6 +280,15 @@ SchedulerState SpecLoop::Snapshot(absl::Span<const int32_t> k, size_t admissible
   return state;
 }
 
+// Every policy prices the same target steps and observes each one (Target); the first that
+// has a curve (a drafter's may be empty: it never drafts) prices the scheduler's steps too.
+const CostCurve* SpecLoop::StepCost() const {
+  for (const LoopDrafter& d : drafters_) {
+    if (!d.policy.verify_cost().empty()) return &d.policy.verify_cost();
+  }
+  return nullptr;
+}
+
 void SpecLoop::Schedule(const SchedulerConfig& config, LoopStep& step) {
   ApplyLookups(step);
   const size_t admissible =
@@ -292,6 +301,7 @@ void SpecLoop::Schedule(const SchedulerConfig& config, LoopStep& step) {
   SchedulerConfig with_cache = config;
   with_cache.target_adopted_blocks = options_.prefix_lookups ? target_->adopted_blocks() : 0;
   with_cache.target_evictable_blocks = options_.prefix_lookups ? target_->evictable_blocks() : 0;
+  with_cache.step_cost = StepCost();
   step.sched = ScheduleIteration(Snapshot(k, admissible, config.block_size), with_cache);
   for (int64_t id : step.sched.preempt) {
     auto it = std::find_if(running_.begin(), running_.end(),

@@ -181,6 +181,8 @@ class SpecLoop {
   // Step 1's parts: k per sequence that may verify this step (running, then the admissible
   // head of the queue), from the fixed k's and each drafter's policy.
   std::vector<int32_t> DecideK(const SchedulerConfig& config, size_t admissible);
+  // The target's step cost the scheduler bounds steps with (null: none known).
+  const CostCurve* StepCost() const;
   SchedulerState Snapshot(absl::Span<const int32_t> k, size_t admissible,
                           int32_t block_size) const;
   bool Drafts(const LoopSeq& s) const;  // its drafter exists and is available

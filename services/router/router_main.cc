@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -99,6 +100,7 @@ int Main(int argc, char** argv) {
   std::string http_address = "0.0.0.0", served_model_name, api_keys_file,
               metrics_address = "0.0.0.0";
   int32_t http_max_body_bytes = 4 << 20;
+  double step_ms_while_decoding = 0;
   double step_timeout_s = 60, target_down_timeout_s = 30, drain_grace_s = 30, drain_linger_s = 5,
          startup_timeout_s = 300;
   bool step_streams = true;
@@ -116,6 +118,10 @@ int Main(int argc, char** argv) {
         &o.scheduler.prefill_tokens_while_decoding,
         "prompt tokens per iteration while other requests decode (0 = the whole budget): "
         "bounds their inter-token latency while a long prompt prefills");
+  f.Add("step-ms-while-decoding", "SPECD_ROUTER_STEP_MS_WHILE_DECODING", &step_ms_while_decoding,
+        "most milliseconds a step that carries decode rows should take by the target's cost "
+        "curve (priced at each row's context): prompt chunks are cut to fit, at least one KV "
+        "block a step (0 = no bound in time; the token bound above holds either way)");
   f.Add("max-running", "SPECD_ROUTER_MAX_RUNNING", &o.scheduler.max_running,
         "most sequences running at once");
   f.Add("max-queue", "SPECD_ROUTER_MAX_QUEUE", &o.scheduler.max_queue,
@@ -183,6 +189,12 @@ int Main(int argc, char** argv) {
                  o.lookup_min_match);
     return 2;
   }
+  if (!(step_ms_while_decoding >= 0) || !std::isfinite(step_ms_while_decoding)) {
+    std::fprintf(stderr, "specd-router: --step-ms-while-decoding must be >= 0 and finite, got %g\n",
+                 step_ms_while_decoding);
+    return 2;
+  }
+  o.scheduler.step_seconds_while_decoding = step_ms_while_decoding * 1e-3;
   o.target_down_timeout = absl::Seconds(target_down_timeout_s);
   ApiKeys keys;
   if (!api_keys_file.empty()) {

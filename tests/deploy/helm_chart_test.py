@@ -138,6 +138,7 @@ class ChartRenderTest(unittest.TestCase):
                "router.extraArgs[0]=oops": "extraArgs", "image.pullPolicy=Sometimes": "pullPolicy",
                "model.fetch.sha256=abc": "sha256", "router.nosuchvalue=1": "nosuchvalue",
                "cell.layout=sideways": "layout", "cell.replicas=0": "replicas",
+               "router.stepMsWhileDecoding=-1": "stepMsWhileDecoding",
                # an HPA scales pod cells; the services layout has one router per release
                "autoscaling.enabled=true": "autoscaling.enabled"}
         for s, field in bad.items():
@@ -402,6 +403,7 @@ class ChartClusterTest(unittest.TestCase):
                     f"draft.grpcPort={p['draft']}", f"draft.metricsPort={p['draft_metrics']}",
                     "target.threads=1", "draft.threads=1", "drainGraceSeconds=5",
                     "router.maxQueue=64", "router.prefillTokensWhileDecoding=64",
+                    "router.stepMsWhileDecoding=80",
                     # the default model's 9 heads / 3 KV heads: three rank processes
                     "target.worldSize=3", f"target.rendezvousPort={p['rendezvous']}"]
         cls.docs = helm_template(cls.sets)

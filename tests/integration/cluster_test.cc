@@ -924,18 +924,33 @@ TEST(ClusterApiKeysTest, KeysGuardBothFacesAndStayOutOfLogs) {
   std::filesystem::remove(key_file);
 }
 
-// A router flag out of range is refused at start, naming the flag.
-TEST(ClusterFlagsTest, ALookupMinMatchBelowOneIsRefusedByName) {
+// A router flag out of range is refused at start (exit status 2), naming the flag.
+void ExpectRouterRefuses(const std::vector<std::string>& flags, const std::string& name,
+                         const std::string& message) {
   const std::string dir = ::testing::TempDir();
   const char* b = std::getenv("SPECD_BINARY_DIR");
   const std::string router = std::string(b != nullptr ? b : ".") + "/services/specd-router";
-  const std::string log = dir + "/router_lookup_min_match.log";
-  Process p({router, "--model", dir + "/unused.gguf", "--lookup-min-match", "0"}, log);
+  const std::string log = dir + "/router_" + name + ".log";
+  std::vector<std::string> argv = {router, "--model", dir + "/unused.gguf"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  Process p(argv, log);
   const int status = p.Wait(30);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("--lookup-min-match must be >= 1"), std::string::npos) << text;
+  EXPECT_NE(text.find(message), std::string::npos) << text;
+}
+
+TEST(ClusterFlagsTest, ALookupMinMatchBelowOneIsRefusedByName) {
+  ExpectRouterRefuses({"--lookup-min-match", "0"}, "lookup_min_match",
+                      "--lookup-min-match must be >= 1");
+}
+
+TEST(ClusterFlagsTest, ANegativeOrNanStepBoundIsRefusedByName) {
+  for (const char* v : {"-5", "nan"}) {
+    ExpectRouterRefuses({"--step-ms-while-decoding", v}, "step_ms",
+                        "--step-ms-while-decoding must be >= 0 and finite");
+  }
 }
 
 }  // namespace

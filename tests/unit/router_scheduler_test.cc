@@ -189,6 +189,85 @@ TEST(SchedulerTest, PromptChunksShrinkWhileOthersDecode) {
   EXPECT_EQ(sim.finished_order, (std::vector<int64_t>{1, 2}));
 }
 
+// The seconds `curve` predicts for a step's plans, priced as the scheduler and the loop's
+// Target step price them (each plan at its start position).
+double PredictedSeconds(const CostCurve& curve, const Schedule& s) {
+  StepContext c;
+  int64_t tokens = 0;
+  for (const SeqPlan& p : s.plans) {
+    tokens += p.tokens();
+    c.Add(p.start, p.tokens());
+  }
+  return curve.Predict(static_cast<double>(tokens), c);
+}
+
+// While others decode, a long prompt's chunks are cut so the step's predicted seconds stay
+// within step_seconds_while_decoding: deeper chunks cost more a token, so they get fewer
+// tokens. Alone, the prompt takes the whole budget again.
+TEST(SchedulerTest, PromptChunksFitTheStepTimeBoundAndShrinkWithDepth) {
+  // 4 ms a step plus 0.5 ms a token; context: 1 us a position, 0.5 us a (row, position).
+  CostCurve curve({{1, 0.0045}, {512, 0.26}});
+  curve.set_depth({1e-6, 0.5e-6});
+  Sim sim;
+  sim.config.max_batch_tokens = 512;
+  sim.config.step_seconds_while_decoding = 0.040;
+  sim.config.step_cost = &curve;
+  sim.Submit(1, 4, 400);
+  sim.Step();  // 1's prompt, alone
+  sim.Submit(2, 1500, 3);
+  std::vector<int32_t> chunks;
+  while (sim.Find(1) != nullptr && (sim.Find(2) == nullptr || sim.Find(2)->has_output == false)) {
+    const Schedule s = sim.Step();
+    int32_t chunk = 0;
+    for (const SeqPlan& p : s.plans) {
+      if (p.id == 2) chunk = p.end - p.start;
+    }
+    if (chunk == 0) continue;
+    chunks.push_back(chunk);
+    if (chunk > sim.config.block_size) {
+      EXPECT_LE(PredictedSeconds(curve, s), 0.040) << "chunk of " << chunk;
+      // The largest that fits: one more token would not.
+      Schedule more = s;
+      for (SeqPlan& p : more.plans) p.end += p.id == 2 ? 1 : 0;
+      if (sim.Find(2) == nullptr || sim.Find(2)->target_pos < 1500) {
+        EXPECT_GT(PredictedSeconds(curve, more), 0.040) << "chunk of " << chunk;
+      }
+    }
+  }
+  ASSERT_GE(chunks.size(), 3u);
+  // 0.040 s less the decode row's ~4.5 ms leaves ~70 tokens near position 0.
+  EXPECT_GE(chunks.front(), 60);
+  EXPECT_LE(chunks.front(), 72);
+  EXPECT_LT(chunks[chunks.size() - 2], chunks.front()) << "deeper chunks must be smaller";
+  EXPECT_TRUE(sim.Find(2) == nullptr || sim.Find(2)->has_output) << "2's prompt never finished";
+  sim.RunToEnd();
+}
+
+// A bound the decode rows alone exceed still lets a prompt advance, one block a step; with no
+// decode rows, or no cost curve, the bound does not apply.
+TEST(SchedulerTest, AStepTimeBoundBelowTheDecodeRowsStillAdvancesPrompts) {
+  CostCurve curve({{1, 0.0045}, {512, 0.26}});
+  Sim sim;
+  sim.config.max_batch_tokens = 512;
+  sim.config.step_seconds_while_decoding = 0.001;  // under one decode row's 4.5 ms
+  sim.config.step_cost = &curve;
+  sim.Submit(1, 300, 5);
+  Schedule s = sim.Step();  // alone: the whole prompt
+  ASSERT_EQ(s.plans.size(), 1u);
+  EXPECT_EQ(s.plans[0].end, 300);
+  sim.Submit(2, 200, 3);
+  s = sim.Step();  // 1 decodes: 2 gets one block
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[1].id, 2);
+  EXPECT_EQ(s.plans[1].end - s.plans[1].start, sim.config.block_size);
+  sim.config.step_cost = nullptr;  // no curve: no bound in time
+  s = sim.Step();
+  ASSERT_EQ(s.plans.size(), 2u);
+  EXPECT_EQ(s.plans[1].end, 200);
+  sim.RunToEnd();
+  EXPECT_EQ(sim.finished_order, (std::vector<int64_t>{1, 2}));
+}
+
 TEST(SchedulerTest, DraftsShrinkToFitTheBudget) {
   Sim sim;
   sim.config.max_batch_tokens = 6;

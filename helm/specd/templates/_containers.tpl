@@ -52,6 +52,9 @@ plaintext (that hop never leaves the pod), their ports named <component>-grpc/-m
     {{- if not (kindIs "invalid" $r.prefillTokensWhileDecoding) }}
     - --prefill-tokens-while-decoding={{ $r.prefillTokensWhileDecoding }}
     {{- end }}
+    {{- if not (kindIs "invalid" $r.stepMsWhileDecoding) }}
+    - --step-ms-while-decoding={{ $r.stepMsWhileDecoding }}
+    {{- end }}
     {{- with $r.maxNewTokensLimit }}
     - --max-new-tokens-limit={{ . }}
     {{- end }}
