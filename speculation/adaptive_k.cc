@@ -12,9 +12,11 @@ CostCurve::CostCurve(std::vector<std::pair<double, double>> points) : points_(st
 double CostCurve::Shape(double x, const StepContext& context) const {
   if (points_.empty()) return 0.0;
   const double at_depth = depth_.Seconds(context);
+  const double saving = logits_.Saving(x, context.logit_rows);
   if (points_.size() == 1) {
-    return at_depth +
-           (points_[0].first > 0 ? points_[0].second * x / points_[0].first : points_[0].second);
+    const double at_zero =
+        points_[0].first > 0 ? points_[0].second * x / points_[0].first : points_[0].second;
+    return at_depth + std::max(0.0, at_zero - saving);
   }
   // Segment [i, i+1] containing x; the first / last segment extrapolates.
   size_t i = 0;
@@ -22,7 +24,7 @@ double CostCurve::Shape(double x, const StepContext& context) const {
   const auto& [x0, y0] = points_[i];
   const auto& [x1, y1] = points_[i + 1];
   const double slope = x1 > x0 ? (y1 - y0) / (x1 - x0) : 0.0;
-  return at_depth + std::max(0.0, y0 + slope * (x - x0));
+  return at_depth + std::max(0.0, y0 + slope * (x - x0) - saving);
 }
 
 double CostCurve::Predict(double x, const StepContext& context) const {

@@ -7,6 +7,7 @@
 #ifndef SPECD_SPECULATION_ADAPTIVE_K_H_
 #define SPECD_SPECULATION_ADAPTIVE_K_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -21,9 +22,15 @@ namespace specd::spec {
 struct StepContext {
   double keys = 0.0;      // sum over sequences of context
   double row_keys = 0.0;  // sum over sequences of rows * context
+  // Rows that compute logits; < 0: not known, priced as the calibration ran (every row up to
+  // its LogitCost::calibrated_rows). A prompt chunk computes one, a verification every row.
+  double logit_rows = -1.0;
   void Add(int64_t context, int64_t rows) {
     keys += static_cast<double>(context);
     row_keys += static_cast<double>(rows) * static_cast<double>(context);
+  }
+  void AddLogitRows(int64_t rows) {
+    logit_rows = std::max(0.0, logit_rows) + static_cast<double>(rows);
   }
 };
 
@@ -35,6 +42,22 @@ struct DepthCost {
   double per_row_key = 0.0;
   double Seconds(const StepContext& c) const { return per_key * c.keys + per_row_key * c.row_keys; }
   bool empty() const { return per_key == 0.0 && per_row_key == 0.0; }
+};
+
+// What a row's logits add to a forward (the output head over the vocabulary: on the default
+// model ~0.2 of a decode step's weights). The calibration computed them for every row of its
+// forwards up to calibrated_rows, so a step with fewer logit rows (a prompt chunk has one) costs
+// per_row less for each row short of that.
+struct LogitCost {
+  double per_row = 0.0;
+  int32_t calibrated_rows = 0;
+  // Seconds the calibrated curve over-prices a step of `tokens` rows with `logit_rows` of them
+  // computing logits (none when logit_rows < 0: not known).
+  double Saving(double tokens, double logit_rows) const {
+    if (per_row <= 0.0 || logit_rows < 0.0) return 0.0;
+    return per_row * std::max(0.0, std::min(tokens, static_cast<double>(calibrated_rows)) - logit_rows);
+  }
+  bool empty() const { return per_row == 0.0; }
 };
 
 // Seconds as a function of a size x: piecewise linear through calibration points (linear
@@ -61,15 +84,19 @@ class CostCurve {
   CostCurve Unscaled() const {
     CostCurve c(points_);
     c.depth_ = depth_;
+    c.logits_ = logits_;
     return c;
   }
   const std::vector<std::pair<double, double>>& points() const { return points_; }
   const DepthCost& depth() const { return depth_; }
   void set_depth(DepthCost depth) { depth_ = depth; }
+  const LogitCost& logits() const { return logits_; }
+  void set_logits(LogitCost logits) { logits_ = logits; }
 
  private:
   std::vector<std::pair<double, double>> points_;  // sorted by x
   DepthCost depth_;
+  LogitCost logits_;
   double scale_ = 1.0;
 };
 

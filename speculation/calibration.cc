@@ -112,12 +112,12 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
   std::vector<float> logits(static_cast<size_t>(std::min(max_tokens, max_rows)) * vocab);
   if (absl::Status st = runner.AddSequence(probe); !st.ok()) return st;
   engine::ForwardBatch batch;
-  // One forward of the probe's first x tokens, with the logits of its last rows; keeps the
-  // least seconds in *best (nullptr: untimed).
-  const auto forward = [&](int32_t x, double* best) {
+  // One forward of the probe's first x tokens, with the logits of its last `rows` rows; keeps
+  // the least seconds in *best (nullptr: untimed).
+  const auto forward = [&](int32_t x, int32_t rows, double* best) {
     batch.Clear();
     batch.AddPrompt(probe, 0, ids.data(), x);
-    for (int32_t r = x - std::min(x, max_rows); r < x; ++r) batch.logit_rows.push_back(r);
+    for (int32_t r = x - std::min(x, rows); r < x; ++r) batch.logit_rows.push_back(r);
     const auto t0 = Clock::now();
     absl::Status st = runner.Forward(batch, logits.data(), nullptr);
     if (best != nullptr) *best = std::min(*best, Since(t0));
@@ -130,15 +130,27 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
   // left out.
   constexpr int kTimedPasses = 5;
   std::vector<double> best(rounds.size() + large.size(), 1e30);
+  // What logit rows cost (LogitCost): the largest round-robin size whose rows all compute
+  // logits, timed again in the same passes with its last row's alone (a prompt chunk's shape).
+  size_t logit_i = rounds.size();
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    if (rounds[i] >= 2 && rounds[i] <= max_rows) logit_i = i;
+  }
+  double best_one_logit_row = 1e30;
   absl::Status st;
   for (int pass = 0; pass <= kTimedPasses && st.ok(); ++pass) {
     for (size_t i = 0; i < rounds.size() && st.ok(); ++i) {
-      st = forward(rounds[i], pass == 0 ? nullptr : &best[i]);
+      st = forward(rounds[i], max_rows, pass == 0 ? nullptr : &best[i]);
+    }
+    if (st.ok() && logit_i < rounds.size()) {
+      st = forward(rounds[logit_i], 1, pass == 0 ? nullptr : &best_one_logit_row);
     }
   }
   // The prefill-sized ones: best of 2 each (one slow run is a small part of a long forward).
   for (size_t i = 0; i < large.size() && st.ok(); ++i) {
-    for (int rep = 0; rep < 2 && st.ok(); ++rep) st = forward(large[i], &best[rounds.size() + i]);
+    for (int rep = 0; rep < 2 && st.ok(); ++rep) {
+      st = forward(large[i], max_rows, &best[rounds.size() + i]);
+    }
   }
   absl::StatusOr<DepthCost> depth = DepthCost{};
   if (st.ok()) depth = CalibrateDepthIfRoom(runner, depth_keys, max_tokens, probe);
@@ -153,6 +165,12 @@ absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t m
   }
   CostCurve curve(std::move(points));
   curve.set_depth(*depth);
+  if (logit_i < rounds.size()) {
+    // Below 0 is noise: computing logits never makes a forward cheaper.
+    const double per_row = std::max(0.0, (best[logit_i] - best_one_logit_row) /
+                                             static_cast<double>(rounds[logit_i] - 1));
+    curve.set_logits(LogitCost{per_row, max_rows});
+  }
   return curve;
 }
 

@@ -19,7 +19,9 @@ namespace specd::spec {
 // every decode row's): best of several runs per size, so one slow run on a shared core does not
 // make decode-sized steps look dear (sizes up to kRoundRobinCalibrationTokens round-robin). The
 // curve never falls as tokens grow (a larger forward does a superset of the work: a lower time
-// is noise). Then its DepthCost (CalibrateDepth below) at up to `depth_keys` positions, as
+// is noise). Its LogitCost: the largest round-robin size of at most max_rows tokens timed again
+// with one logit row, in the same passes. Then its DepthCost (CalibrateDepth below) at up to
+// `depth_keys` positions, as
 // deep as the KV cache's free room allows (0, or room for fewer than kMinDepthCalibrationKeys:
 // none). Uses (and frees) the sequence ids `probe` and `probe - 1`.
 absl::StatusOr<CostCurve> CalibrateVerify(engine::ModelRunner& runner, int32_t max_tokens,

@@ -39,6 +39,7 @@ class StepTime {
   void Add(const SeqPlan& p) {
     tokens_ += p.tokens();
     context_.Add(p.start, p.tokens());
+    context_.AddLogitRows(p.emit ? 1 + p.k : 0);
   }
 
   // Of a chunk of at most n_max prompt tokens from position `start`: how many fit in time
@@ -62,6 +63,7 @@ class StepTime {
   bool Fits(int32_t start, int32_t n) const {
     StepContext c = context_;
     c.Add(start, n);
+    c.AddLogitRows(1);  // the chunk's last row, if it ends the prompt (priced either way)
     return config_.step_cost->Predict(static_cast<double>(tokens_ + n), c) <=
            config_.step_seconds_while_decoding;
   }

@@ -241,9 +241,11 @@ absl::Status SpecEngine::Calibrate() {
   drafter_->Release(-1);
   kv_->FreeSequence(kProbe);
   if (!st.ok()) return st;
-  // The refinement times position 0 only: both curves keep their depth costs.
+  // The refinement times position 0 with every row's logits: both curves keep their depth
+  // costs, and the verify curve its logit rows' price.
   CostCurve refined(std::move(points)), refined_draft(std::move(dpoints));
   refined.set_depth(verify->depth());
+  refined.set_logits(verify->logits());
   refined_draft.set_depth(draft->depth());
   policy.set_costs(std::move(refined), std::move(refined_draft));
   return absl::OkStatus();

@@ -405,6 +405,7 @@ absl::Status SpecLoop::Target(LoopStep& step) {
     c.want_features = WantsFeatures(s);
     step.step_tokens += plan.tokens();
     context.Add(plan.start, plan.tokens());
+    context.AddLogitRows(plan.emit ? 1 + plan.k : 0);
     prefill_tokens += plan.end - plan.start - (plan.emit ? 1 : 0);
     s.on_backends = true;
   }

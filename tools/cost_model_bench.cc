@@ -100,6 +100,8 @@ int RunCostModel(const CostModelOptions& o) {
   std::printf(
       "\ncontext (calibrated at depth): %.3f us a position, %.3f us more a row's position\n",
       depth.per_key * 1e6, depth.per_row_key * 1e6);
+  std::printf("a row's logits: %.3f ms (calibrated with every row's, up to %d rows)\n",
+              verify->logits().per_row * 1e3, verify->logits().calibrated_rows);
   constexpr int32_t kDeep = 2048;
   const auto at_deep = [&](int32_t rows) {
     spec::StepContext c;

@@ -60,6 +60,8 @@ void ToProto(const spec::CostCurve& curve, specd::internal::v1::ServiceInfo* inf
   }
   info->set_step_cost_per_key(curve.depth().per_key);
   info->set_step_cost_per_row_key(curve.depth().per_row_key);
+  info->set_step_cost_per_logit_row(curve.logits().per_row);
+  info->set_step_cost_logit_rows(curve.logits().calibrated_rows);
 }
 
 spec::CostCurve CostCurveFromProto(const specd::internal::v1::ServiceInfo& info) {
@@ -70,6 +72,10 @@ spec::CostCurve CostCurveFromProto(const specd::internal::v1::ServiceInfo& info)
   // Negative or NaN from a peer would make context look cheaper than none: read as none.
   const auto seconds = [](double x) { return x > 0.0 ? x : 0.0; };
   curve.set_depth({seconds(info.step_cost_per_key()), seconds(info.step_cost_per_row_key())});
+  // Likewise for logit rows: without a positive row count the saving is not known.
+  if (info.step_cost_logit_rows() > 0) {
+    curve.set_logits({seconds(info.step_cost_per_logit_row()), info.step_cost_logit_rows()});
+  }
   return curve;
 }
 

@@ -206,6 +206,8 @@ void RouterEngine::MaybeReconnectDraft() {
                       // What 1k positions of context add to a step of 1 and of 5 rows.
                       {"target_context_1k_1_row_ms", v.depth().Seconds({1024, 1024}) * 1e3},
                       {"target_context_1k_5_rows_ms", v.depth().Seconds({1024, 5 * 1024}) * 1e3},
+                      // What a prompt chunk's rows without logits save each.
+                      {"target_logit_row_ms", v.logits().per_row * 1e3},
                       {"draft_round_ms", d.Predict(1) * 1e3},
                       {"pinned_draft_ratio", policy->options().pinned_draft_ratio},
                       {"adaptive", !d.empty()}});

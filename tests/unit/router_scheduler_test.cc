@@ -197,6 +197,7 @@ double PredictedSeconds(const CostCurve& curve, const Schedule& s) {
   for (const SeqPlan& p : s.plans) {
     tokens += p.tokens();
     c.Add(p.start, p.tokens());
+    c.AddLogitRows(p.emit ? 1 + p.k : 0);
   }
   return curve.Predict(static_cast<double>(tokens), c);
 }
@@ -241,6 +242,32 @@ TEST(SchedulerTest, PromptChunksFitTheStepTimeBoundAndShrinkWithDepth) {
   EXPECT_LT(chunks[chunks.size() - 2], chunks.front()) << "deeper chunks must be smaller";
   EXPECT_TRUE(sim.Find(2) == nullptr || sim.Find(2)->has_output) << "2's prompt never finished";
   sim.RunToEnd();
+}
+
+// A curve calibrated with every row's logits over-prices a prompt chunk, which computes one:
+// priced with its logit rows (LogitCost), the chunk that fits the same bound is larger.
+TEST(SchedulerTest, APromptChunkIsPricedWithItsOneLogitRow) {
+  const auto first_chunk = [](const CostCurve& curve) {
+    Sim sim;
+    sim.config.max_batch_tokens = 512;
+    sim.config.step_seconds_while_decoding = 0.040;
+    sim.config.step_cost = &curve;
+    sim.Submit(1, 4, 50);
+    sim.Step();
+    sim.Submit(2, 1000, 3);
+    const Schedule s = sim.Step();
+    EXPECT_EQ(s.plans.size(), 2u);
+    return s.plans.size() == 2 ? s.plans[1].end - s.plans[1].start : 0;
+  };
+  CostCurve plain({{1, 0.0045}, {512, 0.26}});
+  CostCurve priced = plain;
+  priced.set_logits({0.15e-3, 128});  // 0.15 of the 0.5 ms a token is the row's logits
+  const int32_t without = first_chunk(plain), with = first_chunk(priced);
+  EXPECT_GE(without, 60);
+  EXPECT_LE(without, 72);
+  // 0.35 ms a token up to 128 rows: ~100 tokens in the same 35.5 ms.
+  EXPECT_GE(with, 95);
+  EXPECT_LE(with, 105);
 }
 
 // A bound the decode rows alone exceed still lets a prompt advance, one block a step; with no

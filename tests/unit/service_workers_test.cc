@@ -143,15 +143,23 @@ std::string* WorkersTest::draft_path_ = nullptr;
 TEST(CostCurveProtoTest, PointsAndDepthCostRoundTrip) {
   spec::CostCurve curve({{1, 3e-3}, {5, 6e-3}, {64, 50e-3}});
   curve.set_depth({0.99e-6, 0.54e-6});
+  curve.set_logits({0.15e-3, 128});
   iv1::ServiceInfo info;
   ToProto(curve, &info);
   const spec::CostCurve back = CostCurveFromProto(info);
   EXPECT_EQ(back.points(), curve.points());
   EXPECT_EQ(back.depth().per_key, 0.99e-6);
   EXPECT_EQ(back.depth().per_row_key, 0.54e-6);
+  EXPECT_EQ(back.logits().per_row, 0.15e-3);
+  EXPECT_EQ(back.logits().calibrated_rows, 128);
   info.set_step_cost_per_key(-1.0);
   info.set_step_cost_per_row_key(std::nan(""));
+  info.set_step_cost_per_logit_row(std::nan(""));
   EXPECT_TRUE(CostCurveFromProto(info).depth().empty());
+  EXPECT_TRUE(CostCurveFromProto(info).logits().empty());
+  info.set_step_cost_per_logit_row(0.15e-3);
+  info.set_step_cost_logit_rows(0);  // a peer that did not measure it
+  EXPECT_TRUE(CostCurveFromProto(info).logits().empty());
   info.clear_step_cost();
   EXPECT_TRUE(CostCurveFromProto(info).empty());
 }

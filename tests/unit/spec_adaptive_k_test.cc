@@ -163,6 +163,37 @@ TEST(AdaptiveKTest, CostCurvePricesContext) {
   EXPECT_NEAR(c.Unscaled().Predict(6, ctx), 10.75e-3, 1e-12);
 }
 
+// A curve calibrated with every row's logits (up to 32 rows) prices a step with fewer logit
+// rows (prompt chunks) cheaper by per_row for each row short of that; an unknown count (-1)
+// and a step of only logit rows keep the calibrated price. A prompt chunk observed at its priced
+// cost leaves the load factor at 1, where pricing it as a verification read the machine faster.
+TEST(AdaptiveKTest, CostCurvePricesLogitRows) {
+  CostCurve c({{1, 3.0e-3}, {64, 50.0e-3}});
+  c.set_logits({0.2e-3, 32});
+  StepContext all;
+  all.AddLogitRows(16);
+  EXPECT_NEAR(c.Predict(16, all), c.Predict(16), 1e-12);
+  StepContext chunk;  // 48 prompt rows, the last computing logits, beside 2 decode rows
+  chunk.AddLogitRows(1);
+  chunk.AddLogitRows(2);
+  EXPECT_DOUBLE_EQ(chunk.logit_rows, 3.0);
+  // The calibration computed 32 rows' logits at 50 tokens: 29 fewer here.
+  EXPECT_NEAR(c.Predict(50, chunk), c.Predict(50) - 29 * 0.2e-3, 1e-12);
+  StepContext small;  // under the calibrated rows: every row short of its logits
+  small.AddLogitRows(1);
+  EXPECT_NEAR(c.Predict(10, small), c.Predict(10) - 9 * 0.2e-3, 1e-12);
+  for (int i = 0; i < 200; ++i) c.Observe(50, c.Shape(50, chunk), chunk);
+  EXPECT_NEAR(c.load_factor(), 1.0, 1e-9);
+  CostCurve blind({{1, 3.0e-3}, {64, 50.0e-3}});
+  for (int i = 0; i < 200; ++i) blind.Observe(50, c.Shape(50, chunk));
+  EXPECT_LT(blind.load_factor(), 0.9);
+  EXPECT_EQ(c.Unscaled().logits().per_row, 0.2e-3);
+  // Never below zero, however many rows lack logits.
+  CostCurve cheap({{1, 1.0e-3}, {64, 2.0e-3}});
+  cheap.set_logits({1e-3, 64});
+  EXPECT_EQ(cheap.Predict(64, small), 0.0);
+}
+
 // The default model's costs as calibrated on a 2-core EPYC (specd-bench --cost-model,
 // 2026-12-06): at 2k positions a verified row costs more (its arithmetic against every
 // position), so a lone sequence drafts less deep; but the KV read is shared by all of a

@@ -232,6 +232,32 @@ TEST_F(SpecEngineTest, CalibrationMeasuresWhatContextAddsPerPositionAndPerRow) {
   EXPECT_EQ((*kv)->num_free_blocks(), 64);
 }
 
+// What a row's logits add, measured: a runner whose forwards cost 1 ms, 0.1 ms a row and
+// 0.3 ms a logit row gives 0.3 ms back, over the rows the calibration computed logits for.
+TEST_F(SpecEngineTest, CalibrationMeasuresWhatALogitRowAdds) {
+  auto kv = engine::PagedKvCache::Create(
+      target_->model->MakeKvCacheConfig(16, 16, kernels::KvDtype::kF16));
+  ASSERT_TRUE(kv.ok());
+  CostedRunner runner(target_->model.get(), kv->get(), [](const engine::ForwardBatch& b) {
+    return std::chrono::microseconds(1000 + 100 * static_cast<int64_t>(b.tokens.size()) +
+                                     300 * static_cast<int64_t>(b.logit_rows.size()));
+  });
+  absl::StatusOr<CostCurve> curve = CalibrateVerify(runner, 40, 40, -1, /*depth_keys=*/0);
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  // Timed at 40 tokens with 40 and with 1 logit rows: 11.7 ms over 39 rows. The tiny model's
+  // own logits add a little (its vocabulary is small).
+  EXPECT_NEAR(curve->logits().per_row, 0.3e-3, 0.05e-3);
+  EXPECT_EQ(curve->logits().calibrated_rows, 40);
+  StepContext chunk;
+  chunk.AddLogitRows(1);
+  EXPECT_NEAR(curve->Shape(40) - curve->Shape(40, chunk), 39 * 0.3e-3, 2e-3);
+  // Fewer logit rows than tokens, always (max_rows 1): nothing to compare, no logit cost.
+  absl::StatusOr<CostCurve> one = CalibrateVerify(runner, 40, 1, -1, 0);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(one->logits().empty());
+  EXPECT_EQ((*kv)->num_free_blocks(), 16);
+}
+
 // A drafter whose round costs 0.3 ms plus 3 us per position of each sequence's context, and
 // that has no room past `room` positions (RESOURCE_EXHAUSTED). Proposes token 1, for sure.
 class ContextCostedDrafter final : public Drafter {
