@@ -55,7 +55,8 @@ struct LogitCost {
   // computing logits (none when logit_rows < 0: not known).
   double Saving(double tokens, double logit_rows) const {
     if (per_row <= 0.0 || logit_rows < 0.0) return 0.0;
-    return per_row * std::max(0.0, std::min(tokens, static_cast<double>(calibrated_rows)) - logit_rows);
+    const double calibrated = std::min(tokens, static_cast<double>(calibrated_rows));
+    return per_row * std::max(0.0, calibrated - logit_rows);
   }
   bool empty() const { return per_row == 0.0; }
 };
