@@ -35,11 +35,10 @@ class StepTime {
     for (const SeqPlan& p : decode_rows) Add(p);
   }
 
-  // The rows a target step gets for `p`, priced as the loop's Target step observes them.
+  // The rows a target step gets for `p`.
   void Add(const SeqPlan& p) {
     tokens_ += p.tokens();
-    context_.Add(p.start, p.tokens());
-    context_.AddLogitRows(p.emit ? 1 + p.k : 0);
+    p.AddTo(context_);
   }
 
   // Of a chunk of at most n_max prompt tokens from position `start`: how many fit in time

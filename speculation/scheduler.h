@@ -94,6 +94,13 @@ struct SeqPlan {
   bool emit = false;
   int32_t k = 0;
   int32_t tokens() const { return end - start + k; }
+  // What the plan adds to its step's price: its rows over the positions before them, and its
+  // logit rows (1 + k when it emits, else none). The loop's Target observes steps so and the
+  // scheduler's time bound predicts them so.
+  void AddTo(StepContext& context) const {
+    context.Add(start, tokens());
+    context.AddLogitRows(emit ? 1 + k : 0);
+  }
 };
 
 struct Schedule {

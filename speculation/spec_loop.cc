@@ -404,8 +404,7 @@ absl::Status SpecLoop::Target(LoopStep& step) {
     if (s.adopt_pending) c.cached_prefix = absl::MakeConstSpan(s.tokens).subspan(0, plan.start);
     c.want_features = WantsFeatures(s);
     step.step_tokens += plan.tokens();
-    context.Add(plan.start, plan.tokens());
-    context.AddLogitRows(plan.emit ? 1 + plan.k : 0);
+    plan.AddTo(context);
     prefill_tokens += plan.end - plan.start - (plan.emit ? 1 : 0);
     s.on_backends = true;
   }

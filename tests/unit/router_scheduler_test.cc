@@ -196,8 +196,7 @@ double PredictedSeconds(const CostCurve& curve, const Schedule& s) {
   int64_t tokens = 0;
   for (const SeqPlan& p : s.plans) {
     tokens += p.tokens();
-    c.Add(p.start, p.tokens());
-    c.AddLogitRows(p.emit ? 1 + p.k : 0);
+    p.AddTo(c);
   }
   return curve.Predict(static_cast<double>(tokens), c);
 }
