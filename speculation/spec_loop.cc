@@ -387,7 +387,8 @@ absl::Status SpecLoop::Target(LoopStep& step) {
   const std::vector<SeqPlan>& plans = step.sched.plans;
   std::vector<TargetCall> calls(plans.size());
   step.step_tokens = 0;
-  int64_t prefill_tokens = 0;
+  step.prefill_tokens = 0;
+  step.decode_rows = 0;
   StepContext context;  // what the step's rows attend over, for the policy's cost observation
   for (size_t p = 0; p < plans.size(); ++p) {
     const SeqPlan& plan = plans[p];
@@ -405,9 +406,15 @@ absl::Status SpecLoop::Target(LoopStep& step) {
     c.want_features = WantsFeatures(s);
     step.step_tokens += plan.tokens();
     plan.AddTo(context);
-    prefill_tokens += plan.end - plan.start - (plan.emit ? 1 : 0);
+    const int32_t prefill = plan.end - plan.start - (plan.emit ? 1 : 0);
+    step.prefill_tokens += prefill;
+    if (plan.emit && prefill == 0) ++step.decode_rows;
     s.on_backends = true;
   }
+  // Priced before the policies observe it (the observation moves their load factor).
+  const CostCurve* cost = StepCost();
+  step.target_predicted_seconds =
+      cost != nullptr ? cost->Predict(static_cast<double>(step.step_tokens), context) : 0.0;
   const auto t0 = Clock::now();
   const absl::Status st = target_->Run(calls, step.outcomes);
   step.target_seconds = Since(t0);
@@ -420,7 +427,7 @@ absl::Status SpecLoop::Target(LoopStep& step) {
   ++stats_.steps;
   stats_.verify_seconds += step.target_seconds;
   stats_.target_tokens += step.step_tokens;
-  stats_.prefill_tokens += prefill_tokens;
+  stats_.prefill_tokens += step.prefill_tokens;
   return absl::OkStatus();
 }
 

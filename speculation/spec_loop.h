@@ -139,7 +139,12 @@ struct LoopStep {
   absl::Status draft_error;           // a drafter's failure this step (not RESOURCE_EXHAUSTED)
   int32_t draft_index = -1;           // whose
   int64_t step_tokens = 0;            // tokens through the target
+  int64_t prefill_tokens = 0;         // of which prompt (or recomputed history) tokens
+  int32_t decode_rows = 0;            // plans that only verify: sequences past their prefill
   double draft_seconds = 0, target_seconds = 0;
+  // The target step's price before it ran (StepCost, the scheduler's time bound prices steps
+  // with it); 0 when no curve is known. target_seconds / this is the cost model's error.
+  double target_predicted_seconds = 0;
 };
 
 class SpecLoop {

@@ -24,6 +24,19 @@ const prometheus::Histogram::BucketBoundaries& CountBuckets() {
   return *b;
 }
 
+// One target step: the step bound is tens of milliseconds.
+const prometheus::Histogram::BucketBoundaries& StepSecondsBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 1, 2.5};
+  return *b;
+}
+
+const prometheus::Histogram::BucketBoundaries& RatioBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.25, 0.5, 0.67, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 4};
+  return *b;
+}
+
 const char* StepBatchLabel(int64_t sequences) {
   if (sequences <= 1) return "1";
   if (sequences == 2) return "2";
@@ -62,6 +75,19 @@ Metrics::Metrics(MetricsRole role)
                                    "Sequences in one target step", CountBuckets())),
       router_step_tokens(SPECD_HIST("specd_router_step_tokens", "Tokens in one target step",
                                     CountBuckets())),
+      router_step_bound(SPECD_GAUGE("specd_router_step_bound_seconds",
+                                    "Most predicted seconds of a target step that carries decoding "
+                                    "sequences (--step-ms-while-decoding; 0: no bound)")),
+      router_mixed_step_seconds(SPECD_HIST(
+          "specd_router_mixed_step_seconds",
+          "Target steps carrying prompt tokens and decoding sequences, as the router timed them "
+          "(what --step-ms-while-decoding bounds)",
+          StepSecondsBuckets())),
+      router_step_cost_ratio(SPECD_HIST(
+          "specd_router_step_cost_ratio",
+          "Target step seconds measured over the cost model's prediction (adaptive k and the "
+          "step bound price steps with it)",
+          RatioBuckets())),
       router_prompt_tokens(SPECD_COUNTER("specd_router_prompt_tokens_total", "Prompt tokens")),
       router_generated_tokens(
           SPECD_COUNTER("specd_router_generated_tokens_total", "Generated tokens")),

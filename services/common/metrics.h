@@ -45,6 +45,10 @@ class Metrics {
   prometheus::Gauge& router_queue_limit;  // --max-queue: the alert rules' saturation ratio
   prometheus::Histogram& router_batch_size;
   prometheus::Histogram& router_step_tokens;
+  // The cost model and the step bound (SchedulerConfig::step_seconds_while_decoding), observable:
+  prometheus::Gauge& router_step_bound;               // --step-ms-while-decoding, seconds (0: none)
+  prometheus::Histogram& router_mixed_step_seconds;   // steps with prompt tokens and decode rows
+  prometheus::Histogram& router_step_cost_ratio;      // measured / predicted target step seconds
   prometheus::Counter& router_prompt_tokens;
   prometheus::Counter& router_generated_tokens;
   prometheus::Counter& router_preemptions;
@@ -87,6 +91,8 @@ const char* StepBatchLabel(int64_t sequences);
 // Latency buckets in seconds (100 us .. 60 s) and count buckets (1 .. 1024).
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
 const prometheus::Histogram::BucketBoundaries& CountBuckets();
+const prometheus::Histogram::BucketBoundaries& StepSecondsBuckets();  // finer about 0.1 s
+const prometheus::Histogram::BucketBoundaries& RatioBuckets();        // about 1
 
 }  // namespace specd::services
 

@@ -80,6 +80,7 @@ RouterEngine::RouterEngine(const RouterOptions& options, std::unique_ptr<TargetB
   remote_target_.set_while_waiting([this] { SendUnsentChunks(); });
   if (remote_draft_ != nullptr) remote_draft_->set_while_waiting([this] { SendUnsentChunks(); });
   metrics_->router_queue_limit.Set(options_.scheduler.max_queue);
+  metrics_->router_step_bound.Set(options_.scheduler.step_seconds_while_decoding);
 }
 
 RouterEngine::~RouterEngine() { Stop(); }
@@ -604,6 +605,16 @@ void RouterEngine::HandleTargetError(Iteration& it, const absl::Status& status) 
   absl::SleepFor(options_.retry_backoff);
 }
 
+// What the scheduler's step bound and adaptive k priced the step at, against what it took.
+void RouterEngine::ObserveStepCost(const spec::LoopStep& step) {
+  if (step.target_predicted_seconds > 0) {
+    metrics_->router_step_cost_ratio.Observe(step.target_seconds / step.target_predicted_seconds);
+  }
+  if (step.decode_rows > 0 && step.prefill_tokens > 0) {
+    metrics_->router_mixed_step_seconds.Observe(step.target_seconds);
+  }
+}
+
 void RouterEngine::ApplyResults(Iteration& it) {
   for (size_t p = 0; p < it.step.outcomes.size() && p < it.step.seqs.size(); ++p) {
     if (!it.step.outcomes[p].needs_prefill) continue;
@@ -612,6 +623,7 @@ void RouterEngine::ApplyResults(Iteration& it) {
   }
   metrics_->router_batch_size.Observe(it.step.sched.plans.size());
   metrics_->router_step_tokens.Observe(static_cast<double>(it.step.step_tokens));
+  ObserveStepCost(it.step);
   const int64_t emitting = std::count_if(it.step.sched.plans.begin(), it.step.sched.plans.end(),
                                          [](const spec::SeqPlan& p) { return p.emit; });
   Client client(this, services::StepBatchLabel(emitting));

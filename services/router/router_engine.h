@@ -131,6 +131,7 @@ class RouterEngine {
   void HandleTargetError(Iteration& it, const absl::Status& status);
   // 5. The loop's Apply (tokens to the requests' streams: Client), then finished requests out.
   void ApplyResults(Iteration& it);
+  void ObserveStepCost(const spec::LoopStep& step);
   void MaybeReconnectDraft();
   // `why` says what took it down (logged with the change).
   void SetDraftUp(bool up, absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_);

@@ -1014,7 +1014,9 @@ class HeldTarget final : public ForwardingTarget {
   absl::StatusOr<iv1::TargetStepResponse> Step(const iv1::TargetStepRequest& r) override {
     {
       absl::MutexLock l(&mu_);
+      ++waiting_;
       mu_.Await(absl::Condition(this, &HeldTarget::Free));
+      --waiting_;
     }
     return inner_->Step(r);
   }
@@ -1022,11 +1024,18 @@ class HeldTarget final : public ForwardingTarget {
     absl::MutexLock l(&mu_);
     held_ = held;
   }
+  // Returns once a step waits for the hold to end.
+  void AwaitHeldStep() {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(this, &HeldTarget::StepWaits));
+  }
 
  private:
   bool Free() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; }
+  bool StepWaits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return waiting_ > 0; }
   absl::Mutex mu_;
   bool held_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
@@ -1071,6 +1080,43 @@ TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
   EXPECT_EQ(SumSamples(text, proposed), SumSamples(text, "specd_router_draft_proposed_tokens_total"));
   EXPECT_EQ(SumSamples(text, accepted), accepted_all) << text;
   EXPECT_EQ(SumSamples(text, accepted), SumSamples(text, "specd_router_draft_accepted_tokens_total"));
+}
+
+// Every target step is priced by the cost model and observed against it; the steps the step
+// bound limits (prompt tokens beside decoding sequences) are timed apart.
+TEST_F(RouterEngineTest, StepsArePricedAndStepsBesideDecodersTimed) {
+  HeldTarget* held = nullptr;
+  wrap_target_ = [&held](std::unique_ptr<TargetBackend> t) {
+    auto h = std::make_unique<HeldTarget>(std::move(t));
+    held = h.get();
+    return std::unique_ptr<TargetBackend>(std::move(h));
+  };
+  RouterOptions o;
+  o.scheduler.step_seconds_while_decoding = 0.05;
+  prefix_caching_ = false;  // no prefix lookups: the first held step is a's prefill
+  Make(o);
+  ASSERT_NE(held, nullptr);
+  std::string text = metrics_.Text();
+  EXPECT_NE(text.find("\nspecd_router_step_bound_seconds 0.05\n"), std::string::npos) << text;
+  held->Hold(true);
+  auto a = Run(Req(SyntheticPrompt(24, 5), 48, SpecMode::kDraft, 3));
+  held->AwaitHeldStep();  // a's prefill: b arrives after it, and goes in while a decodes
+  auto b = Run(Req(SyntheticPrompt(40, 7), 8, SpecMode::kDraft, 3));
+  held->Hold(false);
+  a->Wait();
+  b->Wait();
+  ASSERT_TRUE(a->status().ok()) << a->status();
+  ASSERT_TRUE(b->status().ok()) << b->status();
+  text = metrics_.Text();
+  const double steps = SumSamples(text, "specd_router_step_tokens_count");
+  ASSERT_GT(steps, 0) << text;
+  EXPECT_EQ(SumSamples(text, "specd_router_step_cost_ratio_count"), steps) << text;
+  EXPECT_GT(SumSamples(text, "specd_router_step_cost_ratio_sum"), 0) << text;
+  // b's prompt went in beside a's decoding (in chunks: the tests' curve prices any step over
+  // the 50 ms bound, so each chunk is one block); a's and b's other steps are not counted.
+  const double mixed = SumSamples(text, "specd_router_mixed_step_seconds_count");
+  EXPECT_GE(mixed, 2) << text;
+  EXPECT_LT(mixed, steps) << text;
 }
 
 }  // namespace

@@ -317,6 +317,52 @@ TEST(SpecLoopTest, TheOwnerDecidesHowManyTokensToTakeAndWhenToStop) {
   EXPECT_EQ(f.loop->Find(1), nullptr);
 }
 
+// The router's cost metrics read these: the step's rows by kind and its price before it ran.
+TEST(SpecLoopTest, EachTargetStepIsPricedBeforeItRunsAndCountsItsRows) {
+  Fixture f(Guess::kRight);
+  TakeAll client;
+  f.Add(1, {1, 2, 3, 4, 5, 6, 7, 8}, 20, /*k=*/2);
+  LoopStep unpriced;
+  ASSERT_TRUE(f.loop->RunStep(f.config, client, unpriced).ok());
+  EXPECT_EQ(unpriced.target_predicted_seconds, 0.0);  // no policy has a curve
+  EXPECT_EQ(unpriced.prefill_tokens, 7);  // the prompt but its last token, which emits
+  EXPECT_EQ(unpriced.decode_rows, 0);
+
+  // A step of one decode row (1 + k tokens at depth 9) and a new prompt chunk of 5 tokens.
+  KPolicyOptions ko;
+  ko.max_k = 4;
+  ko.verify_cost = CostCurve({{1, 0.010}, {64, 0.030}});
+  ko.verify_cost.set_depth(DepthCost{1e-5, 1e-6});
+  ko.track_load = false;
+  SpecLoop priced(LoopOptions{.context_length = 4096}, &f.target,
+                  std::vector<LoopDrafter>{{&f.drafter, KPolicy(ko), true}});
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  auto seq = [&](SeqId id, std::vector<int32_t> prompt) {
+    auto s = std::make_shared<LoopSeq>(id, std::move(prompt), greedy);
+    s->max_new_tokens = 20;
+    s->drafter = 0;
+    s->max_k = 2;
+    s->fixed_k = true;
+    priced.Enqueue(s);
+    return s;
+  };
+  seq(2, {1, 2, 3, 4, 5, 6, 7, 8});
+  LoopStep prefill;
+  ASSERT_TRUE(priced.RunStep(f.config, client, prefill).ok());
+  seq(3, {9, 10, 11, 12, 13, 14});
+  LoopStep mixed;
+  ASSERT_TRUE(priced.RunStep(f.config, client, mixed).ok());
+  ASSERT_EQ(mixed.sched.plans.size(), 2u);
+  EXPECT_EQ(mixed.decode_rows, 1);
+  EXPECT_EQ(mixed.prefill_tokens, 5);
+  StepContext expected;
+  for (const SeqPlan& p : mixed.sched.plans) p.AddTo(expected);
+  EXPECT_GT(mixed.target_predicted_seconds, ko.verify_cost.Predict(mixed.step_tokens));  // depth
+  EXPECT_DOUBLE_EQ(mixed.target_predicted_seconds,
+                   ko.verify_cost.Predict(static_cast<double>(mixed.step_tokens), expected));
+}
+
 TEST(SpecLoopTest, ATargetErrorEndsTheStepAndCommitsNothing) {
   Fixture f(Guess::kRight);
   LoopSeqPtr a = f.Add(1, {4}, 8);
