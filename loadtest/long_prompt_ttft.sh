@@ -43,7 +43,13 @@ echo "long_prompt_ttft: the same while $BACKGROUND clients decode" >&2
   --spec off --out "$OUT/background_loaded.json" &
 BG=$!
 sleep 3  # the background requests are decoding
+scrape() {  # the router's /metrics into $1
+  "$PYTHON" -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "http://localhost:$METRICS_PORT/metrics" > "$1"
+}
+scrape "$OUT/router_metrics_before.txt"
 "$LOADTEST" "${LONG_FLAGS[@]}" --prompt-seed 2000 --out "$OUT/long_loaded.json"
+scrape "$OUT/router_metrics_after.txt"  # the steps while the long prompts went in
 wait "$BG"
 
 echo "long_prompt_ttft: the background alone (no long prompts), for its ITL baseline" >&2
@@ -63,6 +69,32 @@ print(f"TTFT of a {long_tokens}-token prompt, alone:             {t(alone)} (tar
 print(f"TTFT of a {long_tokens}-token prompt, {bg} clients decoding: {t(loaded)}")
 print(f"ITL of the {bg} decoding clients, long prompts arriving: {i(bg_loaded)}")
 print(f"ITL of the {bg} decoding clients, nothing else:          {i(bg_alone)}")
+# The router's view of the long prompts' steps: the histograms' growth over the loaded phase.
+def hist(name):
+    def parse(file):
+        h = {}
+        for line in open(os.path.join(out, file)):
+            if line.startswith(name + "_bucket{le="):
+                h[float(line.split('"')[1])] = float(line.split()[-1])
+            elif line.startswith(name + "_sum ") or line.startswith(name + "_count "):
+                h[line.split()[0][len(name) + 1:]] = float(line.split()[-1])
+        return h
+    before, after = parse("router_metrics_before.txt"), parse("router_metrics_after.txt")
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+def quantile(h, q):  # the upper bound of the bucket holding quantile q
+    les = sorted(k for k in h if isinstance(k, float))
+    return next((le for le in les if h[le] >= q * h["count"]), float("inf"))
+bound = next((float(l.split()[-1]) for l in open(os.path.join(out, "router_metrics_after.txt"))
+              if l.startswith("specd_router_step_bound_seconds ")), 0.0)
+mixed, ratio = hist("specd_router_mixed_step_seconds"), hist("specd_router_step_cost_ratio")
+if mixed.get("count"):
+    print(f"router: {mixed['count']:.0f} steps took prompt tokens beside decoders, mean "
+          f"{1e3 * mixed['sum'] / mixed['count']:.1f} ms, p50 <= {1e3 * quantile(mixed, 0.5):.0f} ms, "
+          f"p99 <= {1e3 * quantile(mixed, 0.99):.0f} ms (bound {1e3 * bound:.0f} ms)")
+if ratio.get("count"):
+    print(f"router: step seconds measured / predicted over {ratio['count']:.0f} steps: mean "
+          f"{ratio['sum'] / ratio['count']:.2f}, p50 <= {quantile(ratio, 0.5):g}, "
+          f"p90 <= {quantile(ratio, 0.9):g}")
 errors = sum(sum(j["errors_by_code"].values()) for j in (alone, loaded, bg_loaded, bg_alone))
 print(f"failed requests: {errors}")
 EOF
