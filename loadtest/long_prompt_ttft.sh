@@ -70,14 +70,17 @@ print(f"TTFT of a {long_tokens}-token prompt, {bg} clients decoding: {t(loaded)}
 print(f"ITL of the {bg} decoding clients, long prompts arriving: {i(bg_loaded)}")
 print(f"ITL of the {bg} decoding clients, nothing else:          {i(bg_alone)}")
 # The router's view of the long prompts' steps: the histograms' growth over the loaded phase.
-def hist(name):
+def hist(name, label=""):  # label: 'stage="target"', for a family's one series
     def parse(file):
         h = {}
         for line in open(os.path.join(out, file)):
-            if line.startswith(name + "_bucket{le="):
-                h[float(line.split('"')[1])] = float(line.split()[-1])
-            elif line.startswith(name + "_sum ") or line.startswith(name + "_count "):
-                h[line.split()[0][len(name) + 1:]] = float(line.split()[-1])
+            if not line.startswith(name + "_") or label not in line:
+                continue
+            series, value = line.split()[0], float(line.split()[-1])
+            if series.startswith(name + "_bucket"):
+                h[float(series.split('le="')[1].split('"')[0])] = value
+            elif series.split("{")[0] in (name + "_sum", name + "_count"):
+                h[series.split("{")[0][len(name) + 1:]] = value
         return h
     before, after = parse("router_metrics_before.txt"), parse("router_metrics_after.txt")
     return {k: after[k] - before.get(k, 0.0) for k in after}
@@ -86,7 +89,8 @@ def quantile(h, q):  # the upper bound of the bucket holding quantile q
     return next((le for le in les if h[le] >= q * h["count"]), float("inf"))
 bound = next((float(l.split()[-1]) for l in open(os.path.join(out, "router_metrics_after.txt"))
               if l.startswith("specd_router_step_bound_seconds ")), 0.0)
-mixed, ratio = hist("specd_router_mixed_step_seconds"), hist("specd_router_step_cost_ratio")
+mixed = hist("specd_router_mixed_step_seconds")
+ratio = hist("specd_router_step_cost_ratio", 'stage="target"')
 if mixed.get("count"):
     print(f"router: {mixed['count']:.0f} steps took prompt tokens beside decoders, mean "
           f"{1e3 * mixed['sum'] / mixed['count']:.1f} ms, p50 <= {1e3 * quantile(mixed, 0.5):.0f} ms, "

@@ -4,7 +4,8 @@
 # runs the built-in chat prompts closed-loop with --spec off and --spec auto, alternating (the
 # order swapped each round), at each concurrency, and prints auto / off: the median of the
 # rounds' paired ratios, which cancels the machine's drift. From the router's /metrics around
-# each run it also prints how many of the drafts were verified in steps of 9 or more sequences.
+# each run it also prints how many of the drafts were verified in steps of 9 or more sequences,
+# and how far the cost model adaptive k decides on was from the auto runs' measured seconds.
 #
 #   loadtest/spec_ab.sh [OUT_DIR]
 # Environment: SPECD_BUILD [build], THREADS per model service [all cores], CONCURRENCY
@@ -92,6 +93,27 @@ def batch_drafts(prefix):
         return {}
     return {key: after[key] - before.get(key, 0.0) for key in after}
 
+def cost_ratios(c, rounds):
+    # The cost model's error in the auto runs: mean measured / predicted seconds of the target
+    # steps and of the priced draft rounds (specd_router_step_cost_ratio{stage}).
+    sums = {}
+    for r in rounds:
+        prefix = os.path.join(out, f"c{c}_auto_{r}")
+        for when, sign in ((".metrics.before", -1.0), (".metrics.after", 1.0)):
+            try:
+                lines = open(prefix + when).read().splitlines()
+            except OSError:
+                return "-"
+            for line in lines:
+                for part in ("sum", "count"):
+                    for stage in ("target", "draft"):
+                        if line.startswith(f'specd_router_step_cost_ratio_{part}{{stage="{stage}"}}'):
+                            key = (stage, part)
+                            sums[key] = sums.get(key, 0.0) + sign * float(line.rsplit(" ", 1)[1])
+    mean = lambda st: (f"{sums[(st, 'sum')] / sums[(st, 'count')]:.2f}"
+                       if sums.get((st, "count"), 0) > 0 else "-")
+    return f"{mean('target')} / {mean('draft')}"
+
 def large_step_drafts(c, rounds):
     # Drafts verified in steps of 9 or more sequences: where drafting costs the most.
     total = {"proposed": 0.0, "accepted": 0.0}
@@ -101,8 +123,8 @@ def large_step_drafts(c, rounds):
                 total[kind] += n
     return f"{total['proposed']:.0f} / {total['accepted']:.0f}"
 
-print("| concurrency | off tok/s | auto tok/s | auto / off (median of paired rounds) | paired range | ITL p50 off / auto ms | drafts proposed / accepted (auto) | of which in steps of >= 9 sequences | tokens per target step (auto) |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| concurrency | off tok/s | auto tok/s | auto / off (median of paired rounds) | paired range | ITL p50 off / auto ms | drafts proposed / accepted (auto) | of which in steps of >= 9 sequences | tokens per target step (auto) | seconds measured / predicted, target / draft (auto) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for c in sorted(rows):
     off, auto = rows[c]["off"], rows[c]["auto"]
     rounds = sorted(set(off) & set(auto))
@@ -115,5 +137,5 @@ for c in sorted(rows):
     print(f"| {c} | {statistics.mean(tput['off']):.1f} | {statistics.mean(tput['auto']):.1f} "
           f"| {statistics.median(ratios):.3f}x | {min(ratios):.3f}-{max(ratios):.3f} "
           f"| {itl['off']:.2f} / {itl['auto']:.2f} | {drafted} / {accepted} "
-          f"| {large_step_drafts(c, rounds)} | {tps:.2f} |")
+          f"| {large_step_drafts(c, rounds)} | {tps:.2f} | {cost_ratios(c, rounds)} |")
 PY

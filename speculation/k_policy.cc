@@ -201,17 +201,30 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
   }
 }
 
-void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k,
-                           double seconds) {
-  if (!options_.track_load || options_.draft_cost.empty()) return;
+bool KPolicy::IsDraftRound(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k) {
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SpecSeqState& s = *seqs[i].state;
-    if (k[i] > 0 && (s.steps_without_drafts > 0 || s.steps == 0)) return;  // catching up
+    if (k[i] > 0 && (s.steps_without_drafts > 0 || s.steps == 0)) return false;  // catching up
   }
+  return true;
+}
+
+std::vector<int32_t> KPolicy::Contexts(absl::Span<const KRequest> seqs) {
   std::vector<int32_t> contexts(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) contexts[i] = seqs[i].context;
+  return contexts;
+}
+
+void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k,
+                           double seconds) {
+  if (!options_.track_load || options_.draft_cost.empty() || !IsDraftRound(seqs, k)) return;
   options_.draft_cost.ObserveTotal(
-      DraftRoundsCost(options_.draft_cost, k, contexts, /*shape_only=*/true), seconds);
+      DraftRoundsCost(options_.draft_cost, k, Contexts(seqs), /*shape_only=*/true), seconds);
+}
+
+double KPolicy::PredictDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k) const {
+  if (options_.draft_cost.empty() || !IsDraftRound(seqs, k)) return 0.0;
+  return DraftRoundsCost(options_.draft_cost, k, Contexts(seqs));
 }
 
 void KPolicy::ObserveVerify(double tokens, double seconds, const StepContext& context) {

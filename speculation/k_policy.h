@@ -142,6 +142,9 @@ class KPolicy {
   // sequence of `seqs`) took `seconds`. Ignored when a sequence caught up on tokens it had not
   // drafted from (a probe, a first draft): that is not what a draft round costs.
   void ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k, double seconds);
+  // What the draft curve predicts such a round takes (its load factor included); 0 when it does
+  // not price the round: no curve, or a sequence catching up (as ObserveDraft ignores).
+  double PredictDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k) const;
   // A target forward over `tokens` tokens whose rows attended over `context` took `seconds`.
   void ObserveVerify(double tokens, double seconds, const StepContext& context = {});
 
@@ -191,6 +194,10 @@ class KPolicy {
                       Choice& c) const;
   void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal,
                  size_t step_sequences, Choice& c) const;
+  // The draft curve prices this round: a sequence catching up on tokens it did not draft from
+  // costs more than a round.
+  static bool IsDraftRound(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k);
+  static std::vector<int32_t> Contexts(absl::Span<const KRequest> seqs);
 
   KPolicyOptions options_;
   AcceptanceEstimate global_{AcceptanceEstimate::kGlobalDecay};

@@ -354,7 +354,14 @@ absl::Status SpecLoop::Draft(LoopStep& step) {
     step.draft_seconds += secs;
     stats_.draft_seconds += secs;
     if (st.ok()) {
-      if (ld.drafter->runs_model()) ld.policy.ObserveDraft(drafting, ks, secs);
+      if (ld.drafter->runs_model()) {
+        const double predicted = ld.policy.PredictDraft(drafting, ks);  // before it observes
+        if (predicted > 0) {
+          step.draft_predicted_seconds += predicted;
+          step.draft_priced_seconds += secs;
+        }
+        ld.policy.ObserveDraft(drafting, ks, secs);
+      }
       for (size_t j = 0; j < which.size(); ++j) {
         out[j].proposals.resize(std::min<size_t>(out[j].proposals.size(), plans[which[j]].k));
         step.drafts[which[j]] = std::move(out[j]);

@@ -145,6 +145,9 @@ struct LoopStep {
   // The target step's price before it ran (StepCost, the scheduler's time bound prices steps
   // with it); 0 when no curve is known. target_seconds / this is the cost model's error.
   double target_predicted_seconds = 0;
+  // The same for the model drafters' rounds that their draft curves priced (not a sequence's
+  // catch-up): what those rounds took, and what the curves predicted (0: none priced).
+  double draft_priced_seconds = 0, draft_predicted_seconds = 0;
 };
 
 class SpecLoop {

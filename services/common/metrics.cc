@@ -83,11 +83,14 @@ Metrics::Metrics(MetricsRole role)
           "Target steps carrying prompt tokens and decoding sequences, as the router timed them "
           "(what --step-ms-while-decoding bounds)",
           StepSecondsBuckets())),
-      router_step_cost_ratio(SPECD_HIST(
-          "specd_router_step_cost_ratio",
-          "Target step seconds measured over the cost model's prediction (adaptive k and the "
-          "step bound price steps with it)",
-          RatioBuckets())),
+      router_cost_ratio(BuildHistogram()
+                            .Name("specd_router_step_cost_ratio")
+                            .Help("Seconds measured over the cost model's prediction, by stage "
+                                  "(target: a target step; draft: a step's draft rounds). "
+                                  "Adaptive k and the step bound decide on these predictions")
+                            .Register(*reg)),
+      router_target_cost_ratio(router_cost_ratio.Add({{"stage", "target"}}, RatioBuckets())),
+      router_draft_cost_ratio(router_cost_ratio.Add({{"stage", "draft"}}, RatioBuckets())),
       router_prompt_tokens(SPECD_COUNTER("specd_router_prompt_tokens_total", "Prompt tokens")),
       router_generated_tokens(
           SPECD_COUNTER("specd_router_generated_tokens_total", "Generated tokens")),

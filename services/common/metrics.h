@@ -48,7 +48,9 @@ class Metrics {
   // The cost model and the step bound (SchedulerConfig::step_seconds_while_decoding), observable:
   prometheus::Gauge& router_step_bound;               // --step-ms-while-decoding, seconds (0: none)
   prometheus::Histogram& router_mixed_step_seconds;   // steps with prompt tokens and decode rows
-  prometheus::Histogram& router_step_cost_ratio;      // measured / predicted target step seconds
+  prometheus::Family<prometheus::Histogram>& router_cost_ratio;  // measured / predicted {stage}
+  prometheus::Histogram& router_target_cost_ratio;    // {stage="target"}: a target step
+  prometheus::Histogram& router_draft_cost_ratio;     // {stage="draft"}: a step's draft rounds
   prometheus::Counter& router_prompt_tokens;
   prometheus::Counter& router_generated_tokens;
   prometheus::Counter& router_preemptions;

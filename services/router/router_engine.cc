@@ -608,7 +608,11 @@ void RouterEngine::HandleTargetError(Iteration& it, const absl::Status& status) 
 // What the scheduler's step bound and adaptive k priced the step at, against what it took.
 void RouterEngine::ObserveStepCost(const spec::LoopStep& step) {
   if (step.target_predicted_seconds > 0) {
-    metrics_->router_step_cost_ratio.Observe(step.target_seconds / step.target_predicted_seconds);
+    metrics_->router_target_cost_ratio.Observe(step.target_seconds / step.target_predicted_seconds);
+  }
+  if (step.draft_predicted_seconds > 0) {
+    metrics_->router_draft_cost_ratio.Observe(step.draft_priced_seconds /
+                                              step.draft_predicted_seconds);
   }
   if (step.decode_rows > 0 && step.prefill_tokens > 0) {
     metrics_->router_mixed_step_seconds.Observe(step.target_seconds);

@@ -1082,8 +1082,8 @@ TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
   EXPECT_EQ(SumSamples(text, accepted), SumSamples(text, "specd_router_draft_accepted_tokens_total"));
 }
 
-// Every target step is priced by the cost model and observed against it; the steps the step
-// bound limits (prompt tokens beside decoding sequences) are timed apart.
+// Every target step and the draft rounds are priced by the cost model and observed against it;
+// the steps the step bound limits (prompt tokens beside decoding sequences) are timed apart.
 TEST_F(RouterEngineTest, StepsArePricedAndStepsBesideDecodersTimed) {
   HeldTarget* held = nullptr;
   wrap_target_ = [&held](std::unique_ptr<TargetBackend> t) {
@@ -1110,8 +1110,14 @@ TEST_F(RouterEngineTest, StepsArePricedAndStepsBesideDecodersTimed) {
   text = metrics_.Text();
   const double steps = SumSamples(text, "specd_router_step_tokens_count");
   ASSERT_GT(steps, 0) << text;
-  EXPECT_EQ(SumSamples(text, "specd_router_step_cost_ratio_count"), steps) << text;
-  EXPECT_GT(SumSamples(text, "specd_router_step_cost_ratio_sum"), 0) << text;
+  const std::string ratio = "specd_router_step_cost_ratio";
+  EXPECT_EQ(SumSamples(text, ratio + "_count", "stage=\"target\""), steps) << text;
+  EXPECT_GT(SumSamples(text, ratio + "_sum", "stage=\"target\""), 0) << text;
+  // The draft rounds the draft curve priced: not the catch-up of a's and b's first rounds.
+  const double draft_rounds = SumSamples(text, ratio + "_count", "stage=\"draft\"");
+  EXPECT_GT(draft_rounds, 0) << text;
+  EXPECT_LT(draft_rounds, steps) << text;
+  EXPECT_GT(SumSamples(text, ratio + "_sum", "stage=\"draft\""), 0) << text;
   // b's prompt went in beside a's decoding (in chunks: the tests' curve prices any step over
   // the 50 ms bound, so each chunk is one block); a's and b's other steps are not counted.
   const double mixed = SumSamples(text, "specd_router_mixed_step_seconds_count");
