@@ -1038,13 +1038,20 @@ class HeldTarget final : public ForwardingTarget {
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
-  HeldTarget* held = nullptr;
-  wrap_target_ = [&held](std::unique_ptr<TargetBackend> t) {
+// The fixture's next Make() puts its target behind a HeldTarget; *held points at it after Make.
+void HoldTargets(
+    std::function<std::unique_ptr<TargetBackend>(std::unique_ptr<TargetBackend>)>& wrap,
+    HeldTarget** held) {
+  wrap = [held](std::unique_ptr<TargetBackend> t) {
     auto h = std::make_unique<HeldTarget>(std::move(t));
-    held = h.get();
+    *held = h.get();
     return std::unique_ptr<TargetBackend>(std::move(h));
   };
+}
+
+TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
+  HeldTarget* held = nullptr;
+  HoldTargets(wrap_target_, &held);
   Make();
   ASSERT_NE(held, nullptr);
   const std::string proposed = "specd_router_batch_draft_proposed_tokens_total";
@@ -1086,11 +1093,7 @@ TEST_F(RouterEngineTest, DraftsAreCountedByTheSizeOfTheirStep) {
 // the steps the step bound limits (prompt tokens beside decoding sequences) are timed apart.
 TEST_F(RouterEngineTest, StepsArePricedAndStepsBesideDecodersTimed) {
   HeldTarget* held = nullptr;
-  wrap_target_ = [&held](std::unique_ptr<TargetBackend> t) {
-    auto h = std::make_unique<HeldTarget>(std::move(t));
-    held = h.get();
-    return std::unique_ptr<TargetBackend>(std::move(h));
-  };
+  HoldTargets(wrap_target_, &held);
   RouterOptions o;
   o.scheduler.step_seconds_while_decoding = 0.05;
   prefix_caching_ = false;  // no prefix lookups: the first held step is a's prefill
