@@ -1,7 +1,11 @@
 #include "speculation/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace specd::spec {
 
@@ -22,6 +26,8 @@ static int32_t PrefillEnd(const SeqView& s) {
 static bool Decoding(const SeqView& s, const SchedulerConfig& config) {
   return s.committed - s.target_pos == 1 && (s.has_output || config.drafts_with_prompt);
 }
+
+namespace {
 
 // The step's predicted seconds while prompt chunks join decode rows, and the chunk that keeps
 // them within config.step_seconds_while_decoding. Inactive (chunks unbounded in time) without
@@ -73,159 +79,205 @@ class StepTime {
   StepContext context_;
 };
 
-Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& config) {
-  Schedule out;
-  const int32_t bs = config.block_size;
-  std::vector<SeqView> running = state.running;
-  std::vector<int32_t> k(running.size(), 0);
-  for (size_t i = 0; i < running.size(); ++i) {
-    k[i] = Decoding(running[i], config) || config.drafts_with_prompt
-               ? std::max(0, running[i].want_k)
-               : 0;
+// One iteration's schedule, built by ScheduleIteration's steps in order. Each step reads what
+// the ones before it decided: the running set after preemption, each sequence's k, the token
+// budget and the logit rows left.
+class IterationPlan {
+ public:
+  IterationPlan(const SchedulerState& state, const SchedulerConfig& config)
+      : state_(state),
+        config_(config),
+        running_(state.running),
+        target_capacity_(static_cast<int64_t>(config.target_blocks) - config.target_adopted_blocks),
+        budget_(config.max_batch_tokens),
+        max_rows_(config.max_logit_rows > 0 ? config.max_logit_rows : INT32_MAX),
+        rows_(max_rows_) {
+    for (const SeqView& s : running_) {
+      k_.push_back(Decoding(s, config) || config.drafts_with_prompt ? std::max(0, s.want_k) : 0);
+    }
   }
-  auto target_blocks = [&](size_t i) {
-    return BlocksFor(running[i].committed + k[i], bs) - running[i].cached_blocks;
-  };
-  const int64_t target_capacity =
-      static_cast<int64_t>(config.target_blocks) - config.target_adopted_blocks;
 
   // Target KV: drop drafts, then preempt the youngest, until the running set fits.
-  auto target_used = [&]() {
-    int64_t used = 0;
-    for (size_t i = 0; i < running.size(); ++i) used += target_blocks(i);
-    return used;
-  };
-  if (target_used() > target_capacity) {
-    for (size_t i = 0; i < running.size(); ++i) {
-      if (!running[i].pinned_k) k[i] = 0;
-    }
-  }
-  while (running.size() > 1 && target_used() > target_capacity) {
-    out.preempt.push_back(running.back().id);
-    running.pop_back();
-    k.pop_back();
-  }
-  if (!running.empty() && target_used() > target_capacity) {
-    k[0] = 0;  // alone and still too big with drafts
-    if (target_used() > target_capacity) {
-      out.preempt.push_back(running.back().id);
-      running.pop_back();
-      k.pop_back();
-    }
-  }
-  std::vector<bool> sit_out(running.size(), false);  // pinned rows that wait this iteration
-  // Draft KV: only drafts are at stake.
-  if (config.draft_blocks > 0) {
-    int64_t used = 0;
-    for (size_t i = 0; i < running.size(); ++i) {
-      if (k[i] == 0 || running[i].local_drafts) continue;
-      const int32_t b = BlocksFor(running[i].committed + k[i], bs);
-      if (used + b <= config.draft_blocks) {
-        used += b;
-      } else if (running[i].pinned_k && b <= config.draft_blocks) {
-        sit_out[i] = true;  // fits once others finish
-      } else {
-        k[i] = 0;
+  void FitTargetKv() {
+    if (TargetUsed() > target_capacity_) {
+      for (size_t i = 0; i < running_.size(); ++i) {
+        if (!running_[i].pinned_k) k_[i] = 0;
       }
     }
-  } else {
-    for (size_t i = 0; i < running.size(); ++i) {
-      if (!running[i].local_drafts) k[i] = 0;
+    while (running_.size() > 1 && TargetUsed() > target_capacity_) PreemptYoungest();
+    if (!running_.empty() && TargetUsed() > target_capacity_) {
+      k_[0] = 0;  // alone and still too big with drafts
+      if (TargetUsed() > target_capacity_) PreemptYoungest();
+    }
+  }
+
+  // Draft KV: only drafts are at stake. A pinned row whose drafts fit once others finish sits
+  // the iteration out instead.
+  void FitDraftKv() {
+    sit_out_.assign(running_.size(), false);
+    if (config_.draft_blocks <= 0) {
+      for (size_t i = 0; i < running_.size(); ++i) {
+        if (!running_[i].local_drafts) k_[i] = 0;
+      }
+      return;
+    }
+    int64_t used = 0;
+    for (size_t i = 0; i < running_.size(); ++i) {
+      if (k_[i] == 0 || running_[i].local_drafts) continue;
+      const int32_t b = BlocksFor(running_[i].committed + k_[i], config_.block_size);
+      if (used + b <= config_.draft_blocks) {
+        used += b;
+      } else if (running_[i].pinned_k && b <= config_.draft_blocks) {
+        sit_out_[i] = true;
+      } else {
+        k_[i] = 0;
+      }
     }
   }
 
   // Decode rows first (oldest first), shrinking k to fit the budget and the logit rows.
-  int32_t budget = config.max_batch_tokens;
-  const int32_t max_rows = config.max_logit_rows > 0 ? config.max_logit_rows : INT32_MAX;
-  int32_t rows = max_rows;
-  std::vector<bool> planned(running.size(), false);
-  for (size_t i = 0; i < running.size() && budget > 0 && rows > 0; ++i) {
-    const SeqView& s = running[i];
-    if (!Decoding(s, config) || sit_out[i]) continue;
-    if (s.pinned_k && ((k[i] + 1 > budget && budget < config.max_batch_tokens) ||
-                       (k[i] + 1 > rows && rows < max_rows))) {
-      continue;
+  void PlanDecodeRows() {
+    planned_.assign(running_.size(), false);
+    for (size_t i = 0; i < running_.size() && budget_ > 0 && rows_ > 0; ++i) {
+      const SeqView& s = running_[i];
+      if (!Decoding(s, config_) || sit_out_[i]) continue;
+      if (s.pinned_k && ((k_[i] + 1 > budget_ && budget_ < config_.max_batch_tokens) ||
+                         (k_[i] + 1 > rows_ && rows_ < max_rows_))) {
+        continue;
+      }
+      const int32_t kk = std::min({k_[i], budget_ - 1, rows_ - 1});
+      out_.plans.push_back({s.id, s.target_pos, s.committed, true, kk});
+      budget_ -= 1 + kk;
+      rows_ -= 1 + kk;
+      planned_[i] = true;
     }
-    const int32_t kk = std::min({k[i], budget - 1, rows - 1});
-    out.plans.push_back({s.id, s.target_pos, s.committed, true, kk});
-    budget -= 1 + kk;
-    rows -= 1 + kk;
-    planned[i] = true;
   }
-  // Decoding sequences wait for this step's prompt chunks: bound what those may take.
-  if (config.prefill_tokens_while_decoding > 0 && !out.plans.empty()) {
-    budget = std::min(budget, config.prefill_tokens_while_decoding);
+
+  // Prompt chunks of running sequences (oldest first). Decoding sequences wait for this
+  // step's prompt chunks: those are bounded in tokens and in time.
+  void PlanRunningPrompts() {
+    if (config_.prefill_tokens_while_decoding > 0 && !out_.plans.empty()) {
+      budget_ = std::min(budget_, config_.prefill_tokens_while_decoding);
+    }
+    step_time_.emplace(config_, out_.plans);
+    for (size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
+      const SeqView& s = running_[i];
+      if (planned_[i] || s.committed <= s.target_pos || Decoding(s, config_)) continue;
+      Chunk(s, k_[i], sit_out_[i]);
+    }
   }
-  StepTime step_time(config, out.plans);
+
+  // Admission, strictly FCFS. A preempted sequence waits at least one iteration (it heads the
+  // queue next time), so this iteration's preemptions do not bounce straight back.
+  void Admit() {
+    if (!out_.preempt.empty()) return;
+    int64_t target_free = target_capacity_ - TargetUsed();
+    int64_t draft_free = DraftFree();
+    size_t n_running = running_.size();
+    int32_t evictable_left = config_.target_evictable_blocks;
+    for (const SeqView& s : state_.waiting) {
+      if (budget_ <= 0 || n_running >= static_cast<size_t>(config_.max_running)) break;
+      int32_t ki = config_.drafts_with_prompt ? std::max(0, s.want_k) : 0;
+      const int32_t from_evictable = std::min(s.cached_blocks, evictable_left);
+      const int32_t need = BlocksFor(s.committed + std::max(1, ki), config_.block_size) -
+                           s.cached_blocks + from_evictable;
+      if (need > target_free) break;
+      evictable_left -= from_evictable;
+      // The draft's room only decides whether this sequence drafts, never whether it runs.
+      bool hold = false;
+      const int32_t draft_need =  // its own cache
+          BlocksFor(s.committed + std::max(1, ki), config_.block_size);
+      if (config_.draft_blocks > 0 && draft_need <= draft_free) {
+        draft_free -= draft_need;
+      } else if (ki > 0 && !s.local_drafts) {
+        hold = s.pinned_k && config_.draft_blocks > 0;
+        ki = 0;
+      }
+      target_free -= need;
+      out_.admit.push_back(s.id);
+      ++n_running;
+      Chunk(s, ki, hold);
+    }
+  }
+
+  Schedule Take() { return std::move(out_); }
+
+ private:
+  int32_t TargetBlocks(size_t i) const {
+    return BlocksFor(running_[i].committed + k_[i], config_.block_size) - running_[i].cached_blocks;
+  }
+  int64_t TargetUsed() const {
+    int64_t used = 0;
+    for (size_t i = 0; i < running_.size(); ++i) used += TargetBlocks(i);
+    return used;
+  }
+  // Draft blocks left after the running sequences' drafts.
+  int64_t DraftFree() const {
+    int64_t free = config_.draft_blocks;
+    if (config_.draft_blocks <= 0) return free;
+    for (size_t i = 0; i < running_.size(); ++i) {
+      if (k_[i] > 0 && !running_[i].local_drafts) {
+        free -= BlocksFor(running_[i].committed + k_[i], config_.block_size);
+      }
+    }
+    return free;
+  }
+  void PreemptYoungest() {
+    out_.preempt.push_back(running_.back().id);
+    running_.pop_back();
+    k_.pop_back();
+  }
+
   // A prompt chunk [target_pos, end) within the budget; its last row emits (one logit row)
   // when it reaches the end of the committed tokens and a row is left. With
   // drafts_with_prompt that last chunk also verifies `ki` drafts (fewer for an unpinned
   // sequence short of budget); a pinned one whose drafts do not fit, or must wait (`hold`),
   // stops one short instead, so its first token still comes with its own k.
-  auto chunk = [&](const SeqView& s, int32_t ki, bool hold) {
-    int32_t end = std::min(PrefillEnd(s), s.target_pos + budget);
-    end = s.target_pos + step_time.ChunkTokens(s.target_pos, end - s.target_pos);
+  void Chunk(const SeqView& s, int32_t ki, bool hold) {
+    int32_t end = std::min(PrefillEnd(s), s.target_pos + budget_);
+    end = s.target_pos + step_time_->ChunkTokens(s.target_pos, end - s.target_pos);
     int32_t kk = 0;
     if (end == s.committed && (ki > 0 || hold)) {
-      const int32_t room = std::min(budget - (end - s.target_pos), rows - 1);
+      const int32_t room = std::min(budget_ - (end - s.target_pos), rows_ - 1);
       if (!hold && (room >= ki || (!s.pinned_k && room > 0))) {
         kk = std::min(ki, room);
       } else if (s.pinned_k) {
         end = s.committed - 1;
       }
     }
-    if (end == s.committed && rows < 1) --end;
+    if (end == s.committed && rows_ < 1) --end;
     if (end <= s.target_pos) return;
     const bool emit = end == s.committed;
-    out.plans.push_back({s.id, s.target_pos, end, emit, kk});
-    step_time.Add(out.plans.back());
-    budget -= end - s.target_pos + kk;
-    rows -= emit ? 1 + kk : 0;
-  };
-  // Prompt chunks of running sequences (oldest first).
-  for (size_t i = 0; i < running.size() && budget > 0; ++i) {
-    const SeqView& s = running[i];
-    if (planned[i] || s.committed <= s.target_pos || Decoding(s, config)) continue;
-    chunk(s, k[i], sit_out[i]);
+    out_.plans.push_back({s.id, s.target_pos, end, emit, kk});
+    step_time_->Add(out_.plans.back());
+    budget_ -= end - s.target_pos + kk;
+    rows_ -= emit ? 1 + kk : 0;
   }
-  // Admission, strictly FCFS. A preempted sequence waits at least one iteration (it heads the
-  // queue next time), so this iteration's preemptions do not bounce straight back.
-  int64_t target_free = target_capacity - target_used();
-  int64_t draft_free = config.draft_blocks;
-  if (config.draft_blocks > 0) {
-    for (size_t i = 0; i < running.size(); ++i) {
-      if (k[i] > 0 && !running[i].local_drafts) {
-        draft_free -= BlocksFor(running[i].committed + k[i], bs);
-      }
-    }
-  }
-  size_t n_running = running.size();
-  int32_t evictable_left = config.target_evictable_blocks;
-  if (out.preempt.empty()) {
-    for (const SeqView& s : state.waiting) {
-      if (budget <= 0 || n_running >= static_cast<size_t>(config.max_running)) break;
-      int32_t ki = config.drafts_with_prompt ? std::max(0, s.want_k) : 0;
-      const int32_t from_evictable = std::min(s.cached_blocks, evictable_left);
-      const int32_t need =
-          BlocksFor(s.committed + std::max(1, ki), bs) - s.cached_blocks + from_evictable;
-      if (need > target_free) break;
-      evictable_left -= from_evictable;
-      // The draft's room only decides whether this sequence drafts, never whether it runs.
-      bool hold = false;
-      const int32_t draft_need = BlocksFor(s.committed + std::max(1, ki), bs);  // its own cache
-      if (config.draft_blocks > 0 && draft_need <= draft_free) {
-        draft_free -= draft_need;
-      } else if (ki > 0 && !s.local_drafts) {
-        hold = s.pinned_k && config.draft_blocks > 0;
-        ki = 0;
-      }
-      target_free -= need;
-      out.admit.push_back(s.id);
-      ++n_running;
-      chunk(s, ki, hold);
-    }
-  }
-  return out;
+
+  const SchedulerState& state_;
+  const SchedulerConfig& config_;
+  Schedule out_;
+  std::vector<SeqView> running_;  // after preemption
+  std::vector<int32_t> k_;        // [running_]
+  std::vector<bool> sit_out_;     // [running_]: pinned rows that wait this iteration
+  std::vector<bool> planned_;     // [running_]: has a decode row
+  const int64_t target_capacity_;
+  int32_t budget_;  // tokens left in the step
+  const int32_t max_rows_;
+  int32_t rows_;                     // logit rows left
+  std::optional<StepTime> step_time_;  // from the decode rows on
+};
+
+}  // namespace
+
+Schedule ScheduleIteration(const SchedulerState& state, const SchedulerConfig& config) {
+  IterationPlan plan(state, config);
+  plan.FitTargetKv();
+  plan.FitDraftKv();
+  plan.PlanDecodeRows();
+  plan.PlanRunningPrompts();
+  plan.Admit();
+  return plan.Take();
 }
 
 }  // namespace specd::spec
