@@ -168,37 +168,59 @@ absl::Status ModelDrafter::RunForward(const sampling::BlockwisePlan* plan) {
   return st;
 }
 
+// A sequence that gets drafts this call, with where its catch-up starts.
+struct ModelDrafter::Work {
+  size_t idx;                      // into the call's in/out
+  int64_t next;                    // next token of in[idx].tokens to feed
+  int32_t k;                       // drafts wanted (clipped to the context)
+  sampling::PenaltyState history;  // extended with d_1..d_{j-1} when penalties are on
+  bool track = false;
+  std::vector<float> feature;      // feature-conditioned: the last row's hidden state [D]
+  double survival = 1.0;           // product of the proposed drafts' confidences
+};
+
+// What every step of one Propose call reads.
+struct ModelDrafter::Call {
+  absl::Span<const DraftInput> in;
+  absl::Span<DraftOutput> out;
+  int32_t vocab;
+  bool conditioned;  // a feature-conditioned draft
+  int64_t dim;       // its hidden state's width
+  // The logits stay on the runner's device: each forward's rows are proposed there.
+  bool on_device;
+};
+
 absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) {
   SPECD_CHECK(in.size() == out.size(), "Propose: %zu inputs, %zu outputs", in.size(), out.size());
   for (DraftOutput& o : out) o.proposals.clear();
-  const int32_t vocab = model().vocab_size();
-  const int32_t ctx = model().config().context_length;
+  const Call call{in, out, model().vocab_size(), model().feature_conditioned(),
+                  model().config().embedding_dim,
+                  runner_->samples_on_device() &&
+                      options_.proposal_top_n <= sampling::blockwise::kMaxBlockwiseTopN};
+  absl::StatusOr<std::vector<Work>> work = PlanWork(call);
+  if (!work.ok()) return work.status();
+  absl::Status st = CatchUp(call, *work);
+  if (st.ok()) st = DraftRounds(call, *work);
+  if (!st.ok()) {
+    for (DraftOutput& o : out) o.proposals.clear();  // all of a call's drafts, or none
+  }
+  return st;
+}
 
-  // Sequences that get drafts, with where their catch-up starts.
-  struct Work {
-    size_t idx;                      // into in/out
-    int64_t next;                    // next token of in[idx].tokens to feed
-    int32_t k;                       // drafts wanted (clipped to the context)
-    sampling::PenaltyState history;  // extended with d_1..d_{j-1} when penalties are on
-    bool track = false;
-    std::vector<float> feature;      // feature-conditioned: the last row's hidden state [D]
-    double survival = 1.0;           // product of the proposed drafts' confidences
-  };
-  const bool conditioned = model().feature_conditioned();
-  const int64_t dim = model().config().embedding_dim;
+absl::StatusOr<std::vector<ModelDrafter::Work>> ModelDrafter::PlanWork(const Call& call) {
+  const int32_t ctx = model().config().context_length;
   std::vector<Work> work;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const DraftInput& d = in[i];
+  for (size_t i = 0; i < call.in.size(); ++i) {
+    const DraftInput& d = call.in[i];
     const int64_t n = static_cast<int64_t>(d.tokens.size());
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(d.max_tokens, ctx - n));
     if (k <= 0 || n == 0) continue;
     if (!runner_->kv().HasSequence(d.seq)) {
       if (absl::Status st = AddWithCachedPrefix(d.seq, d.tokens); !st.ok()) return st;
     }
-    std::vector<int32_t>& fed = fed_[d.seq];
     // Re-feed x_n at least: its logits give d_1. Forward rolls the KV back to `next`.
-    int64_t next = std::min<int64_t>(CommonPrefix(fed, d.tokens), n - 1);
-    if (conditioned) {
+    int64_t next = std::min<int64_t>(CommonPrefix(fed_[d.seq], d.tokens), n - 1);
+    if (call.conditioned) {
       // Rows fed drafted features are recomputed; without the target's features: no drafts.
       next = std::min(next, features_[d.seq].true_len);
       if (!KnowsTargetFeatures(d.seq, next, n)) continue;
@@ -220,157 +242,176 @@ absl::Status ModelDrafter::Propose(absl::Span<const DraftInput> in, absl::Span<D
         absl::StrFormat("draft batch has %d sequences, more than max_sequences = %d", work.size(),
                         options_.max_sequences));
   }
+  return work;
+}
 
-  // Where the logits stay on the runner's device, each forward's rows are proposed there: the
-  // plan names, per logit row, its request's transforms, penalty history and position.
-  const bool on_device = runner_->samples_on_device() &&
-                         options_.proposal_top_n <= sampling::blockwise::kMaxBlockwiseTopN;
-  auto plan_for = [&](absl::Span<Work* const> rows,
-                      absl::Span<const int64_t> positions) -> absl::StatusOr<sampling::BlockwisePlan> {
-    std::vector<sampling::SamplingParams> params(rows.size());
-    std::vector<sampling::SequenceToVerify> seqs(rows.size());
-    for (size_t r = 0; r < rows.size(); ++r) {
-      const DraftInput& d = in[rows[r]->idx];
-      params[r] = *d.params;
-      params[r].num_logprobs = 0;  // a draft reports none
-      params[r].seed = d.rng->key()[0] | (static_cast<uint64_t>(d.rng->key()[1]) << 32);
-      seqs[r].params = &params[r];
-      seqs[r].history = rows[r]->track ? &rows[r]->history : d.history;
-      seqs[r].position = positions[r];
-      seqs[r].first_logits_row = static_cast<int64_t>(r);
-      seqs[r].name = static_cast<int64_t>(d.seq);
-    }
-    return sampling::BlockwisePlan::Build(vocab, seqs);
-  };
-  // Row r of the last forward for work item w, drafting the token at `position`.
-  auto propose = [&](Work& w, size_t r, int64_t position) -> absl::Status {
-    const DraftInput& d = in[w.idx];
-    const sampling::PenaltyState& hist = w.track ? w.history : *d.history;
-    const bool cut = options_.min_keep > 0.0 || options_.min_extend > 0.0;
-    double sure = 1.0;  // sampling::DraftConfidence, from MakeProposal's own pass
-    absl::StatusOr<sampling::SparseProposal> q;
-    if (on_device) {
-      q = std::move(device_q_[r].q);
-      sure = device_q_[r].confidence;
-    } else {
-      q = sampling::MakeProposal(
-          absl::Span<const float>(logits_.data() + r * static_cast<size_t>(vocab), vocab), hist,
-          *d.params, options_.proposal_top_n, *d.rng, position, cut ? &sure : nullptr);
-    }
-    if (!q.ok()) return q.status();
-    bool extend = true;
-    if (cut) {
-      const double survival = w.survival * sure;
-      if (survival < options_.min_keep) {  // the chain ends before this token
-        w.k = static_cast<int32_t>(out[w.idx].proposals.size());
-        return absl::OkStatus();
-      }
-      w.survival = survival;
-      extend = survival >= options_.min_extend;
-    }
-    if (w.track) w.history.AddGenerated(q->token);
-    out[w.idx].proposals.push_back(std::move(*q));
-    if (!extend) w.k = static_cast<int32_t>(out[w.idx].proposals.size());  // no further round
-    return absl::OkStatus();
-  };
-  auto fail = [&](absl::Status st) {
-    for (DraftOutput& o : out) o.proposals.clear();
-    return st;
-  };
-
-  // Catch-up (and prefill of new sequences) in chunks of max_batch_tokens; a sequence's last
-  // chunk ends with x_n and returns the logits row that gives d_1.
+// Catch-up (and prefill of new sequences) in chunks of max_batch_tokens; a sequence's last
+// chunk ends with x_n and returns the logits row that gives d_1.
+absl::Status ModelDrafter::CatchUp(const Call& call, std::vector<Work>& work) {
   std::vector<Work*> pending;
   for (Work& w : work) pending.push_back(&w);
   while (!pending.empty()) {
-    batch_.Clear();
     std::vector<Work*> finishing, rest;
-    int64_t budget = options_.max_batch_tokens;
-    for (Work* w : pending) {
-      const DraftInput& d = in[w->idx];
-      const int64_t n = static_cast<int64_t>(d.tokens.size());
-      const int64_t take = std::min<int64_t>(n - w->next, budget);
-      if (take <= 0) {
-        rest.push_back(w);
-        continue;
-      }
-      if (conditioned) AppendTargetFeatures(d.seq, w->next, w->next + take);
-      if (w->next + take < n) {  // mid-prompt chunk: no logits needed
-        batch_.AddPrompt(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
-                         static_cast<int32_t>(take));
-        rest.push_back(w);
-      } else {
-        batch_.Add(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
-                   static_cast<int32_t>(take), /*all_logits=*/false);
-        if (conditioned) batch_.hidden_rows.push_back(batch_.logit_rows.back());
-        finishing.push_back(w);
-      }
-      budget -= take;
-      std::vector<int32_t>& fed = fed_[d.seq];
-      fed.resize(w->next);
-      fed.insert(fed.end(), d.tokens.begin() + w->next, d.tokens.begin() + w->next + take);
-      w->next += take;
-    }
+    BatchCatchUp(call, pending, finishing, rest);
     SPECD_CHECK(!batch_.slices.empty(), "draft catch-up made no progress");
     std::vector<int64_t> positions;
-    for (Work* w : finishing) positions.push_back(static_cast<int64_t>(in[w->idx].tokens.size()));
-    absl::StatusOr<sampling::BlockwisePlan> plan;
-    if (on_device && !(plan = plan_for(finishing, positions)).ok()) return fail(plan.status());
-    if (absl::Status st = RunForward(on_device ? &*plan : nullptr); !st.ok()) return fail(st);
+    for (Work* w : finishing) {
+      positions.push_back(static_cast<int64_t>(call.in[w->idx].tokens.size()));
+    }
+    if (absl::Status st = ForwardRows(call, finishing, positions); !st.ok()) return st;
     for (size_t r = 0; r < finishing.size(); ++r) {
       Work& w = *finishing[r];
-      if (conditioned) {
-        w.feature.assign(hidden_.begin() + r * dim, hidden_.begin() + (r + 1) * dim);
-        // Every committed row now holds the target's features. The next catch-up starts at
-        // row n (feature n - 1), or re-feeds row n - 1 (feature n - 2) when nothing new came.
-        SeqFeatures& f = features_[in[w.idx].seq];
-        f.true_len = static_cast<int64_t>(in[w.idx].tokens.size());
-        const int64_t drop = std::max<int64_t>(0, f.true_len - 2 - f.base);
-        const int64_t have = static_cast<int64_t>(f.rows.size()) / dim;
-        f.rows.erase(f.rows.begin(), f.rows.begin() + std::min(drop, have) * dim);
-        f.base += std::min(drop, have);
-      }
-      absl::Status st = propose(w, r, positions[r]);
-      if (!st.ok()) return fail(st);
+      if (call.conditioned) KeepCaughtUpFeatures(call, w, r);
+      if (absl::Status st = ProposeRow(call, w, r, positions[r]); !st.ok()) return st;
     }
     pending = std::move(rest);
   }
+  return absl::OkStatus();
+}
 
-  // d_2..d_k: one batched single-token step per draft position.
-  for (int32_t j = 1;; ++j) {
-    batch_.Clear();
-    std::vector<Work*> active;
-    for (Work& w : work) {
-      if (w.k <= j) continue;
-      const DraftInput& d = in[w.idx];
-      const int64_t pos = static_cast<int64_t>(d.tokens.size()) + j - 1;  // of d_j
-      const int32_t tok = out[w.idx].proposals.back().token;
-      batch_.Add(d.seq, static_cast<int32_t>(pos), &tok, 1, false);
-      if (conditioned) {  // fed the draft's own hidden state of the row before
-        batch_.input_features.insert(batch_.input_features.end(), w.feature.begin(),
-                                     w.feature.end());
-        batch_.hidden_rows.push_back(batch_.logit_rows.back());
-      }
-      fed_[d.seq].push_back(tok);
-      active.push_back(&w);
+// batch_ = the next chunk of each pending sequence within the token budget: `finishing` reach
+// x_n (a logits row each), `rest` have more to feed.
+void ModelDrafter::BatchCatchUp(const Call& call, absl::Span<Work* const> pending,
+                                std::vector<Work*>& finishing, std::vector<Work*>& rest) {
+  batch_.Clear();
+  int64_t budget = options_.max_batch_tokens;
+  for (Work* w : pending) {
+    const DraftInput& d = call.in[w->idx];
+    const int64_t n = static_cast<int64_t>(d.tokens.size());
+    const int64_t take = std::min<int64_t>(n - w->next, budget);
+    if (take <= 0) {
+      rest.push_back(w);
+      continue;
     }
-    if (active.empty()) break;
+    if (call.conditioned) AppendTargetFeatures(d.seq, w->next, w->next + take);
+    if (w->next + take < n) {  // mid-prompt chunk: no logits needed
+      batch_.AddPrompt(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
+                       static_cast<int32_t>(take));
+      rest.push_back(w);
+    } else {
+      batch_.Add(d.seq, static_cast<int32_t>(w->next), d.tokens.data() + w->next,
+                 static_cast<int32_t>(take), /*all_logits=*/false);
+      if (call.conditioned) batch_.hidden_rows.push_back(batch_.logit_rows.back());
+      finishing.push_back(w);
+    }
+    budget -= take;
+    std::vector<int32_t>& fed = fed_[d.seq];
+    fed.resize(w->next);
+    fed.insert(fed.end(), d.tokens.begin() + w->next, d.tokens.begin() + w->next + take);
+    w->next += take;
+  }
+}
+
+// Row r of a catch-up forward that reached x_n: the draft's hidden state for d_2, and every
+// committed row now holds the target's features. The next catch-up starts at row n (feature
+// n - 1), or re-feeds row n - 1 (feature n - 2) when nothing new came.
+void ModelDrafter::KeepCaughtUpFeatures(const Call& call, Work& w, size_t r) {
+  w.feature.assign(hidden_.begin() + r * call.dim, hidden_.begin() + (r + 1) * call.dim);
+  SeqFeatures& f = features_[call.in[w.idx].seq];
+  f.true_len = static_cast<int64_t>(call.in[w.idx].tokens.size());
+  const int64_t drop = std::max<int64_t>(0, f.true_len - 2 - f.base);
+  const int64_t have = static_cast<int64_t>(f.rows.size()) / call.dim;
+  f.rows.erase(f.rows.begin(), f.rows.begin() + std::min(drop, have) * call.dim);
+  f.base += std::min(drop, have);
+}
+
+// d_2..d_k: one batched single-token step per draft position.
+absl::Status ModelDrafter::DraftRounds(const Call& call, std::vector<Work>& work) {
+  for (int32_t j = 1;; ++j) {
+    const std::vector<Work*> active = BatchDraftRound(call, work, j);
+    if (active.empty()) return absl::OkStatus();
     std::vector<int64_t> positions;
     for (Work* w : active) {
-      positions.push_back(static_cast<int64_t>(in[w->idx].tokens.size()) + j);
+      positions.push_back(static_cast<int64_t>(call.in[w->idx].tokens.size()) + j);
     }
-    absl::StatusOr<sampling::BlockwisePlan> plan;
-    if (on_device && !(plan = plan_for(active, positions)).ok()) return fail(plan.status());
-    if (absl::Status st = RunForward(on_device ? &*plan : nullptr); !st.ok()) return fail(st);
+    if (absl::Status st = ForwardRows(call, active, positions); !st.ok()) return st;
     for (size_t r = 0; r < active.size(); ++r) {
       Work& w = *active[r];
-      if (conditioned) {
-        w.feature.assign(hidden_.begin() + r * dim, hidden_.begin() + (r + 1) * dim);
+      if (call.conditioned) {
+        w.feature.assign(hidden_.begin() + r * call.dim, hidden_.begin() + (r + 1) * call.dim);
       }
-      absl::Status st = propose(w, r, positions[r]);
-      if (!st.ok()) return fail(st);
+      if (absl::Status st = ProposeRow(call, w, r, positions[r]); !st.ok()) return st;
     }
   }
+}
+
+// batch_ = d_j of every sequence that drafts past it (those are returned), each at its position.
+std::vector<ModelDrafter::Work*> ModelDrafter::BatchDraftRound(const Call& call,
+                                                               std::vector<Work>& work, int32_t j) {
+  batch_.Clear();
+  std::vector<Work*> active;
+  for (Work& w : work) {
+    if (w.k <= j) continue;
+    const DraftInput& d = call.in[w.idx];
+    const int64_t pos = static_cast<int64_t>(d.tokens.size()) + j - 1;  // of d_j
+    const int32_t tok = call.out[w.idx].proposals.back().token;
+    batch_.Add(d.seq, static_cast<int32_t>(pos), &tok, 1, false);
+    if (call.conditioned) {  // fed the draft's own hidden state of the row before
+      batch_.input_features.insert(batch_.input_features.end(), w.feature.begin(),
+                                   w.feature.end());
+      batch_.hidden_rows.push_back(batch_.logit_rows.back());
+    }
+    fed_[d.seq].push_back(tok);
+    active.push_back(&w);
+  }
+  return active;
+}
+
+// Runs batch_, whose logit rows are `rows` drafting the tokens at `positions`. Where the logits
+// stay on the runner's device, they are proposed there: the plan names, per logit row, its
+// request's transforms, penalty history and position.
+absl::Status ModelDrafter::ForwardRows(const Call& call, absl::Span<Work* const> rows,
+                                       absl::Span<const int64_t> positions) {
+  if (!call.on_device) return RunForward();
+  std::vector<sampling::SamplingParams> params(rows.size());
+  std::vector<sampling::SequenceToVerify> seqs(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const DraftInput& d = call.in[rows[r]->idx];
+    params[r] = *d.params;
+    params[r].num_logprobs = 0;  // a draft reports none
+    params[r].seed = d.rng->key()[0] | (static_cast<uint64_t>(d.rng->key()[1]) << 32);
+    seqs[r].params = &params[r];
+    seqs[r].history = rows[r]->track ? &rows[r]->history : d.history;
+    seqs[r].position = positions[r];
+    seqs[r].first_logits_row = static_cast<int64_t>(r);
+    seqs[r].name = static_cast<int64_t>(d.seq);
+  }
+  absl::StatusOr<sampling::BlockwisePlan> plan = sampling::BlockwisePlan::Build(call.vocab, seqs);
+  if (!plan.ok()) return plan.status();
+  return RunForward(&*plan);
+}
+
+// Row r of the last forward for work item w, drafting the token at `position`; the chain
+// ends there when its confidence falls under min_keep (or, after it, under min_extend).
+absl::Status ModelDrafter::ProposeRow(const Call& call, Work& w, size_t r, int64_t position) {
+  const DraftInput& d = call.in[w.idx];
+  const sampling::PenaltyState& hist = w.track ? w.history : *d.history;
+  const bool cut = options_.min_keep > 0.0 || options_.min_extend > 0.0;
+  double sure = 1.0;  // sampling::DraftConfidence, from MakeProposal's own pass
+  absl::StatusOr<sampling::SparseProposal> q;
+  if (call.on_device) {
+    q = std::move(device_q_[r].q);
+    sure = device_q_[r].confidence;
+  } else {
+    q = sampling::MakeProposal(
+        absl::Span<const float>(logits_.data() + r * static_cast<size_t>(call.vocab), call.vocab),
+        hist, *d.params, options_.proposal_top_n, *d.rng, position, cut ? &sure : nullptr);
+  }
+  if (!q.ok()) return q.status();
+  std::vector<sampling::SparseProposal>& proposals = call.out[w.idx].proposals;
+  bool extend = true;
+  if (cut) {
+    const double survival = w.survival * sure;
+    if (survival < options_.min_keep) {  // the chain ends before this token
+      w.k = static_cast<int32_t>(proposals.size());
+      return absl::OkStatus();
+    }
+    w.survival = survival;
+    extend = survival >= options_.min_extend;
+  }
+  if (w.track) w.history.AddGenerated(q->token);
+  proposals.push_back(std::move(*q));
+  if (!extend) w.k = static_cast<int32_t>(proposals.size());  // no further round
   return absl::OkStatus();
 }
 

@@ -115,6 +115,21 @@ class ModelDrafter final : public Drafter {
   // Adds `seq`, taking what the runner's prefix cache holds of `tokens` (fed_ = those).
   absl::Status AddWithCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens);
 
+  // Propose's steps (model_drafter.cc): which sequences draft and where each one's catch-up
+  // starts; the catch-up, whose last rows give d_1; then one batched round per position.
+  struct Work;
+  struct Call;
+  absl::StatusOr<std::vector<Work>> PlanWork(const Call& call);
+  absl::Status CatchUp(const Call& call, std::vector<Work>& work);
+  void BatchCatchUp(const Call& call, absl::Span<Work* const> pending,
+                    std::vector<Work*>& finishing, std::vector<Work*>& rest);
+  void KeepCaughtUpFeatures(const Call& call, Work& w, size_t r);
+  absl::Status DraftRounds(const Call& call, std::vector<Work>& work);
+  std::vector<Work*> BatchDraftRound(const Call& call, std::vector<Work>& work, int32_t j);
+  absl::Status ForwardRows(const Call& call, absl::Span<Work* const> rows,
+                           absl::Span<const int64_t> positions);
+  absl::Status ProposeRow(const Call& call, Work& w, size_t r, int64_t position);
+
   std::string name_;
   ModelDrafterOptions options_;
   std::unique_ptr<gguf::GgufFile> owned_file_;  // null for self-drafting
