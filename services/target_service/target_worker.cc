@@ -107,16 +107,52 @@ absl::Status TargetWorker::Validate(const iv1::TargetStepRequest& request) const
   return absl::OkStatus();
 }
 
+// The verification step's inputs for the sequences that run (THE verification path,
+// speculation/verify_step.h): each with its committed history (what this service holds before
+// start_pos, then the request's tokens), transforms and penalty history. The calls point into
+// the vectors beside them, which are sized once, up front.
+struct TargetWorker::StepCalls {
+  std::vector<int> run;  // calls[j] answers request.sequences(run[j])
+  std::vector<std::vector<int32_t>> committed;
+  std::vector<sampling::SamplingParams> params;
+  std::vector<sampling::PenaltyState> penalties;
+  std::vector<std::vector<sampling::SparseProposal>> proposals;
+  std::vector<spec::TargetCall> calls;
+};
+
 absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStepRequest& request) {
   if (absl::Status s = Validate(request); !s.ok()) return s;
   const auto t0 = std::chrono::steady_clock::now();
   iv1::TargetStepResponse response;
   response.set_instance_id(host_->instance_id());
-
   AnswerLookups(request, response);
+  StepCalls step;
+  if (absl::Status st = FindRunnable(request, response, step.run); !st.ok()) return st;
+  BuildCalls(request, step);
+  for (const spec::TargetCall& c : step.calls) {
+    if (host_->History(c.seq) != nullptr) continue;
+    if (absl::Status st = host_->AddSequence(c.seq); !st.ok()) return st;
+  }
+  // RESOURCE_EXHAUSTED before any KV is written when blocks run out; the histories are only
+  // updated after success, so new sequences never claim tokens they do not hold.
+  std::vector<spec::TargetOutcome> outcomes;
+  if (!step.calls.empty()) {
+    if (absl::Status st =
+            spec::RunVerifyStep(*host_, step.calls, verify_options_, buffers_, outcomes);
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (absl::Status st = CommitResults(request, step, outcomes, response); !st.ok()) return st;
+  *response.mutable_kv() = host_->Usage();
+  response.set_forward_ms(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return response;
+}
 
-  // Which sequences run; the rest need a re-prefill.
-  std::vector<int> run;  // response.sequences(i) answers request.sequences(i)
+// Which sequences run (`run`, request order); the rest are answered needs_prefill.
+absl::Status TargetWorker::FindRunnable(const iv1::TargetStepRequest& request,
+                                        iv1::TargetStepResponse& response, std::vector<int>& run) {
   for (int i = 0; i < request.sequences_size(); ++i) {
     const iv1::TargetSequenceStep& s = request.sequences(i);
     iv1::TargetSequenceResult* r = response.add_sequences();
@@ -138,83 +174,80 @@ absl::StatusOr<iv1::TargetStepResponse> TargetWorker::Step(const iv1::TargetStep
     }
     run.push_back(i);
   }
-  // The step for THE verification path (speculation/verify_step.h), each running sequence with
-  // its committed history (what this service holds before start_pos, then the request's
-  // tokens), transforms and penalty history. Sized up front: the calls point into these.
-  const size_t n_run = run.size();
-  std::vector<std::vector<int32_t>> committed(n_run);
-  std::vector<sampling::SamplingParams> params(n_run);
-  std::vector<sampling::PenaltyState> penalties(n_run);
-  std::vector<std::vector<sampling::SparseProposal>> proposals(n_run);
-  std::vector<spec::TargetCall> calls(n_run);
-  for (size_t j = 0; j < n_run; ++j) {
-    const iv1::TargetSequenceStep& s = request.sequences(run[j]);
+  return absl::OkStatus();
+}
+
+void TargetWorker::BuildCalls(const iv1::TargetStepRequest& request, StepCalls& step) const {
+  const size_t n = step.run.size();
+  step.committed.resize(n);
+  step.params.resize(n);
+  step.penalties.resize(n);
+  step.proposals.resize(n);
+  step.calls.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    const iv1::TargetSequenceStep& s = request.sequences(step.run[j]);
+    std::vector<int32_t>& committed = step.committed[j];
     const std::vector<int32_t>* hist = host_->History(s.seq_id());
-    if (hist != nullptr) committed[j].assign(hist->begin(), hist->begin() + s.start_pos());
-    committed[j].insert(committed[j].end(), s.tokens().begin(), s.tokens().end());
-    params[j] = FromProto(s.sampling());
-    const size_t n_prompt =
-        std::min<size_t>(std::max(0, s.num_prompt_tokens()), committed[j].size());
-    penalties[j] = sampling::PenaltyState::FromTokens(
-        absl::MakeConstSpan(committed[j].data(), n_prompt),
-        absl::MakeConstSpan(committed[j].data() + n_prompt, committed[j].size() - n_prompt));
-    for (const iv1::Proposal& p : s.proposals()) proposals[j].push_back(FromProto(p));
-    spec::TargetCall& c = calls[j];
+    if (hist != nullptr) committed.assign(hist->begin(), hist->begin() + s.start_pos());
+    committed.insert(committed.end(), s.tokens().begin(), s.tokens().end());
+    step.params[j] = FromProto(s.sampling());
+    const size_t n_prompt = std::min<size_t>(std::max(0, s.num_prompt_tokens()), committed.size());
+    step.penalties[j] = sampling::PenaltyState::FromTokens(
+        absl::MakeConstSpan(committed.data(), n_prompt),
+        absl::MakeConstSpan(committed.data() + n_prompt, committed.size() - n_prompt));
+    for (const iv1::Proposal& p : s.proposals()) step.proposals[j].push_back(FromProto(p));
+    spec::TargetCall& c = step.calls[j];
     c.seq = s.seq_id();
     c.start = s.start_pos();
     c.tokens = absl::MakeConstSpan(s.tokens().data(), s.tokens_size());
     c.emit = s.emit();
-    c.proposals = proposals[j];
-    c.params = &params[j];
-    c.history = &penalties[j];
+    c.proposals = step.proposals[j];
+    c.params = &step.params[j];
+    c.history = &step.penalties[j];
     c.num_prompt = static_cast<int32_t>(n_prompt);
     c.want_features = s.want_features();
   }
-  for (const spec::TargetCall& c : calls) {
-    if (host_->History(c.seq) != nullptr) continue;
-    if (absl::Status st = host_->AddSequence(c.seq); !st.ok()) return st;
-  }
-  // RESOURCE_EXHAUSTED before any KV is written when blocks run out; the histories are only
-  // updated after success, so new sequences never claim tokens they do not hold.
-  std::vector<spec::TargetOutcome> outcomes;
-  if (!calls.empty()) {
-    if (absl::Status st = spec::RunVerifyStep(*host_, calls, verify_options_, buffers_, outcomes);
-        !st.ok()) {
-      return st;
-    }
-  }
-  for (size_t j = 0; j < n_run; ++j) {
-    const iv1::TargetSequenceStep& s = request.sequences(run[j]);
+}
+
+// After a successful step: each running sequence's history becomes what it committed (and
+// its full blocks go to the prefix cache), and its result gets the emitted tokens.
+absl::Status TargetWorker::CommitResults(const iv1::TargetStepRequest& request, StepCalls& step,
+                                         const std::vector<spec::TargetOutcome>& outcomes,
+                                         iv1::TargetStepResponse& response) {
+  for (size_t j = 0; j < step.run.size(); ++j) {
+    const iv1::TargetSequenceStep& s = request.sequences(step.run[j]);
     std::vector<int32_t>& hist = *host_->History(s.seq_id());
-    hist = std::move(committed[j]);
+    hist = std::move(step.committed[j]);
     if (absl::Status st = PublishCommitted(s.seq_id(), hist); !st.ok()) return st;
-    iv1::TargetSequenceResult* r = response.mutable_sequences(run[j]);
+    iv1::TargetSequenceResult* r = response.mutable_sequences(step.run[j]);
     if (!outcomes[j].features.empty()) {
       r->set_features(FeaturesToBytes(outcomes[j].features));
       r->set_feature_dim(host_->model().config().embedding_dim);
     }
     if (!s.emit()) continue;
     const sampling::VerifyResult& v = outcomes[j].verified;
-    for (size_t t = 0; t < v.tokens.size(); ++t) {
-      iv1::TokenResult* tr = r->add_tokens();
-      tr->set_token(v.tokens[t]);
-      tr->set_logprob(v.logprobs[t]);
-      if (t < v.top_logprobs.size()) {
-        for (const sampling::TokenLogprob& tl : v.top_logprobs[t]) {
-          tr->add_top_ids(tl.token);
-          tr->add_top_logprobs(tl.logprob);
-        }
-      }
-    }
-    r->set_num_accepted(v.num_accepted);
-    r->set_stopped(v.stopped);
-    for (bool a : v.accepted) r->add_accepted(a);
+    AddVerified(v, *r);
     hist.insert(hist.end(), v.tokens.begin(), v.tokens.end());
   }
-  *response.mutable_kv() = host_->Usage();
-  response.set_forward_ms(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  return response;
+  return absl::OkStatus();
+}
+
+// The emitted tokens (with their logprobs and top alternatives) and which drafts were accepted.
+void TargetWorker::AddVerified(const sampling::VerifyResult& v, iv1::TargetSequenceResult& r) {
+  for (size_t t = 0; t < v.tokens.size(); ++t) {
+    iv1::TokenResult* tr = r.add_tokens();
+    tr->set_token(v.tokens[t]);
+    tr->set_logprob(v.logprobs[t]);
+    if (t < v.top_logprobs.size()) {
+      for (const sampling::TokenLogprob& tl : v.top_logprobs[t]) {
+        tr->add_top_ids(tl.token);
+        tr->add_top_logprobs(tl.logprob);
+      }
+    }
+  }
+  r.set_num_accepted(v.num_accepted);
+  r.set_stopped(v.stopped);
+  for (bool a : v.accepted) r.add_accepted(a);
 }
 
 void TargetWorker::AnswerLookups(const iv1::TargetStepRequest& request,

@@ -64,6 +64,17 @@ class TargetWorker {
   absl::StatusOr<bool> TakeCachedPrefix(const specd::internal::v1::TargetSequenceStep& s);
   // Offers `seq`'s committed full blocks to the prefix cache after a step.
   absl::Status PublishCommitted(int64_t seq, absl::Span<const int32_t> history);
+  // Step's parts (target_worker.cc): which sequences run, their calls, the results committed.
+  struct StepCalls;
+  absl::Status FindRunnable(const specd::internal::v1::TargetStepRequest& request,
+                            specd::internal::v1::TargetStepResponse& response,
+                            std::vector<int>& run);
+  void BuildCalls(const specd::internal::v1::TargetStepRequest& request, StepCalls& step) const;
+  absl::Status CommitResults(const specd::internal::v1::TargetStepRequest& request,
+                             StepCalls& step, const std::vector<spec::TargetOutcome>& outcomes,
+                             specd::internal::v1::TargetStepResponse& response);
+  static void AddVerified(const sampling::VerifyResult& v,
+                          specd::internal::v1::TargetSequenceResult& r);
 
   std::unique_ptr<ModelHost> host_;
   Options options_;
