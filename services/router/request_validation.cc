@@ -111,30 +111,19 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const specd::v1::ChatMessages& c
   return ids;
 }
 
-absl::StatusOr<ValidatedRequest> ValidateRequest(const specd::v1::GenerateRequest& request,
-                                                 const tok::Tokenizer& tokenizer,
-                                                 const tok::ChatTemplate* chat,
-                                                 const ModelLimits& limits) {
-  ValidatedRequest out;
-  if (request.request_id().size() > static_cast<size_t>(kMaxRequestIdBytes)) {
-    return Invalid("request_id", absl::StrCat("is longer than ", kMaxRequestIdBytes, " bytes"));
-  }
-  out.request_id = request.request_id();
+namespace {
+
+// The prompt's token ids, from whichever input the request set.
+absl::StatusOr<std::vector<int32_t>> ValidatePrompt(const specd::v1::GenerateRequest& request,
+                                                   const tok::Tokenizer& tokenizer,
+                                                   const tok::ChatTemplate* chat,
+                                                   const ModelLimits& limits) {
   switch (request.input_case()) {
-    case specd::v1::GenerateRequest::kPrompt: {
-      absl::StatusOr<std::vector<int32_t>> ids =
-          EncodeText("prompt", request.prompt(), request.add_special_tokens(), tokenizer, limits);
-      if (!ids.ok()) return ids.status();
-      out.prompt = std::move(*ids);
-      break;
-    }
-    case specd::v1::GenerateRequest::kChat: {
-      absl::StatusOr<std::vector<int32_t>> ids =
-          EncodeChat(request.chat(), tokenizer, chat, limits);
-      if (!ids.ok()) return ids.status();
-      out.prompt = std::move(*ids);
-      break;
-    }
+    case specd::v1::GenerateRequest::kPrompt:
+      return EncodeText("prompt", request.prompt(), request.add_special_tokens(), tokenizer,
+                        limits);
+    case specd::v1::GenerateRequest::kChat:
+      return EncodeChat(request.chat(), tokenizer, chat, limits);
     case specd::v1::GenerateRequest::kTokens: {
       const auto& ids = request.tokens().ids();
       if (ids.empty()) return Invalid("tokens.ids", "must not be empty");
@@ -145,19 +134,18 @@ absl::StatusOr<ValidatedRequest> ValidateRequest(const specd::v1::GenerateReques
                                       limits.vocab_size, ")"));
         }
       }
-      out.prompt.assign(ids.begin(), ids.end());
-      break;
+      return std::vector<int32_t>(ids.begin(), ids.end());
     }
     default:
       return Invalid("input", "is required: set prompt, chat or tokens");
   }
-  const int32_t n_prompt = static_cast<int32_t>(out.prompt.size());
-  if (n_prompt >= limits.context_length) {
-    return Invalid("prompt", absl::StrCat("has ", n_prompt, " tokens; the context length is ",
-                                          limits.context_length));
-  }
+}
 
-  const specd::v1::SamplingOptions& s = request.sampling();
+// out.max_new_tokens: the request's, within the limit and the context left after the prompt;
+// by default as many as both allow.
+absl::Status ValidateMaxNewTokens(const specd::v1::SamplingOptions& s, const ModelLimits& limits,
+                                  ValidatedRequest& out) {
+  const int32_t n_prompt = static_cast<int32_t>(out.prompt.size());
   if (s.has_max_new_tokens()) {
     if (s.max_new_tokens() <= 0) {
       return Invalid("sampling.max_new_tokens", absl::StrCat("must be > 0, got ", s.max_new_tokens()));
@@ -179,6 +167,12 @@ absl::StatusOr<ValidatedRequest> ValidateRequest(const specd::v1::GenerateReques
     }
     out.max_new_tokens = limits.context_length - n_prompt;  // default: fill the context
   }
+  return absl::OkStatus();
+}
+
+// out.params and out.seed_set: the sampling transforms, logprobs and stop token ids.
+absl::Status ValidateSampling(const specd::v1::SamplingOptions& s, const ModelLimits& limits,
+                              ValidatedRequest& out) {
   sampling::SamplingParams& p = out.params;
   struct FloatField {
     const char* name;
@@ -231,6 +225,11 @@ absl::StatusOr<ValidatedRequest> ValidateRequest(const specd::v1::GenerateReques
   if (absl::Status st = sampling::Validate(p, limits.vocab_size); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("sampling.", st.message()));
   }
+  return absl::OkStatus();
+}
+
+// out.stop: the stop strings, each non-empty UTF-8 within the length limit.
+absl::Status ValidateStopStrings(const specd::v1::SamplingOptions& s, ValidatedRequest& out) {
   if (s.stop_size() > kMaxStopStrings) {
     return Invalid("sampling.stop", absl::StrCat("has more than ", kMaxStopStrings, " strings"));
   }
@@ -243,8 +242,11 @@ absl::StatusOr<ValidatedRequest> ValidateRequest(const specd::v1::GenerateReques
     if (absl::Status st = CheckUtf8(f, s.stop(i)); !st.ok()) return st;
     out.stop.push_back(s.stop(i));
   }
+  return absl::OkStatus();
+}
 
-  const specd::v1::SpeculationOptions& sp = request.speculation();
+// out.spec_mode and out.fixed_k.
+absl::Status ValidateSpeculation(const specd::v1::SpeculationOptions& sp, ValidatedRequest& out) {
   switch (sp.mode()) {
     case specd::v1::SPECULATION_MODE_UNSPECIFIED:
     case specd::v1::SPECULATION_MODE_AUTO:
@@ -271,6 +273,33 @@ absl::StatusOr<ValidatedRequest> ValidateRequest(const specd::v1::GenerateReques
                                 sp.num_draft_tokens()));
   }
   out.fixed_k = sp.num_draft_tokens();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// The fields in message order; the first that fails is the error, named.
+absl::StatusOr<ValidatedRequest> ValidateRequest(const specd::v1::GenerateRequest& request,
+                                                 const tok::Tokenizer& tokenizer,
+                                                 const tok::ChatTemplate* chat,
+                                                 const ModelLimits& limits) {
+  ValidatedRequest out;
+  if (request.request_id().size() > static_cast<size_t>(kMaxRequestIdBytes)) {
+    return Invalid("request_id", absl::StrCat("is longer than ", kMaxRequestIdBytes, " bytes"));
+  }
+  out.request_id = request.request_id();
+  absl::StatusOr<std::vector<int32_t>> prompt = ValidatePrompt(request, tokenizer, chat, limits);
+  if (!prompt.ok()) return prompt.status();
+  out.prompt = std::move(*prompt);
+  const int32_t n_prompt = static_cast<int32_t>(out.prompt.size());
+  if (n_prompt >= limits.context_length) {
+    return Invalid("prompt", absl::StrCat("has ", n_prompt, " tokens; the context length is ",
+                                          limits.context_length));
+  }
+  if (absl::Status st = ValidateMaxNewTokens(request.sampling(), limits, out); !st.ok()) return st;
+  if (absl::Status st = ValidateSampling(request.sampling(), limits, out); !st.ok()) return st;
+  if (absl::Status st = ValidateStopStrings(request.sampling(), out); !st.ok()) return st;
+  if (absl::Status st = ValidateSpeculation(request.speculation(), out); !st.ok()) return st;
   return out;
 }
 
