@@ -2,7 +2,7 @@
 # ports and wait until the router is healthy. Needs ROOT, BUILD, THREADS, PYTHON set.
 # Sets PORT (router gRPC), HTTP_PORT (its OpenAI HTTP API), METRICS_PORT (the router's /metrics;
 # target +1, draft +2) and CLUSTER (launcher pid); the cluster stops when the script exits,
-# or earlier with stop_cluster.
+# or earlier with stop_cluster. scrape_router_metrics FILE saves the router's /metrics.
 
 free_port() {
   "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -14,6 +14,11 @@ stop_cluster() {
   # shellcheck disable=SC2086
   wait "$CLUSTER" ${ALSO_STOP:-} 2>/dev/null || true
   trap - EXIT
+}
+
+scrape_router_metrics() {  # the router's /metrics into $1 (loadtest/metrics_delta.py reads it)
+  "$PYTHON" -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "http://localhost:$METRICS_PORT/metrics" > "$1"
 }
 
 start_cluster() {  # name for messages

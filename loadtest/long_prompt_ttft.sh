@@ -43,13 +43,9 @@ echo "long_prompt_ttft: the same while $BACKGROUND clients decode" >&2
   --spec off --out "$OUT/background_loaded.json" &
 BG=$!
 sleep 3  # the background requests are decoding
-scrape() {  # the router's /metrics into $1
-  "$PYTHON" -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=10).read().decode())' \
-    "http://localhost:$METRICS_PORT/metrics" > "$1"
-}
-scrape "$OUT/router_metrics_before.txt"
+scrape_router_metrics "$OUT/router_metrics_before.txt"
 "$LOADTEST" "${LONG_FLAGS[@]}" --prompt-seed 2000 --out "$OUT/long_loaded.json"
-scrape "$OUT/router_metrics_after.txt"  # the steps while the long prompts went in
+scrape_router_metrics "$OUT/router_metrics_after.txt"  # the steps while the long prompts went in
 wait "$BG"
 
 echo "long_prompt_ttft: the background alone (no long prompts), for its ITL baseline" >&2
@@ -57,8 +53,9 @@ echo "long_prompt_ttft: the background alone (no long prompts), for its ITL base
   --concurrency "$BACKGROUND" --requests $((BACKGROUND * REQUESTS)) --max-new-tokens 256 \
   --spec off --out "$OUT/background_alone.json"
 
-"$PYTHON" - "$OUT" "$LONG" "$BACKGROUND" <<'EOF'
+PYTHONPATH="$ROOT/loadtest" "$PYTHON" - "$OUT" "$LONG" "$BACKGROUND" <<'EOF'
 import json, os, sys
+import metrics_delta
 out, long_tokens, bg = sys.argv[1], sys.argv[2], sys.argv[3]
 load = lambda name: json.load(open(os.path.join(out, name)))["points"][0]
 alone, loaded = load("long_alone.json"), load("long_loaded.json")
@@ -70,27 +67,13 @@ print(f"TTFT of a {long_tokens}-token prompt, {bg} clients decoding: {t(loaded)}
 print(f"ITL of the {bg} decoding clients, long prompts arriving: {i(bg_loaded)}")
 print(f"ITL of the {bg} decoding clients, nothing else:          {i(bg_alone)}")
 # The router's view of the long prompts' steps: the histograms' growth over the loaded phase.
-def hist(name, label=""):  # label: 'stage="target"', for a family's one series
-    def parse(file):
-        h = {}
-        for line in open(os.path.join(out, file)):
-            if not line.startswith(name + "_") or label not in line:
-                continue
-            series, value = line.split()[0], float(line.split()[-1])
-            if series.startswith(name + "_bucket"):
-                h[float(series.split('le="')[1].split('"')[0])] = value
-            elif series.split("{")[0] in (name + "_sum", name + "_count"):
-                h[series.split("{")[0][len(name) + 1:]] = value
-        return h
-    before, after = parse("router_metrics_before.txt"), parse("router_metrics_after.txt")
-    return {k: after[k] - before.get(k, 0.0) for k in after}
-def quantile(h, q):  # the upper bound of the bucket holding quantile q
-    les = sorted(k for k in h if isinstance(k, float))
-    return next((le for le in les if h[le] >= q * h["count"]), float("inf"))
-bound = next((float(l.split()[-1]) for l in open(os.path.join(out, "router_metrics_after.txt"))
-              if l.startswith("specd_router_step_bound_seconds ")), 0.0)
-mixed = hist("specd_router_mixed_step_seconds")
-ratio = hist("specd_router_step_cost_ratio", 'stage="target"')
+grown = metrics_delta.delta(os.path.join(out, "router_metrics_before.txt"),
+                            os.path.join(out, "router_metrics_after.txt"))
+quantile = metrics_delta.quantile
+bound = metrics_delta.read(os.path.join(out, "router_metrics_after.txt")).get(
+    "specd_router_step_bound_seconds", 0.0)
+mixed = metrics_delta.histogram(grown, "specd_router_mixed_step_seconds")
+ratio = metrics_delta.histogram(grown, "specd_router_step_cost_ratio", 'stage="target"')
 if mixed.get("count"):
     print(f"router: {mixed['count']:.0f} steps took prompt tokens beside decoders, mean "
           f"{1e3 * mixed['sum'] / mixed['count']:.1f} ms, p50 <= {1e3 * quantile(mixed, 0.5):.0f} ms, "

@@ -30,11 +30,6 @@ export SPECD_DRAFT_MODEL="${DRAFT_MODEL:-default}"
 # shellcheck source=loadtest/cluster_lib.sh
 . "$ROOT/loadtest/cluster_lib.sh"
 start_cluster spec_ab
-# The router's /metrics around each run: the drafts it verified, by the size of their step.
-scrape() {
-  "$PYTHON" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
-    "http://localhost:$METRICS_PORT/metrics" > "$1"
-}
 
 COMMON=(--server "localhost:$PORT" --mode closed --prompts "${PROMPTS:-builtin}"
         --max-new-tokens "${NEW_TOKENS:-128}" --temperature "${TEMPERATURE:-0}"
@@ -55,17 +50,19 @@ for c in ${CONCURRENCY:-1 16}; do
         on=(--spec "${SPEC_ON:-auto}")
         [ -n "${SPEC_K:-}" ] && on+=(--k "$SPEC_K")
       fi
-      scrape "$OUT/c${c}_${spec}_${r}.metrics.before"
+      # The router's /metrics around each run: its drafts by step size, its cost ratios.
+      scrape_router_metrics "$OUT/c${c}_${spec}_${r}.metrics.before"
       "$LOADTEST" "${COMMON[@]}" "${on[@]}" --concurrency "$c" --requests "$n" \
         --out "$OUT/c${c}_${spec}_${r}.json"
-      scrape "$OUT/c${c}_${spec}_${r}.metrics.after"
+      scrape_router_metrics "$OUT/c${c}_${spec}_${r}.metrics.after"
     done
   done
 done
 stop_cluster
 
-"$PYTHON" - "$OUT" <<'PY'
+PYTHONPATH="$ROOT/loadtest" "$PYTHON" - "$OUT" <<'PY'
 import glob, json, os, statistics, sys
+import metrics_delta
 out = sys.argv[1]
 rows = {}
 for f in sorted(glob.glob(os.path.join(out, "c*_*_*.json"))):
@@ -76,40 +73,33 @@ for f in sorted(glob.glob(os.path.join(out, "c*_*_*.json"))):
     rows.setdefault(int(c), {}).setdefault(spec, {})[int(r)] = p
 # The machine drifts over a run (shared hosts), so each round's auto is divided by the off run
 # beside it, and the median of those paired ratios is the figure; their range is beside it.
-def batch_drafts(prefix):
-    # The router's draft counters by step size (specd_router_batch_draft_*), after - before.
-    def read(path):
-        got = {}
-        for line in open(path):
-            for kind in ("proposed", "accepted"):
-                head = f'specd_router_batch_draft_{kind}_tokens_total{{batch="'
-                if line.startswith(head):
-                    batch = line[len(head):line.index('"', len(head))]
-                    got[(kind, batch)] = float(line.rsplit(" ", 1)[1])
-        return got
+def grown(prefix):
+    # What the router's series grew by over one run ({} without its scrapes).
     try:
-        before, after = read(prefix + ".metrics.before"), read(prefix + ".metrics.after")
+        return metrics_delta.delta(prefix + ".metrics.before", prefix + ".metrics.after")
     except OSError:
         return {}
-    return {key: after[key] - before.get(key, 0.0) for key in after}
+
+def batch_drafts(prefix):
+    # The router's draft counters by step size (specd_router_batch_draft_*): {(kind, batch): n}.
+    got = {}
+    for series, n in grown(prefix).items():
+        for kind in ("proposed", "accepted"):
+            head = f'specd_router_batch_draft_{kind}_tokens_total{{batch="'
+            if series.startswith(head):
+                got[(kind, series[len(head):series.index('"', len(head))])] = n
+    return got
 
 def cost_ratios(c, rounds):
     # The cost model's error in the auto runs: mean measured / predicted seconds of the target
     # steps and of the priced draft rounds (specd_router_step_cost_ratio{stage}).
     sums = {}
     for r in rounds:
-        prefix = os.path.join(out, f"c{c}_auto_{r}")
-        for when, sign in ((".metrics.before", -1.0), (".metrics.after", 1.0)):
-            try:
-                lines = open(prefix + when).read().splitlines()
-            except OSError:
-                return "-"
-            for line in lines:
-                for part in ("sum", "count"):
-                    for stage in ("target", "draft"):
-                        if line.startswith(f'specd_router_step_cost_ratio_{part}{{stage="{stage}"}}'):
-                            key = (stage, part)
-                            sums[key] = sums.get(key, 0.0) + sign * float(line.rsplit(" ", 1)[1])
+        g = grown(os.path.join(out, f"c{c}_auto_{r}"))
+        for stage in ("target", "draft"):
+            h = metrics_delta.histogram(g, "specd_router_step_cost_ratio", f'stage="{stage}"')
+            for part in ("sum", "count"):
+                sums[(stage, part)] = sums.get((stage, part), 0.0) + h.get(part, 0.0)
     mean = lambda st: (f"{sums[(st, 'sum')] / sums[(st, 'count')]:.2f}"
                        if sums.get((st, "count"), 0) > 0 else "-")
     return f"{mean('target')} / {mean('draft')}"
