@@ -203,8 +203,7 @@ void KPolicy::AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& n,
 
 bool KPolicy::IsDraftRound(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k) {
   for (size_t i = 0; i < seqs.size(); ++i) {
-    const SpecSeqState& s = *seqs[i].state;
-    if (k[i] > 0 && (s.steps_without_drafts > 0 || s.steps == 0)) return false;  // catching up
+    if (k[i] > 0 && seqs[i].behind > kMaxPricedCatchUp) return false;  // a prefill's cost
   }
   return true;
 }
@@ -215,16 +214,24 @@ std::vector<int32_t> KPolicy::Contexts(absl::Span<const KRequest> seqs) {
   return contexts;
 }
 
+std::vector<int32_t> KPolicy::FirstRoundRows(absl::Span<const KRequest> seqs) {
+  std::vector<int32_t> rows(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) rows[i] = std::max(1, seqs[i].behind);
+  return rows;
+}
+
 void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k,
                            double seconds) {
   if (!options_.track_load || options_.draft_cost.empty() || !IsDraftRound(seqs, k)) return;
-  options_.draft_cost.ObserveTotal(
-      DraftRoundsCost(options_.draft_cost, k, Contexts(seqs), /*shape_only=*/true), seconds);
+  options_.draft_cost.ObserveTotal(DraftRoundsCost(options_.draft_cost, k, Contexts(seqs),
+                                                   /*shape_only=*/true, FirstRoundRows(seqs)),
+                                   seconds);
 }
 
 double KPolicy::PredictDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k) const {
   if (options_.draft_cost.empty() || !IsDraftRound(seqs, k)) return 0.0;
-  return DraftRoundsCost(options_.draft_cost, k, Contexts(seqs));
+  return DraftRoundsCost(options_.draft_cost, k, Contexts(seqs), /*shape_only=*/false,
+                         FirstRoundRows(seqs));
 }
 
 void KPolicy::ObserveVerify(double tokens, double seconds, const StepContext& context) {

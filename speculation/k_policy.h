@@ -126,6 +126,9 @@ class KPolicy {
   // KPolicyTest.AnExpensiveDrafterIsTriedOnShortRequests).
   // A useless drafter costs one catch-up and this many drafts, once.
   static constexpr double kExploreTokens = 16.0;
+  // The longest catch-up a draft round's price covers as extra rows of its first round: the
+  // draft curve is calibrated up to 16 rows (CalibrateDraft).
+  static constexpr int32_t kMaxPricedCatchUp = 16;
 
   KPolicy() = default;
   explicit KPolicy(KPolicyOptions options) : options_(std::move(options)) {}
@@ -139,11 +142,13 @@ class KPolicy {
                               size_t step_sequences = 0);
 
   // After the drafter ran, before AfterDraft: a draft step that proposed for `k` (one entry per
-  // sequence of `seqs`) took `seconds`. Ignored when a sequence caught up on tokens it had not
-  // drafted from (a probe, a first draft): that is not what a draft round costs.
+  // sequence of `seqs`, whose `behind` says the rows each fed in round 1: the drafter's own
+  // count, Drafter::CachedLength) took `seconds`. Ignored when a sequence caught up on more
+  // than kMaxPricedCatchUp tokens (a first draft, a draft after a long pause): that is a
+  // prefill's cost, not a draft round's.
   void ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k, double seconds);
   // What the draft curve predicts such a round takes (its load factor included); 0 when it does
-  // not price the round: no curve, or a sequence catching up (as ObserveDraft ignores).
+  // not price the round: no curve, or a long catch-up (as ObserveDraft ignores).
   double PredictDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k) const;
   // A target forward over `tokens` tokens whose rows attended over `context` took `seconds`.
   void ObserveVerify(double tokens, double seconds, const StepContext& context = {});
@@ -194,10 +199,11 @@ class KPolicy {
                       Choice& c) const;
   void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal,
                  size_t step_sequences, Choice& c) const;
-  // The draft curve prices this round: a sequence catching up on tokens it did not draft from
-  // costs more than a round.
+  // The draft curve prices this round: no sequence catches up on more than kMaxPricedCatchUp
+  // tokens (its rows join round 1).
   static bool IsDraftRound(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k);
   static std::vector<int32_t> Contexts(absl::Span<const KRequest> seqs);
+  static std::vector<int32_t> FirstRoundRows(absl::Span<const KRequest> seqs);
 
   KPolicyOptions options_;
   AcceptanceEstimate global_{AcceptanceEstimate::kGlobalDecay};

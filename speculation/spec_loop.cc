@@ -20,6 +20,14 @@ void Bump(std::vector<T>& counts, size_t i) {
   if (i < counts.size()) ++counts[i];
 }
 
+// The committed tokens drafter `d` feeds before it drafts for `s`, by what it holds
+// (Drafter::CachedLength): 1 in a plain round (x_n again), 2 after all its drafts were accepted,
+// more after steps it did not draft; 0 for a drafter without a model.
+int32_t CatchUpRows(const LoopSeq& s, const Drafter& d) {
+  if (!d.runs_model()) return 0;
+  return static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0));
+}
+
 }  // namespace
 
 LoopSeq::LoopSeq(SeqId i, std::vector<int32_t> prompt, sampling::SamplingParams p)
@@ -225,10 +233,9 @@ std::vector<int32_t> SpecLoop::DecideK(const SchedulerConfig& config, size_t adm
       const Drafter& d = *drafters_[s.step_drafter].drafter;
       // A sampled sequence's k follows its own history only, never the batch (k_policy.h).
       // What the drafter must catch up on first: a pinned sequence's from its own history.
-      const int32_t behind =
-          !d.runs_model() ? 0
-          : s.pinned()    ? s.n() - StateFor(s, s.step_drafter).seen_through
-                          : static_cast<int32_t>(s.n() - std::max<int64_t>(d.CachedLength(s.id), 0));
+      const int32_t behind = s.pinned() && d.runs_model()
+                                 ? s.n() - StateFor(s, s.step_drafter).seen_through
+                                 : CatchUpRows(s, d);
       group[s.step_drafter].push_back({&StateFor(s, s.step_drafter), KCap(s), s.pinned(), behind,
                                        TokensLeft(s), /*context=*/std::max(0, s.n() - 1)});
       index[s.step_drafter].push_back(i);
@@ -342,7 +349,10 @@ absl::Status SpecLoop::Draft(LoopStep& step) {
       in.push_back(DraftInput{s.id, s.tokens, &s.params, &s.history, &rngs.back(), plans[p].k,
                               s.num_prompt});
       which.push_back(p);
-      drafting.push_back({&StateFor(s, s.step_drafter), plans[p].k, s.pinned()});
+      // The rows it feeds in round 1 (before Propose changes what the drafter holds), over the
+      // positions it attends: what the draft curve prices.
+      drafting.push_back({&StateFor(s, s.step_drafter), plans[p].k, s.pinned(),
+                          CatchUpRows(s, *ld.drafter), INT32_MAX, std::max(0, s.n() - 1)});
       ks.push_back(plans[p].k);
       s.on_backends = true;
     }

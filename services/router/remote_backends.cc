@@ -36,7 +36,21 @@ HopSeries::HopSeries(services::Metrics& m, const char* hop, const char* service)
 
 int64_t RemoteDrafter::CachedLength(spec::SeqId seq) const {
   auto it = held_.find(seq);
-  return it == held_.end() ? -1 : it->second;
+  return it == held_.end() ? -1 : it->second.kept;
+}
+
+absl::Status RemoteDrafter::Commit(spec::SeqId seq, absl::Span<const int32_t> committed) {
+  auto it = held_.find(seq);
+  if (it == held_.end()) return absl::OkStatus();
+  Held& h = it->second;
+  const size_t from = std::min<size_t>(h.committed, committed.size());
+  size_t same = 0;
+  while (same < h.drafted.size() && from + same < committed.size() &&
+         h.drafted[same] == committed[from + same]) {
+    ++same;
+  }
+  h.kept = static_cast<int32_t>(from + same);
+  return absl::OkStatus();
 }
 
 absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
@@ -45,8 +59,10 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
   for (const spec::DraftInput& d : in) {
     // From what the service holds, but at least the last token: a sequence drafted in a step
     // whose target answer was lost (needs_prefill) comes back with nothing new.
-    const int32_t start = static_cast<int32_t>(std::clamp<int64_t>(
-        CachedLength(d.seq), 0, static_cast<int64_t>(d.tokens.size()) - 1));
+    const auto held = held_.find(d.seq);
+    const int32_t start = static_cast<int32_t>(
+        std::clamp<int64_t>(held == held_.end() ? 0 : held->second.committed, 0,
+                            static_cast<int64_t>(d.tokens.size()) - 1));
     iv1::DraftSequenceStep* s = request.add_sequences();
     s->set_seq_id(d.seq);
     s->set_start_pos(start);
@@ -79,10 +95,14 @@ absl::Status RemoteDrafter::Propose(absl::Span<const spec::DraftInput> in,
       held_.erase(in[j].seq);  // lost (a restart): resend everything next time
       continue;
     }
-    held_[in[j].seq] = static_cast<int32_t>(in[j].tokens.size());
+    Held& h = held_[in[j].seq];
+    h.committed = h.kept = static_cast<int32_t>(in[j].tokens.size());
+    h.drafted.clear();
     for (const iv1::Proposal& p : it->second->proposals()) {
       out[j].proposals.push_back(services::FromProto(p));
+      h.drafted.push_back(out[j].proposals.back().token);
     }
+    if (!h.drafted.empty()) h.drafted.pop_back();  // the last draft is proposed, never fed
   }
   RecordKv(series_, response->kv());
   return absl::OkStatus();

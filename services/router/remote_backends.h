@@ -28,8 +28,11 @@ struct HopSeries {
 
 // The draft service. Remembers per sequence how many committed tokens the service surely holds
 // (it was fed them in its last Step), so a Step sends only what is new; a service that lost a
-// sequence answers needs_prefill and gets the whole history next time. Loop thread only, but
-// `available` may be read anywhere.
+// sequence answers needs_prefill and gets the whole history next time. It also mirrors the
+// drafts the service fed after them, so CachedLength is what the service keeps once it rolls
+// back to the committed tokens, as an in-process ModelDrafter's KV after its Commit: the
+// adaptive-k policy prices the draft's catch-up from it. Loop thread only, but `available` may
+// be read anywhere.
 class RemoteDrafter final : public spec::Drafter {
  public:
   // Both must outlive this.
@@ -40,10 +43,9 @@ class RemoteDrafter final : public spec::Drafter {
   // Any failure of the call comes back as is (the router then marks the service down).
   absl::Status Propose(absl::Span<const spec::DraftInput> in,
                        absl::Span<spec::DraftOutput> out) override;
-  // The service rolls back itself at its next Step (start_pos says what is committed).
-  absl::Status Commit(spec::SeqId, absl::Span<const int32_t>) override {
-    return absl::OkStatus();
-  }
+  // The service rolls back itself at its next Step (start_pos says what is committed); here
+  // only the mirror of what it will keep moves.
+  absl::Status Commit(spec::SeqId seq, absl::Span<const int32_t> committed) override;
   void Release(spec::SeqId seq) override { ReleaseMany({seq}); }
   void ReleaseMany(absl::Span<const spec::SeqId> seqs) override;
   bool runs_model() const override { return true; }
@@ -72,7 +74,14 @@ class RemoteDrafter final : public spec::Drafter {
   std::function<void()> while_waiting_ = [] {};
   uint64_t weight_bytes_ = 0;
   std::atomic<bool> available_{false};
-  absl::flat_hash_map<spec::SeqId, int32_t> held_;  // committed tokens the service holds
+  // Per sequence, what the service holds since its last Step.
+  struct Held {
+    int32_t committed = 0;         // the committed tokens it was fed (the next Step starts there)
+    std::vector<int32_t> drafted;  // the drafts it fed after them: all proposals but the last
+    int32_t kept = 0;              // the committed tokens it keeps: `committed`, then the drafts
+                                   // the last Commit accepted
+  };
+  absl::flat_hash_map<spec::SeqId, Held> held_;
   std::atomic<int32_t> feature_dim_{0};
   struct PendingFeatures {
     int32_t start = 0;        // position of the first row

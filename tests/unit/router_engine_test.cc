@@ -24,7 +24,9 @@
 #include "gtest/gtest.h"
 #include "services/common/metrics.h"
 #include "services/inproc/local_backends.h"
+#include "services/router/remote_backends.h"
 #include "services/router/router_engine.h"
+#include "speculation/model_drafter.h"
 
 namespace specd::router {
 namespace {
@@ -991,6 +993,58 @@ TEST_F(RouterEngineTest, AcceptanceIsCountedPerDrafter) {
   const std::string text = metrics_.Text();
   EXPECT_NE(text.find("mode=\"draft\",position=\"1\""), std::string::npos) << text;
   EXPECT_NE(text.find("mode=\"ngram\",position=\"1\""), std::string::npos) << text;
+}
+
+// The router's mirror of the draft service: after each verification's Commit,
+// RemoteDrafter::CachedLength is what an in-process ModelDrafter on the same model keeps (its KV
+// after its own Commit): the committed tokens it was fed and the drafts the target accepted,
+// however many were. The adaptive-k policy prices the draft's catch-up from it.
+TEST_F(RouterEngineTest, RemoteDrafterKeepsWhatAnInProcessDrafterKeeps) {
+  services::Metrics metrics;
+  LocalDraftBackend backend(std::make_unique<services::DraftWorker>(
+      Host(*draft_path_, 256, 0, false), services::DraftWorkerOptions{0.0, 0.0}));
+  RemoteDrafter remote(&backend, &metrics);
+  remote.set_available(true);
+  std::unique_ptr<services::ModelHost> twin_host = Host(*draft_path_, 256, 0, false);
+  spec::ModelDrafterOptions o;
+  o.max_batch_tokens = twin_host->options().max_batch_tokens;
+  auto twin = spec::ModelDrafter::CreateOnRunner(twin_host.get(), o, "twin");
+  ASSERT_TRUE(twin.ok()) << twin.status();
+  const int32_t vocab = twin_host->model().vocab_size();
+
+  const spec::SeqId seq = 7;
+  std::vector<int32_t> tokens = SyntheticPrompt(30, 5);
+  sampling::SamplingParams params;
+  params.temperature = 0;
+  const sampling::PenaltyState history;
+  const sampling::CounterRng rng(1);
+  std::mt19937 outcome(11);
+  int drafts_kept = 0;
+  for (int step = 0; step < 32; ++step) {
+    const int32_t k = 1 + step % 4;
+    const spec::DraftInput in{seq, tokens, &params, &history, &rng, k, 30};
+    std::vector<spec::DraftOutput> from_service(1), from_twin(1);
+    ASSERT_TRUE(remote.Propose({&in, 1}, absl::MakeSpan(from_service)).ok());
+    ASSERT_TRUE((*twin)->Propose({&in, 1}, absl::MakeSpan(from_twin)).ok());
+    ASSERT_EQ(from_service[0].proposals.size(), static_cast<size_t>(k));
+    for (int32_t i = 0; i < k; ++i) {
+      ASSERT_EQ(from_service[0].proposals[i].token, from_twin[0].proposals[i].token);
+    }
+    // The target accepts j of the k drafts, then emits a token of its own (a correction, or
+    // the bonus after all k).
+    const int32_t j = static_cast<int32_t>(outcome() % (k + 1));
+    const size_t before = tokens.size();
+    for (int32_t i = 0; i < j; ++i) tokens.push_back(from_service[0].proposals[i].token);
+    tokens.push_back(j < k ? (from_service[0].proposals[j].token + 1) % vocab : 3);
+    ASSERT_TRUE(remote.Commit(seq, tokens).ok());
+    ASSERT_TRUE((*twin)->Commit(seq, tokens).ok());
+    ASSERT_EQ(remote.CachedLength(seq), (*twin)->CachedLength(seq))
+        << "step " << step << ": k " << k << ", accepted " << j;
+    drafts_kept += static_cast<int>(remote.CachedLength(seq) - static_cast<int64_t>(before));
+  }
+  EXPECT_GT(drafts_kept, 10);  // accepted drafts the service already holds were counted
+  remote.Release(seq);
+  EXPECT_EQ(remote.CachedLength(seq), -1);
 }
 
 // The router's counters, 0 where a family has no sample yet.

@@ -631,31 +631,45 @@ TEST(KPolicyTest, AnExpensiveDrafterIsTriedOnShortRequests) {
   }
 }
 
-// A pinned sequence prices the draft model's catch-up on the nominal costs, from `behind` (its
-// own history): a drafter it would use with nothing to catch up on does not start on a long
-// prompt, and a free drafter (ratio 0, nothing to catch up) is not held back.
 // What the router's draft cost metric divides by: the round's price on the draft curve, load
-// factor included, the same rounds the policy learns from (none while a sequence catches up).
+// factor included, the same rounds the policy learns from. A catch-up of a few tokens (after
+// accepted drafts the drafter did not hold, or a few steps without drafts) joins round 1 as
+// rows; a longer one is a prefill's cost, neither priced nor learnt from.
 TEST(KPolicyTest, PredictDraftPricesTheRoundsItObserves) {
   KPolicyOptions o;
   o.draft_cost = CostCurve({{1, 0.1}, {16, 0.5}});
   KPolicy policy(o);
   SpecSeqState a, b;
-  a.steps = b.steps = 3;  // both drafted in their last step
-  const KRequest seqs[] = {{&a, 4, false, 0, 1000, /*context=*/100}, {&b, 4, false, 0, 1000, 200}};
+  KRequest seqs[] = {{&a, 4, false, /*behind=*/1, 1000, /*context=*/100},
+                     {&b, 4, false, /*behind=*/2, 1000, 200}};
   const std::vector<int32_t> k = {3, 1};
+  const std::vector<int32_t> contexts = {100, 200};
   EXPECT_DOUBLE_EQ(policy.PredictDraft(seqs, k),
-                   DraftRoundsCost(policy.draft_cost(), k, std::vector<int32_t>{100, 200}));
-  EXPECT_GT(policy.PredictDraft(seqs, k), 0.0);
+                   DraftRoundsCost(policy.draft_cost(), k, contexts, false, {1, 2}));
+  // b's second row is in round 1: dearer than one row each, by less than another round.
+  const double one_row_each = DraftRoundsCost(policy.draft_cost(), k, contexts);
+  EXPECT_GT(policy.PredictDraft(seqs, k), one_row_each);
+  EXPECT_LT(policy.PredictDraft(seqs, k),
+            one_row_each + DraftRoundsCost(policy.draft_cost(), {1}, {200}));
   // Observed at twice its price, the next prediction has moved toward it.
   const double before = policy.PredictDraft(seqs, k);
   policy.ObserveDraft(seqs, k, 2 * before);
   EXPECT_GT(policy.PredictDraft(seqs, k), before);
-  b.steps_without_drafts = 5;  // b catches up on what it did not draft from: not a round's price
+  seqs[1].behind = KPolicy::kMaxPricedCatchUp;
+  const double caught_up = policy.PredictDraft(seqs, k);
+  EXPECT_DOUBLE_EQ(caught_up, DraftRoundsCost(policy.draft_cost(), k, contexts, false,
+                                              {1, KPolicy::kMaxPricedCatchUp}));
+  seqs[1].behind = KPolicy::kMaxPricedCatchUp + 1;  // a prefill's price: not a round's
   EXPECT_EQ(policy.PredictDraft(seqs, k), 0.0);
+  policy.ObserveDraft(seqs, k, 100 * before);  // and not learnt from
+  seqs[1].behind = KPolicy::kMaxPricedCatchUp;
+  EXPECT_DOUBLE_EQ(policy.PredictDraft(seqs, k), caught_up);
   EXPECT_EQ(KPolicy(KPolicyOptions{}).PredictDraft(seqs, k), 0.0);  // no curve
 }
 
+// A pinned sequence prices the draft model's catch-up on the nominal costs, from `behind` (its
+// own history): a drafter it would use with nothing to catch up on does not start on a long
+// prompt, and a free drafter (ratio 0, nothing to catch up) is not held back.
 TEST(KPolicyTest, PinnedSequencesPriceTheDraftsCatchUp) {
   KPolicyOptions o;
   o.max_k = 4;
