@@ -84,18 +84,16 @@ double StepCost(absl::Span<const int32_t> contexts, absl::Span<const int32_t> k,
 }  // namespace
 
 double DraftRoundsCost(const CostCurve& draft, absl::Span<const int32_t> k,
-                       absl::Span<const int32_t> context, bool shape_only,
-                       absl::Span<const int32_t> first_rows) {
+                       absl::Span<const int32_t> context, bool shape_only) {
   double seconds = 0.0;
   const int32_t max_k = k.empty() ? 0 : *std::max_element(k.begin(), k.end());
   for (int32_t j = 1; j <= max_k; ++j) {
     int32_t n = 0;
-    StepContext round;  // the round's rows: one per drafting sequence, its catch-up in round 1
+    StepContext round;  // the round's rows: one per drafting sequence
     for (size_t i = 0; i < k.size(); ++i) {
       if (k[i] < j) continue;
-      const int32_t rows = j == 1 && !first_rows.empty() ? std::max(1, first_rows[i]) : 1;
-      n += rows;
-      if (!context.empty()) round.Add(context[i], rows);
+      ++n;
+      if (!context.empty()) round.Add(context[i], 1);
     }
     seconds += shape_only ? draft.Shape(n, round) : draft.Predict(n, round);
   }

@@ -159,13 +159,10 @@ struct KCandidate {
 double ExpectedTokens(double alpha, int32_t k);
 
 // Seconds of the draft rounds of a step in which sequence i drafts k[i]: round j runs the
-// sequences with k_i >= j, one row each over its `context[i]` positions (empty: all 0), except
-// that in round 1 a sequence feeds `first_rows[i]` rows (empty: 1 each): a drafter catching up
-// on committed tokens it has not seen feeds them in the forward that drafts d_1. With
+// sequences with k_i >= j, one row each over its `context[i]` positions (empty: all 0). With
 // `shape_only`, the calibrated curve without the load factor.
 double DraftRoundsCost(const CostCurve& draft, absl::Span<const int32_t> k,
-                       absl::Span<const int32_t> context = {}, bool shape_only = false,
-                       absl::Span<const int32_t> first_rows = {});
+                       absl::Span<const int32_t> context = {}, bool shape_only = false);
 
 // Chooses k_i for each sequence of a step that also carries `prefill_tokens` prompt tokens,
 // maximising sum_i ExpectedTokens(alpha_i, k_i) / (verify(prefill + sum(1 + k_i), context) -

@@ -7,12 +7,17 @@ namespace specd::spec {
 
 namespace {
 
-// The draft model's catch-up on `behind` tokens it has not seen, priced as a prefill at the
-// draft's cost ratio, in the curves' units: 0 for a free drafter or nothing to catch up on.
-double CatchUpCost(int32_t behind, const CostCurve& verify, const CostCurve& draft) {
-  const double t1 = verify.Predict(1);
+// The draft model's catch-up on `behind` committed tokens it has not seen. They are rows of the
+// forward that drafts d_1 (ModelDrafter::CatchUp), which a draft round's price already counts
+// once: priced as the rows past that one, by the target's curve (timed at many row counts)
+// scaled to the draft's one-row cost. 0 for a free drafter or nothing to catch up on; with
+// `shape_only`, without the draft curve's load factor (the target's cancels in the ratio).
+double CatchUpCost(int32_t behind, const CostCurve& verify, const CostCurve& draft,
+                   bool shape_only = false) {
+  const double t1 = verify.Shape(1);
   if (behind <= 1 || draft.empty() || t1 <= 0) return 0.0;
-  return draft.Predict(1) / t1 * verify.Predict(behind);
+  const double d1 = shape_only ? draft.Shape(1) : draft.Predict(1);
+  return d1 * (verify.Shape(behind) - t1) / t1;
 }
 
 // One sequence's step of `rows` rows over `context` KV positions.
@@ -214,24 +219,26 @@ std::vector<int32_t> KPolicy::Contexts(absl::Span<const KRequest> seqs) {
   return contexts;
 }
 
-std::vector<int32_t> KPolicy::FirstRoundRows(absl::Span<const KRequest> seqs) {
-  std::vector<int32_t> rows(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) rows[i] = std::max(1, seqs[i].behind);
-  return rows;
+double KPolicy::DraftStepCost(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k,
+                              bool shape_only) const {
+  double seconds = DraftRoundsCost(options_.draft_cost, k, Contexts(seqs), shape_only);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (k[i] > 0) {
+      seconds += CatchUpCost(seqs[i].behind, options_.verify_cost, options_.draft_cost, shape_only);
+    }
+  }
+  return seconds;
 }
 
 void KPolicy::ObserveDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k,
                            double seconds) {
   if (!options_.track_load || options_.draft_cost.empty() || !IsDraftRound(seqs, k)) return;
-  options_.draft_cost.ObserveTotal(DraftRoundsCost(options_.draft_cost, k, Contexts(seqs),
-                                                   /*shape_only=*/true, FirstRoundRows(seqs)),
-                                   seconds);
+  options_.draft_cost.ObserveTotal(DraftStepCost(seqs, k, /*shape_only=*/true), seconds);
 }
 
 double KPolicy::PredictDraft(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k) const {
   if (options_.draft_cost.empty() || !IsDraftRound(seqs, k)) return 0.0;
-  return DraftRoundsCost(options_.draft_cost, k, Contexts(seqs), /*shape_only=*/false,
-                         FirstRoundRows(seqs));
+  return DraftStepCost(seqs, k, /*shape_only=*/false);
 }
 
 void KPolicy::ObserveVerify(double tokens, double seconds, const StepContext& context) {

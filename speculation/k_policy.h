@@ -126,8 +126,8 @@ class KPolicy {
   // KPolicyTest.AnExpensiveDrafterIsTriedOnShortRequests).
   // A useless drafter costs one catch-up and this many drafts, once.
   static constexpr double kExploreTokens = 16.0;
-  // The longest catch-up a draft round's price covers as extra rows of its first round: the
-  // draft curve is calibrated up to 16 rows (CalibrateDraft).
+  // The longest catch-up whose draft step the policy prices and learns the draft's load from;
+  // a longer one (a first draft on a prompt, a draft after a long pause) is a prefill.
   static constexpr int32_t kMaxPricedCatchUp = 16;
 
   KPolicy() = default;
@@ -199,11 +199,13 @@ class KPolicy {
                       Choice& c) const;
   void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal,
                  size_t step_sequences, Choice& c) const;
-  // The draft curve prices this round: no sequence catches up on more than kMaxPricedCatchUp
+  // The draft curve prices this step: no sequence catches up on more than kMaxPricedCatchUp
   // tokens (its rows join round 1).
   static bool IsDraftRound(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k);
   static std::vector<int32_t> Contexts(absl::Span<const KRequest> seqs);
-  static std::vector<int32_t> FirstRoundRows(absl::Span<const KRequest> seqs);
+  // A draft step's price: its rounds, and each drafting sequence's catch-up (CatchUpCost).
+  double DraftStepCost(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k,
+                       bool shape_only) const;
 
   KPolicyOptions options_;
   AcceptanceEstimate global_{AcceptanceEstimate::kGlobalDecay};

@@ -631,39 +631,37 @@ TEST(KPolicyTest, AnExpensiveDrafterIsTriedOnShortRequests) {
   }
 }
 
-// What the router's draft cost metric divides by: the round's price on the draft curve, load
-// factor included, the same rounds the policy learns from. A catch-up of a few tokens (after
-// accepted drafts the drafter did not hold, or a few steps without drafts) joins round 1 as
-// rows; a longer one is a prefill's cost, neither priced nor learnt from.
+// What the router's draft cost metric divides by: the step's price on the draft curve, load
+// factor included, the same steps the policy learns from. A catch-up of a few tokens (after
+// accepted drafts the drafter did not hold, or a few steps without drafts) adds its rows past
+// round 1's one; a longer one is a prefill's cost, neither priced nor learnt from.
 TEST(KPolicyTest, PredictDraftPricesTheRoundsItObserves) {
   KPolicyOptions o;
+  o.verify_cost = CostCurve({{1, 1.0}, {2, 1.1}, {16, 2.5}});
   o.draft_cost = CostCurve({{1, 0.1}, {16, 0.5}});
   KPolicy policy(o);
   SpecSeqState a, b;
   KRequest seqs[] = {{&a, 4, false, /*behind=*/1, 1000, /*context=*/100},
-                     {&b, 4, false, /*behind=*/2, 1000, 200}};
+                     {&b, 4, false, /*behind=*/1, 1000, 200}};
   const std::vector<int32_t> k = {3, 1};
-  const std::vector<int32_t> contexts = {100, 200};
-  EXPECT_DOUBLE_EQ(policy.PredictDraft(seqs, k),
-                   DraftRoundsCost(policy.draft_cost(), k, contexts, false, {1, 2}));
-  // b's second row is in round 1: dearer than one row each, by less than another round.
-  const double one_row_each = DraftRoundsCost(policy.draft_cost(), k, contexts);
-  EXPECT_GT(policy.PredictDraft(seqs, k), one_row_each);
-  EXPECT_LT(policy.PredictDraft(seqs, k),
-            one_row_each + DraftRoundsCost(policy.draft_cost(), {1}, {200}));
+  const double rounds = DraftRoundsCost(policy.draft_cost(), k, std::vector<int32_t>{100, 200});
+  EXPECT_DOUBLE_EQ(policy.PredictDraft(seqs, k), rounds);
+  EXPECT_GT(rounds, 0.0);
+  // b's one more row (all its drafts were accepted): the draft's share of a target row.
+  seqs[1].behind = 2;
+  EXPECT_NEAR(policy.PredictDraft(seqs, k), rounds + 0.1 * 0.1, 1e-12);
   // Observed at twice its price, the next prediction has moved toward it.
   const double before = policy.PredictDraft(seqs, k);
   policy.ObserveDraft(seqs, k, 2 * before);
-  EXPECT_GT(policy.PredictDraft(seqs, k), before);
-  seqs[1].behind = KPolicy::kMaxPricedCatchUp;
-  const double caught_up = policy.PredictDraft(seqs, k);
-  EXPECT_DOUBLE_EQ(caught_up, DraftRoundsCost(policy.draft_cost(), k, contexts, false,
-                                              {1, KPolicy::kMaxPricedCatchUp}));
+  const double after = policy.PredictDraft(seqs, k);
+  EXPECT_GT(after, before);
+  seqs[1].behind = KPolicy::kMaxPricedCatchUp;  // 15 rows past round 1's: 1.5 target rows' worth
+  EXPECT_GT(policy.PredictDraft(seqs, k), after);
   seqs[1].behind = KPolicy::kMaxPricedCatchUp + 1;  // a prefill's price: not a round's
   EXPECT_EQ(policy.PredictDraft(seqs, k), 0.0);
   policy.ObserveDraft(seqs, k, 100 * before);  // and not learnt from
-  seqs[1].behind = KPolicy::kMaxPricedCatchUp;
-  EXPECT_DOUBLE_EQ(policy.PredictDraft(seqs, k), caught_up);
+  seqs[1].behind = 2;
+  EXPECT_DOUBLE_EQ(policy.PredictDraft(seqs, k), after);
   EXPECT_EQ(KPolicy(KPolicyOptions{}).PredictDraft(seqs, k), 0.0);  // no curve
 }
 
