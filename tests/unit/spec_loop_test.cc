@@ -363,6 +363,84 @@ TEST(SpecLoopTest, EachTargetStepIsPricedBeforeItRunsAndCountsItsRows) {
                    ko.verify_cost.Predict(static_cast<double>(mixed.step_tokens), expected));
 }
 
+// A model drafter whose cache a test sets: CachedLength is what it holds of each sequence.
+class HeldDrafter final : public Drafter {
+ public:
+  std::string_view name() const override { return "held"; }
+  absl::Status Propose(absl::Span<const DraftInput> in, absl::Span<DraftOutput> out) override {
+    for (size_t i = 0; i < in.size(); ++i) {
+      int32_t prev = in[i].tokens.back();
+      for (int32_t j = 0; j < in[i].max_tokens; ++j) {
+        prev = Next(prev);
+        out[i].proposals.push_back(sampling::SparseProposal{prev, {prev}, {1.0f}});
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Commit(SeqId, absl::Span<const int32_t>) override { return absl::OkStatus(); }
+  void Release(SeqId) override {}
+  bool runs_model() const override { return true; }
+  int64_t CachedLength(SeqId seq) const override {
+    auto it = held.find(seq);
+    return it == held.end() ? -1 : it->second;
+  }
+  std::map<SeqId, int64_t> held;
+};
+
+// Each draft step is priced before the policy learns from it: its rounds at the sequence's
+// context, plus the catch-up on what the drafter does not hold (its rows past round 1's one);
+// a catch-up longer than KPolicy::kMaxPricedCatchUp is a prefill, not priced.
+TEST(SpecLoopTest, EachDraftStepIsPricedWithItsCatchUp) {
+  FakeTarget target;
+  HeldDrafter drafter;
+  KPolicyOptions ko;
+  ko.max_k = 4;
+  ko.verify_cost = CostCurve({{1, 0.010}, {64, 0.030}});
+  ko.draft_cost = CostCurve({{1, 0.001}, {16, 0.004}});
+  ko.draft_cost.set_depth(DepthCost{1e-6, 0.0});
+  ko.track_load = false;
+  const KPolicy policy(ko);
+  SpecLoop loop(LoopOptions{.context_length = 4096}, &target,
+                std::vector<LoopDrafter>{{&drafter, policy, true}});
+  SchedulerConfig config;
+  config.max_batch_tokens = 64;
+  config.max_running = 8;
+  config.block_size = 4;
+  config.target_blocks = 1024;
+  config.draft_blocks = 1024;  // a model drafter's KV
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  auto s = std::make_shared<LoopSeq>(1, std::vector<int32_t>(40, 5), greedy);
+  s->max_new_tokens = 200;
+  s->drafter = 0;
+  s->max_k = 2;
+  s->fixed_k = true;
+  loop.Enqueue(s);
+  TakeAll client;
+  LoopStep prefill;
+  ASSERT_TRUE(loop.RunStep(config, client, prefill).ok());
+  // behind: 1 (the drafter holds all but x_n), 5, the longest priced, one past it.
+  for (const int32_t behind : {1, 5, KPolicy::kMaxPricedCatchUp, KPolicy::kMaxPricedCatchUp + 1}) {
+    drafter.held[1] = s->n() - behind;
+    const std::vector<int32_t> context = {s->n() - 1};
+    LoopStep step;
+    ASSERT_TRUE(loop.RunStep(config, client, step).ok());
+    ASSERT_EQ(step.sched.plans.size(), 1u);
+    ASSERT_EQ(step.sched.plans[0].k, 2);
+    const double rounds = DraftRoundsCost(ko.draft_cost, {2}, context);
+    const double catch_up =
+        ko.draft_cost.Predict(1) * (ko.verify_cost.Predict(behind) / ko.verify_cost.Predict(1) - 1);
+    if (behind > KPolicy::kMaxPricedCatchUp) {
+      EXPECT_EQ(step.draft_predicted_seconds, 0.0);
+    } else {
+      EXPECT_NEAR(step.draft_predicted_seconds, rounds + catch_up, 1e-12) << behind;
+    }
+    if (behind == 1) {
+      EXPECT_GT(rounds, DraftRoundsCost(ko.draft_cost, {2}));  // the context's price
+    }
+  }
+}
+
 TEST(SpecLoopTest, ATargetErrorEndsTheStepAndCommitsNothing) {
   Fixture f(Guess::kRight);
   LoopSeqPtr a = f.Add(1, {4}, 8);
