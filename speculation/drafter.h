@@ -8,6 +8,7 @@
 #ifndef SPECD_SPECULATION_DRAFTER_H_
 #define SPECD_SPECULATION_DRAFTER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,15 @@ struct DraftInput {
 struct DraftOutput {
   std::vector<sampling::SparseProposal> proposals;
 };
+
+// How many leading tokens a and b share: what a drafter that was fed `a` keeps of the committed
+// tokens `b` when it rolls back (ModelDrafter, and the router's mirror of a draft service).
+inline size_t CommonPrefix(absl::Span<const int32_t> a, absl::Span<const int32_t> b) {
+  const size_t n = a.size() < b.size() ? a.size() : b.size();
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
 
 class Drafter {
  public:

@@ -11,13 +11,6 @@
 namespace specd::spec {
 namespace {
 
-size_t CommonPrefix(absl::Span<const int32_t> a, absl::Span<const int32_t> b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return i;
-}
-
 absl::Status CheckMinConfidence(const ModelDrafterOptions& options) {
   for (auto [name, value] : {std::pair<const char*, double>{"min_keep", options.min_keep},
                              {"min_extend", options.min_extend}}) {

@@ -44,12 +44,7 @@ absl::Status RemoteDrafter::Commit(spec::SeqId seq, absl::Span<const int32_t> co
   if (it == held_.end()) return absl::OkStatus();
   Held& h = it->second;
   const size_t from = std::min<size_t>(h.committed, committed.size());
-  size_t same = 0;
-  while (same < h.drafted.size() && from + same < committed.size() &&
-         h.drafted[same] == committed[from + same]) {
-    ++same;
-  }
-  h.kept = static_cast<int32_t>(from + same);
+  h.kept = static_cast<int32_t>(from + spec::CommonPrefix(h.drafted, committed.subspan(from)));
   return absl::OkStatus();
 }
 

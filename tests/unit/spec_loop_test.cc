@@ -142,6 +142,32 @@ int RunLoop(SpecLoop& loop, const SchedulerConfig& config, LoopClient& client) {
   return steps;
 }
 
+// The tests' scheduler: 64 tokens and 8 sequences a step, blocks of 4; `draft_blocks` of draft
+// KV (0: only drafters without a model).
+SchedulerConfig TestConfig(int32_t draft_blocks = 0) {
+  SchedulerConfig config;
+  config.max_batch_tokens = 64;
+  config.max_running = 8;
+  config.block_size = 4;
+  config.target_blocks = 1024;
+  config.draft_blocks = draft_blocks;
+  return config;
+}
+
+// A greedy request with fixed k, queued on `loop` (drafter 0; none when k is 0).
+LoopSeqPtr EnqueueFixedK(SpecLoop& loop, SeqId id, std::vector<int32_t> prompt,
+                         int32_t new_tokens, int32_t k) {
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  auto s = std::make_shared<LoopSeq>(id, std::move(prompt), greedy);
+  s->max_new_tokens = new_tokens;
+  s->drafter = k > 0 ? 0 : -1;
+  s->max_k = k;
+  s->fixed_k = true;
+  loop.Enqueue(s);
+  return s;
+}
+
 struct Fixture {
   Fixture(Guess g, LoopOptions o = {}) : drafter(g) {
     o.context_length = o.context_length > 0 ? o.context_length : 4096;
@@ -149,28 +175,15 @@ struct Fixture {
     ko.max_k = 4;
     loop = std::make_unique<SpecLoop>(o, &target,
                                       std::vector<LoopDrafter>{{&drafter, KPolicy(ko), true}});
-    config.max_batch_tokens = 64;
-    config.max_running = 8;
-    config.block_size = 4;
-    config.target_blocks = 1024;
-    config.draft_blocks = 0;
   }
   LoopSeqPtr Add(SeqId id, std::vector<int32_t> prompt, int32_t new_tokens, int32_t k = 3) {
-    sampling::SamplingParams greedy;
-    greedy.temperature = 0.0f;
-    auto s = std::make_shared<LoopSeq>(id, std::move(prompt), greedy);
-    s->max_new_tokens = new_tokens;
-    s->drafter = k > 0 ? 0 : -1;
-    s->max_k = k;
-    s->fixed_k = true;
-    loop->Enqueue(s);
-    return s;
+    return EnqueueFixedK(*loop, id, std::move(prompt), new_tokens, k);
   }
   int RunAll(LoopClient& client) { return RunLoop(*loop, config, client); }
   FakeTarget target;
   FakeDrafter drafter;
   std::unique_ptr<SpecLoop> loop;
-  SchedulerConfig config;
+  SchedulerConfig config = TestConfig();
 };
 
 // The tokens a request must commit: the prompt, then Next() chained from its last token.
@@ -336,21 +349,10 @@ TEST(SpecLoopTest, EachTargetStepIsPricedBeforeItRunsAndCountsItsRows) {
   ko.track_load = false;
   SpecLoop priced(LoopOptions{.context_length = 4096}, &f.target,
                   std::vector<LoopDrafter>{{&f.drafter, KPolicy(ko), true}});
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  auto seq = [&](SeqId id, std::vector<int32_t> prompt) {
-    auto s = std::make_shared<LoopSeq>(id, std::move(prompt), greedy);
-    s->max_new_tokens = 20;
-    s->drafter = 0;
-    s->max_k = 2;
-    s->fixed_k = true;
-    priced.Enqueue(s);
-    return s;
-  };
-  seq(2, {1, 2, 3, 4, 5, 6, 7, 8});
+  EnqueueFixedK(priced, 2, {1, 2, 3, 4, 5, 6, 7, 8}, 20, 2);
   LoopStep prefill;
   ASSERT_TRUE(priced.RunStep(f.config, client, prefill).ok());
-  seq(3, {9, 10, 11, 12, 13, 14});
+  EnqueueFixedK(priced, 3, {9, 10, 11, 12, 13, 14}, 20, 2);
   LoopStep mixed;
   ASSERT_TRUE(priced.RunStep(f.config, client, mixed).ok());
   ASSERT_EQ(mixed.sched.plans.size(), 2u);
@@ -402,20 +404,8 @@ TEST(SpecLoopTest, EachDraftStepIsPricedWithItsCatchUp) {
   const KPolicy policy(ko);
   SpecLoop loop(LoopOptions{.context_length = 4096}, &target,
                 std::vector<LoopDrafter>{{&drafter, policy, true}});
-  SchedulerConfig config;
-  config.max_batch_tokens = 64;
-  config.max_running = 8;
-  config.block_size = 4;
-  config.target_blocks = 1024;
-  config.draft_blocks = 1024;  // a model drafter's KV
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  auto s = std::make_shared<LoopSeq>(1, std::vector<int32_t>(40, 5), greedy);
-  s->max_new_tokens = 200;
-  s->drafter = 0;
-  s->max_k = 2;
-  s->fixed_k = true;
-  loop.Enqueue(s);
+  const SchedulerConfig config = TestConfig(/*draft_blocks=*/1024);  // a model drafter's KV
+  const LoopSeqPtr s = EnqueueFixedK(loop, 1, std::vector<int32_t>(40, 5), 200, 2);
   TakeAll client;
   LoopStep prefill;
   ASSERT_TRUE(loop.RunStep(config, client, prefill).ok());
