@@ -12,14 +12,18 @@
 //   The sum is exact in int32 and in f32 (|sum| <= 512 * 127 * 127 < 2^24), so any order,
 //   vector width or instruction (vpdpbusd, f32 FMAs, dp4a) gives the same score.
 // - p_j = exp(score_j - chunk max) and the exp-sum l add up as for every dtype.
-// - p V goes through bf16 attention's arithmetic (kernels/attn_bf16.h) with V's scale moved
-//   onto p: w_j = RoundBf16Attn(p_j * vs_j), and each output column is one chain over the
-//   keys in pairs, odd key first, of w_j * vc_jc. A code is exact in bf16, so each product
-//   is exact in f32 and vdpbf16ps and f32 FMAs give the same bits.
-// The reference (kernels/ref) keeps w exact: the CPU kernels' bf16 rounding of w is their
-// error against it, as for the bf16 dtype. The CUDA kernel scores the same way and keeps p V in
-// f32 over code * scale, as the reference does (GPU and CPU never share bits; each is held to
-// the reference).
+// - p V is an integer dot product too, with V's scale moved onto p. A chunk row's weights
+//   w_j = p_j * vs_j are quantized to unsigned 8-bit codes against the row's largest,
+//   wmax (PWeightInverse, PWeightCode): wc_j = round(w_j * 255 / wmax). An output column is
+//     o_c = float(sum_j wc_j vc_jc) * (wmax / 255)   (PWeightScale)
+//   The sum is exact in int32 and in f32 (|sum| <= 64 * 255 * 127 < 2^24), so vpdpbusd (the
+//   weights are its unsigned operand, V's codes its signed one) and f32 FMAs in any order
+//   give the same bits. A weight errs by at most wmax / 510, where a bf16 weight erred by
+//   up to w / 512: the same near the row's largest weight, coarser for the small ones.
+// The reference (kernels/ref) keeps w exact: the CPU kernels' codes are their error against
+// it, as bf16's rounding is for the bf16 dtype. The CUDA kernel scores the same way and keeps
+// p V in f32 over code * scale, as the reference does (GPU and CPU never share bits; each is
+// held to the reference).
 #ifndef SPECD_KERNELS_KV_INT8_H_
 #define SPECD_KERNELS_KV_INT8_H_
 
@@ -55,6 +59,22 @@ SPECD_HOST_DEVICE static inline float QuantizeKvRow(const float* x, int32_t n, i
 
 // A score from its integer dot product: isum * (ks * qss), qss = qs * attention scale.
 SPECD_HOST_DEVICE static inline float Int8Score(float isum, float ks, float qss) { return isum * (ks * qss); }
+
+// p V's weight codes (above). wmax: the chunk row's largest w = p * vs (NaN ignored: a
+// running max as `w > wmax ? w : wmax`, from 0).
+inline constexpr float kPWeightCodeMax = 255.0f;
+SPECD_HOST_DEVICE static inline float PWeightInverse(float wmax) {
+  return wmax > 0.0f ? kPWeightCodeMax / wmax : 0.0f;
+}
+// The code of w (as a float): w * inv clamped to [0, 255] (NaN to 0), then nearest (even).
+SPECD_HOST_DEVICE static inline float PWeightCode(float w, float inv) {
+  float c = w * inv;
+  c = c > 0.0f ? c : 0.0f;
+  c = c < kPWeightCodeMax ? c : kPWeightCodeMax;
+  return std::nearbyint(c);
+}
+// What an output column's integer sum is multiplied by.
+SPECD_HOST_DEVICE static inline float PWeightScale(float wmax) { return wmax / kPWeightCodeMax; }
 
 }  // namespace specd::kernels
 

@@ -728,7 +728,6 @@ void QuantizeQueriesToInt8(ThreadPool& pool, const float* q, int64_t rows, int32
   args->q_i8 = c;
   args->q_score_scale = qss;
   args->q_code_sum = sums;
-  args->bf16_dot = CpuHasAvx512Bf16();  // the native int8 path's p V (Int8RowsChunk)
 }
 
 }  // namespace

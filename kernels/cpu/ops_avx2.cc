@@ -1376,6 +1376,7 @@ struct AttnRow {
   float* m;        // score max
   float* l;        // exp-sum
   float qss;       // int8 KV: the row's qs * scale (kernels/kv_int8.h); q holds its codes
+  float wscale;    // int8 KV: its p V weight codes' scale, PWeightScale (kernels/kv_int8.h)
 };
 static_assert(sizeof(AttnRow) <= kAttnRowBytes, "AttnScratchFloats reserves kAttnRowBytes a row");
 
@@ -1678,16 +1679,46 @@ void RowsSoftmaxParts(AttnRow* rows, int32_t R) {
   }
 }
 
-void RoundRowsToBf16(AttnRow* rows, int32_t R);
-
-// int8 KV (kernels/kv_int8.h): each row's p becomes w = RoundBf16Attn(p * vs), vs[j] the V
-// scale of the chunk's key j: the weights p V takes.
-void WeightRowsByVScale(AttnRow* rows, int32_t R, const float* vs) {
+// int8 KV (kernels/kv_int8.h): each row's p becomes its weights' codes wc_j (as floats) for
+// w_j = p_j * vs_j, vs[j] the V scale of the chunk's key j, and wscale their scale. p V's
+// sums of wc_j * V's codes are then exact integers (PvRows), scaled by ScaleRowOutputs.
+void CodeRowWeights(AttnRow* rows, int32_t R, const float* vs) {
   for (int32_t r = 0; r < R; ++r) {
     float* x = rows[r].s;
-    for (int64_t j = 0; j < rows[r].n; ++j) x[j] *= vs[j];
+    const int64_t n = rows[r].n;
+    __m256 wm = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(vs + j));
+      _mm256_storeu_ps(x + j, w);
+      wm = _mm256_max_ps(w, wm);  // w > wm ? w : wm, as PWeightInverse's max asks
+    }
+    float wmax = HmaxPs(wm);
+    for (; j < n; ++j) {
+      x[j] *= vs[j];
+      wmax = x[j] > wmax ? x[j] : wmax;
+    }
+    const float inv = PWeightInverse(wmax);
+    const __m256 vinv = _mm256_set1_ps(inv), top = _mm256_set1_ps(kPWeightCodeMax);
+    for (j = 0; j + 8 <= n; j += 8) {
+      const __m256 wi = _mm256_mul_ps(_mm256_loadu_ps(x + j), vinv);
+      const __m256 c = _mm256_min_ps(_mm256_max_ps(wi, _mm256_setzero_ps()), top);
+      _mm256_storeu_ps(x + j, _mm256_round_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; j < n; ++j) x[j] = PWeightCode(x[j], inv);
+    rows[r].wscale = PWeightScale(wmax);
   }
-  RoundRowsToBf16(rows, R);
+}
+
+// int8 KV: each row's output, sums of codes, times its wscale (CodeRowWeights).
+void ScaleRowOutputs(const AttnRow* rows, int32_t R, int32_t d) {
+  for (int32_t r = 0; r < R; ++r) {
+    const __m256 sc = _mm256_set1_ps(rows[r].wscale);
+    float* o = rows[r].o;
+    for (int32_t c = 0; c < d; c += 8) {
+      _mm256_storeu_ps(o + c, _mm256_mul_ps(_mm256_loadu_ps(o + c), sc));
+    }
+  }
 }
 
 // The pool blocks holding the chunk's keys [j0, j1) (block_size 16, j0 % 16 == 0), one per 16
@@ -1720,9 +1751,10 @@ void PoolRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   if constexpr (DT == KvDtype::kInt8) {
     alignas(64) float vs[kAttnChunk];
     for (int b = 0; b < Src::kBlocks; ++b) std::memcpy(vs + 16 * b, src.vs[b], 16 * sizeof(float));
-    WeightRowsByVScale(rows, R, vs);
+    CodeRowWeights(rows, R, vs);
   }
   PvRows(rows, R, src, kv.head_dim);
+  if constexpr (DT == KvDtype::kInt8) ScaleRowOutputs(rows, R, kv.head_dim);
 }
 
 // Each row's p (its n exp'd scores) rounded to bf16 in place, as f32 values
@@ -1876,16 +1908,12 @@ SPECD_BF16_TARGET inline __m256i PackBf16(__m512 p) {
 
 // Each row's p (its n exp'd scores) rounded to bf16 (RoundRowsToBf16's rounding) and packed
 // as bits over its own s: element j goes to bytes [2j, 2j + 2), below the floats still to read.
-// With vs (int8 KV: [kAttnChunk] V scales), p * vs[j] is rounded instead (WeightRowsByVScale's
-// w, in one pass).
-SPECD_BF16_TARGET void PackRowsBf16(AttnRow* rows, int32_t R, const float* vs = nullptr) {
+SPECD_BF16_TARGET void PackRowsBf16(AttnRow* rows, int32_t R) {
   for (int32_t r = 0; r < R; ++r) {
     float* x = rows[r].s;
     uint16_t* out = reinterpret_cast<uint16_t*>(x);
     for (int64_t j = 0; j < rows[r].n; j += 16) {
-      __m512 p = _mm512_loadu_ps(x + j);
-      if (vs != nullptr) p = _mm512_mul_ps(p, _mm512_loadu_ps(vs + j));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), PackBf16(p));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), PackBf16(_mm512_loadu_ps(x + j)));
     }
   }
 }
@@ -1893,17 +1921,16 @@ SPECD_BF16_TARGET void PackRowsBf16(AttnRow* rows, int32_t R, const float* vs = 
 // RowsSoftmaxParts, then PackRowsBf16: rows that see the whole chunk in one pass, each block's
 // exps packed as they are made (the same values, without storing and reloading them).
 // (flatten: the bf16 lambda can only be inlined here, into a function of its own target.)
-SPECD_BF16_TARGET __attribute__((flatten)) void RowsSoftmaxPackBf16(AttnRow* rows, int32_t R, const float* vs) {
+SPECD_BF16_TARGET __attribute__((flatten)) void RowsSoftmaxPackBf16(AttnRow* rows, int32_t R) {
   int32_t r = 0;
   for (; r + 4 <= R && FourFullRows(rows + r); r += 4) {
     FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, __m512 e) SPECD_BF16_TARGET {
-      if (vs != nullptr) e = _mm512_mul_ps(e, _mm512_loadu_ps(vs + 16 * b));
       uint16_t* out = reinterpret_cast<uint16_t*>(rows[r + k].s) + 16 * b;  // below block b's floats
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), PackBf16(e));
     });
   }
   RowsSoftmaxParts(rows + r, R - r);
-  PackRowsBf16(rows + r, R - r, vs);
+  PackRowsBf16(rows + r, R - r);
 }
 
 template <int RB, class Src>
@@ -1951,7 +1978,7 @@ void ForRowBlocks(int32_t R, Fn&& fn) {
 template <class Src>
 SPECD_BF16_TARGET void Bf16Rows(const AttnArgs& a, const Src& src, int32_t d, AttnRow* rows, int32_t R) {
   ForRowBlocks(R, [&]<int RB>(int32_t r0) SPECD_BF16_TARGET { Bf16ScoresRowBlock<RB>(a, rows + r0, src, d); });
-  RowsSoftmaxPackBf16(rows, R, nullptr);
+  RowsSoftmaxPackBf16(rows, R);
   Bf16PvRows(rows, R, src, d);
 }
 
@@ -2001,9 +2028,9 @@ SPECD_BF16_TARGET void Bf16RowsChunk(const AttnArgs& a, int32_t t, int32_t h, in
 }
 
 // The int8 KV cache natively (kernels/kv_int8.h): each score an integer dot product of the
-// codes by vpdpbusd, p V by vdpbf16ps on V's codes (exact in bf16) with V's scales on p. The
-// float path (ScratchK<true, true>, PoolKv<kInt8>) gives the same bits: its sums of codes are
-// exact too, and its p V is bf16's emulated order. Entered only where the CPU has AVX-512 BF16.
+// codes by vpdpbusd, and p V one too, of the weights' unsigned codes and V's codes. The float
+// path (ScratchK<true, true>, PoolKv<kInt8>, CodeRowWeights) gives the same bits: its sums of
+// codes are exact too. Needs AVX-512 VNNI only (not BF16).
 
 // vpdpbusd takes its first operand unsigned: K's codes go in as code + 128, and each score
 // takes back 128 * (the sum of q's codes).
@@ -2023,14 +2050,31 @@ inline __m512i KCodeQuad(const int8_t* slab, int32_t i4) {
   return _mm512_xor_si512(_mm512_shuffle_epi8(y, _mm512_load_si512(kQuadBytes)), _mm512_set1_epi8(-128));
 }
 
-// 16 V codes as the bf16 halves of dwords: v0's in the low half, v1's (nullptr: 0) in the high
-// one (Bf16Pool::VPair's pairs). A code's f32 has 16 zero low bits: exact in bf16.
-inline __m512i VCodePair(const int8_t* v0, const int8_t* v1) {
-  const __m512i a = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v0)))));
-  const __m512i lo = _mm512_srli_epi32(a, 16);
-  if (v1 == nullptr) return lo;
-  const __m512i b = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v1)))));
-  return _mm512_or_si512(lo, _mm512_and_si512(b, _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+// The V codes of 4 consecutive keys (rows v, v + d, v + 2d, v + 3d) at 64 dims as 4 quads:
+// dword lane i of q[u] holds the 4 keys' codes of dim 16 (i / 4) + 4 u + i % 4 (the unpacks
+// work within 128-bit lanes). UnpermuteQuadColumns puts sums over them back in dim order.
+inline void VCodeQuads(const int8_t* v, int32_t d, __m512i (&q)[4]) {
+  const __m512i k0 = _mm512_loadu_si512(v), k1 = _mm512_loadu_si512(v + d);
+  const __m512i k2 = _mm512_loadu_si512(v + 2 * d), k3 = _mm512_loadu_si512(v + 3 * d);
+  const __m512i lo01 = _mm512_unpacklo_epi8(k0, k1), hi01 = _mm512_unpackhi_epi8(k0, k1);
+  const __m512i lo23 = _mm512_unpacklo_epi8(k2, k3), hi23 = _mm512_unpackhi_epi8(k2, k3);
+  q[0] = _mm512_unpacklo_epi16(lo01, lo23);
+  q[1] = _mm512_unpackhi_epi16(lo01, lo23);
+  q[2] = _mm512_unpacklo_epi16(hi01, hi23);
+  q[3] = _mm512_unpackhi_epi16(hi01, hi23);
+}
+
+// f[u] laid out as VCodeQuads' q[u] -> f[n] = dims [16 n, 16 n + 16): a 4 x 4 transpose of
+// 128-bit blocks (f[n]'s block u is the old f[u]'s block n).
+inline void UnpermuteQuadColumns(__m512 (&f)[4]) {
+  const __m512 t0 = _mm512_shuffle_f32x4(f[0], f[1], 0x44);
+  const __m512 t1 = _mm512_shuffle_f32x4(f[2], f[3], 0x44);
+  const __m512 t2 = _mm512_shuffle_f32x4(f[0], f[1], 0xEE);
+  const __m512 t3 = _mm512_shuffle_f32x4(f[2], f[3], 0xEE);
+  f[0] = _mm512_shuffle_f32x4(t0, t1, 0x88);
+  f[1] = _mm512_shuffle_f32x4(t0, t1, 0xDD);
+  f[2] = _mm512_shuffle_f32x4(t2, t3, 0x88);
+  f[3] = _mm512_shuffle_f32x4(t2, t3, 0xDD);
 }
 
 inline int32_t Ld32(const int8_t* p) {
@@ -2057,17 +2101,17 @@ struct Int8Pool {
   int32_t d;
   __m512i KQuad(int u, int32_t i4) const { return KCodeQuad(kblk[u], i4); }
   __m512 KScale(int u) const { return _mm512_loadu_ps(ks[u]); }
-  // Columns [c, c + 16) of keys j, j + 1 (j even; v of j + 1 taken as 0 unless both).
-  __m512i VPair(int64_t j, int32_t c, bool both) const {
-    const int8_t* v0 = vblk[j >> 4] + (j & 15) * d + c;
-    return VCodePair(v0, both ? v0 + d : nullptr);
+  // Keys 4 k4 .. 4 k4 + 3 (one block holds all 4) at dims [c, c + 64): VCodeQuads.
+  void VQuads(int32_t k4, int32_t c, __m512i (&q)[4]) const {
+    VCodeQuads(vblk[k4 >> 2] + (4 * k4 & 15) * d + c, d, q);
   }
 };
-// Int8Staged: the chunk's K quads and V pairs built once in scratch, for a prefill tile's rows.
-// kq: [d / 4][4 blocks][64 bytes]; vp: [32 key pairs][d / 16][32] bf16; ks: [kAttnChunk].
+// Int8Staged: the chunk's K quads and V quads built once in scratch, for a prefill tile's rows.
+// kq: [d / 4][4 blocks][64 bytes]; vq: [16 key quads][d / 64][4][64 bytes] (VCodeQuads' q);
+// ks: [kAttnChunk].
 struct Int8Staged {
   int8_t* kq;
-  uint16_t* vp;
+  int8_t* vq;
   float* ks;
   int32_t d;
   void StageK(const Int8Pool& pool) {
@@ -2077,14 +2121,22 @@ struct Int8Staged {
     for (int u = 0; u < kAttnChunk / 16; ++u) std::memcpy(ks + 16 * u, pool.ks[u], 16 * sizeof(float));
   }
   void StageV(const Int8Pool& pool, int64_t nkeys) {
-    for (int64_t j = 0; j < nkeys; j += 2) {
-      for (int32_t c = 0; c < d; c += 16) _mm512_storeu_si512(VAt(j, c), pool.VPair(j, c, j + 1 < nkeys));
+    for (int32_t k4 = 0; 4 * k4 < nkeys; ++k4) {
+      for (int32_t c = 0; c < d; c += 64) {
+        __m512i q[4];
+        pool.VQuads(k4, c, q);
+        for (int u = 0; u < 4; ++u) _mm512_storeu_si512(VAt(k4, c) + 64 * u, q[u]);
+      }
     }
   }
-  uint16_t* VAt(int64_t j, int32_t c) const { return vp + ((j / 2) * (d / 16) + c / 16) * 32; }
+  int8_t* VAt(int32_t k4, int32_t c) const {
+    return vq + (static_cast<int64_t>(k4) * (d / 64) + c / 64) * 256;
+  }
   __m512i KQuad(int u, int32_t i4) const { return _mm512_loadu_si512(kq + (i4 * 4 + u) * 64); }
   __m512 KScale(int u) const { return _mm512_loadu_ps(ks + 16 * u); }
-  __m512i VPair(int64_t j, int32_t c, bool) const { return _mm512_loadu_si512(VAt(j, c)); }
+  void VQuads(int32_t k4, int32_t c, __m512i (&q)[4]) const {
+    for (int u = 0; u < 4; ++u) q[u] = _mm512_loadu_si512(VAt(k4, c) + 64 * u);
+  }
 };
 
 // rows[r].s[0, 64) = Int8Score of each key for RB rows (keys past the chunk's end are
@@ -2138,9 +2190,119 @@ void Int8ScoresRows(const AttnArgs& a, const AttnRow* rows, int32_t R, const Src
   ForRowBlocks(R, [&]<int RB>(int32_t r0) { Int8ScoresRowBlock<RB>(a, rows + r0, src, d); });
 }
 
-// AttnRowsChunk's int8 arithmetic natively (block_size 16, d % 16 == 0, AVX-512 BF16). A few
+// GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps / _mm512_min_ps as used
+// uninitialized in this function (the masked conversion below seems to set it off).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// A row's weights w = p * vs ([kAttnChunk] floats over its s) as their codes, packed as bytes
+// over s (CodeRowWeights' codes; bytes [n, kAttnChunk) zero), and its wscale. wm: the running
+// max of its w (as PWeightInverse asks: from 0, NaN ignored).
+void PackRowWeightCodes(AttnRow& row, __m512 wm) {
+  // wm's largest lane in every lane (no NaN in wm: any order gives the same max).
+  wm = Vec16::Max(wm, _mm512_shuffle_f32x4(wm, wm, 0x4E));
+  wm = Vec16::Max(wm, _mm512_shuffle_f32x4(wm, wm, 0xB1));
+  wm = Vec16::Max(wm, _mm512_permute_ps(wm, 0x4E));
+  wm = Vec16::Max(wm, _mm512_permute_ps(wm, 0xB1));
+  const float wmax = _mm512_cvtss_f32(wm);
+  const __m512 inv = _mm512_set1_ps(PWeightInverse(wmax));
+  int8_t* out = reinterpret_cast<int8_t*>(row.s);
+  // PWeightCode's clamps change no code here: w * inv is NaN or in [0, 255 (1 + 2^-22)], so
+  // the nearest-even conversion gives 0 .. 255, or NaN's 0x80000000, which vpmovdb's
+  // truncation takes to 0.
+#pragma GCC unroll 4
+  for (int b = 0; b < kAttnChunk / 16; ++b) {  // bytes [16 b, 16 b + 16): floats < 16 b read
+    const __mmask16 live = row.n >= 16 * (b + 1) ? __mmask16(0xFFFF)
+                           : row.n <= 16 * b    ? __mmask16(0)
+                                                : __mmask16((1u << (row.n - 16 * b)) - 1);
+    const __m512 wi = Vec16::Mul(Vec16::Load(row.s + 16 * b), inv);
+    const __m512i code =
+        _mm512_maskz_cvt_roundps_epi32(live, wi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i bytes = _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), 0xFFFF, code);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * b), bytes);
+  }
+  row.wscale = PWeightScale(wmax);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// Each row's score max and exp-sum, then its weights' codes (CodeRowWeights' values, packed
+// by PackRowWeightCodes). vs: [kAttnChunk] the chunk's V scales.
+void Int8RowsSoftmaxCodes(AttnRow* rows, int32_t R, const float* vs) {
+  int32_t r = 0;
+  for (; r + 4 <= R && FourFullRows(rows + r); r += 4) {  // interleaved, w made with the exps
+    __m512 wm[4] = {Vec16::Zero(), Vec16::Zero(), Vec16::Zero(), Vec16::Zero()};
+    FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, __m512 e) {
+      const __m512 w = _mm512_mul_ps(e, _mm512_loadu_ps(vs + 16 * b));
+      _mm512_storeu_ps(rows[r + k].s + 16 * b, w);
+      wm[k] = Vec16::Max(w, wm[k]);
+    });
+    for (int k = 0; k < 4; ++k) PackRowWeightCodes(rows[r + k], wm[k]);
+  }
+  RowsSoftmaxParts(rows + r, R - r);
+  for (; r < R; ++r) {
+    __m512 wm = _mm512_setzero_ps();
+    for (int64_t j = 0; j < rows[r].n; j += 16) {
+      const int64_t left = rows[r].n - j;
+      const __mmask16 live = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      const __m512 w = _mm512_maskz_mul_ps(live, Vec16::Load(rows[r].s + j), Vec16::Load(vs + j));
+      _mm512_storeu_ps(rows[r].s + j, w);
+      wm = Vec16::Max(w, wm);
+    }
+    PackRowWeightCodes(rows[r], wm);
+  }
+}
+
+// rows[r].o[c0, c0 + 64) = wscale_r * sum over the first 4 nq keys of wc_rj * v_j (codes; a
+// row's codes past its n are 0) for RB rows.
+template <int RB, class Src>
+void Int8PvBlock(const AttnRow* rows, const Src& src, int32_t c0, int32_t nq) {
+  __m512i acc[RB][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_si512();
+  }
+  for (int32_t k4 = 0; k4 < nq; ++k4) {
+    __m512i v[4];
+    src.VQuads(k4, c0, v);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const int8_t* codes = reinterpret_cast<const int8_t*>(rows[r].s);
+      const __m512i wc = _mm512_set1_epi32(Ld32(codes + 4 * k4));
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) DpBusd(acc[r][u], wc, v[u]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+    const __m512 sc = _mm512_set1_ps(rows[r].wscale);
+    __m512 f[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) f[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][u]), sc);
+    UnpermuteQuadColumns(f);
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) _mm512_storeu_ps(rows[r].o + c0 + 16 * u, f[u]);
+  }
+}
+
+// p V for rows whose weights are packed as codes (Int8RowsSoftmaxCodes), d % 64 == 0. A block
+// of rows takes the key quads up to its longest row's.
+template <class Src>
+void Int8PvRows(const AttnRow* rows, int32_t R, const Src& src, int32_t d) {
+  ForRowBlocks(R, [&]<int RB>(int32_t r0) {
+    int64_t n_max = 0;
+    for (int r = r0; r < r0 + RB; ++r) n_max = rows[r].n > n_max ? rows[r].n : n_max;
+    const int32_t nq = static_cast<int32_t>((n_max + 3) / 4);
+    for (int32_t c = 0; c < d; c += 64) Int8PvBlock<RB>(rows + r0, src, c, nq);
+  });
+}
+
+// AttnRowsChunk's int8 arithmetic natively (block_size 16, d % 64 == 0, AVX-512 VNNI). A few
 // rows (decode) read the pool's blocks; more (a prefill tile) stage the chunk once in kvbuf
-// ([kAttnChunk][d + 2] floats: the K quads, then the V pairs, then the K scales).
+// ([kAttnChunk][d + 2] floats: the K quads, then the V quads, then the K scales).
 void Int8RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, AttnRow* rows,
                    int32_t R, float* kvbuf) {
   const PagedKvLayer& kv = *a.kv;
@@ -2160,18 +2322,18 @@ void Int8RowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   }
   if (R <= kAttnRowBlock) {
     Int8ScoresRows(a, rows, R, pool, d);
-    RowsSoftmaxPackBf16(rows, R, vs);
-    Bf16PvRows(rows, R, pool, d);
+    Int8RowsSoftmaxCodes(rows, R, vs);
+    Int8PvRows(rows, R, pool, d);
     return;
   }
-  // kq: d * 64 bytes (16 d floats), vp: 32 * d bf16 pairs (32 d floats), ks after kvbuf's rows.
-  Int8Staged staged{reinterpret_cast<int8_t*>(kvbuf), reinterpret_cast<uint16_t*>(kvbuf + 16 * d),
+  // kq: d * 64 bytes (16 d floats), vq: the same, ks after kvbuf's rows.
+  Int8Staged staged{reinterpret_cast<int8_t*>(kvbuf), reinterpret_cast<int8_t*>(kvbuf + 16 * d),
                     kvbuf + static_cast<int64_t>(kAttnChunk) * d, d};
   staged.StageK(pool);
   Int8ScoresRows(a, rows, R, staged, d);
-  RowsSoftmaxPackBf16(rows, R, vs);
+  Int8RowsSoftmaxCodes(rows, R, vs);
   staged.StageV(pool, j1 - j0);
-  Bf16PvRows(rows, R, staged, d);
+  Int8PvRows(rows, R, staged, d);
 }
 #endif  // SPECD_X8_DOT == 1
 
@@ -2188,7 +2350,7 @@ void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
   if (next_end > j1) PrefetchKvChunk(a, t, h, j1, next_end < j1 + kAttnChunk ? next_end : j1 + kAttnChunk);
   const PagedKvLayer& kv = *a.kv;
 #if SPECD_X8_DOT == 1
-  if (kv.dtype == KvDtype::kInt8 && a.bf16_dot && kv.block_size == 16 && j0 % 16 == 0 && d % 16 == 0) {
+  if (kv.dtype == KvDtype::kInt8 && kv.block_size == 16 && j0 % 16 == 0 && d % 64 == 0) {
     return Int8RowsChunk(a, t, h, j0, j1, rows, R, kvbuf);
   }
 #endif
@@ -2216,8 +2378,9 @@ void AttnRowsChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t 
     ScoresRows(rows, R, ScratchK<true, true>{kvbuf, ks}, d, a.scale);
     RowsSoftmaxParts(rows, R);
     LoadVChunk(a, t, h, j0, j1, kvbuf, vs);
-    WeightRowsByVScale(rows, R, vs);
-    PvRows(rows, R, ScratchV<true>{kvbuf, d}, d);
+    CodeRowWeights(rows, R, vs);
+    PvRows(rows, R, ScratchV<>{kvbuf, d}, d);
+    ScaleRowOutputs(rows, R, d);
     return;
   }
   LoadKChunkT(a, t, h, j0, j1, kvbuf, nullptr);
@@ -2239,7 +2402,7 @@ void AttnChunk(const AttnArgs& a, int32_t t, int32_t h, int64_t j0, int64_t j1, 
   for (int32_t g = 0; g < group; ++g) {
     rows[g] = AttnRow{qh + static_cast<int64_t>(g) * d, j1 - j0, s + static_cast<int64_t>(g) * kAttnChunk,
                       part + static_cast<int64_t>(g) * d, m + g, m + group + g,
-                      a.q_score_scale != nullptr ? a.q_score_scale[qrow + g] : 0.0f};
+                      a.q_score_scale != nullptr ? a.q_score_scale[qrow + g] : 0.0f, 0.0f};
   }
   AttnRowsChunk(a, t, h, j0, j1, rows, group, kvbuf, prefetched, next_end);
 }
@@ -2319,7 +2482,7 @@ void AttnTile(const AttnArgs& a, const AttnItem& it, float* kvbuf, float* s, flo
         rows[R++] = AttnRow{qh + static_cast<int64_t>(g) * d, (j1 < len ? j1 : len) - j0,
                             s + k * sf + static_cast<int64_t>(g) * kAttnChunk,
                             part + static_cast<int64_t>(g) * d, m + g, m + group + g,
-                            a.q_score_scale != nullptr ? a.q_score_scale[qrow + g] : 0.0f};
+                            a.q_score_scale != nullptr ? a.q_score_scale[qrow + g] : 0.0f, 0.0f};
       }
     }
     AttnRowsChunk(a, t0, h, j0, j1, rows, R, kvbuf, /*prefetched=*/stored ? prefetched : j0 > 0, stored ? 0 : longest);

@@ -840,23 +840,29 @@ TEST(LlamaModelGoldenTest, SmolLM2LongPromptMatchesIndependentReference) {
 
 // The int8 KV cache (KvDtype::kInt8, off by default) against the same goldens. With exact
 // activations only attention differs from the f16 runs above: the KV rounding, and attention
-// on the codes (kernels/kv_int8.h: q quantized per row to int8, p times V's scale rounded to
-// bf16). Every logit of the short goldens within kInt8KvTolerance and top-1 equal wherever
-// the reference's margin exceeds kInt8KvTop1Margin; on the 2,100-token prompt every logit
-// within kInt8KvLongTolerance (and top-1 past twice that). Measured 2026-12-05 (AVX-512 VNNI + BF16): max |logit diff| 1.69 (short;
-// 1.17 when attention converted the codes to f32 and kept q), 0.69 (long), top-1 agreed
-// everywhere past a margin of 1.0; the int8-activation mode alone moves logits by up to 1.96.
-// With the default int8 activations on top, the int8 mode's own bounds hold (kInt8Tolerance,
-// kInt8Top1Margin; measured 1.83).
+// on the codes (kernels/kv_int8.h: q quantized per row to int8, p times V's scale as 8-bit
+// codes of each chunk row's largest). Every logit of the short goldens within
+// kInt8KvTolerance and top-1 equal wherever the reference's margin exceeds kInt8KvTop1Margin;
+// on the 2,100-token prompt every logit within kInt8KvLongTolerance (and top-1 past twice
+// that). Measured 2026-12-06 (AVX-512 VNNI): max |logit diff| 1.47 (short), 0.80 (long), top-1
+// agreed everywhere past a margin of 1.0. (With p V's weights rounded to bf16: 1.69 and 0.69;
+// with the codes converted to f32 and q kept: 1.17 short.)
+// With the default int8 activations on top, top-1 holds the int8 mode's margin
+// (kInt8Top1Margin) and every logit kInt8KvInt8ActTolerance: the two roundings' moves add up,
+// the int8-activation mode alone moving logits by up to 1.96 and the int8 KV by up to 1.47.
+// Measured 2.65 (1.83 with bf16 weights; 2.66 with int16 weights, a variant not kept).
 constexpr double kInt8KvTolerance = 2.0;
 constexpr double kInt8KvLongTolerance = 1.5;
 constexpr double kInt8KvTop1Margin = 1.0;
+constexpr double kInt8KvInt8ActTolerance = 3.0;
 
 // A KV storage type against the short and long goldens: with exact activations every logit
 // within exact_tol and top-1 equal past exact_margin (on the long prompt within long_tol, and
-// CheckLongPrompt's top-1 rule); with the default int8 activations the int8 mode's own bounds.
+// CheckLongPrompt's top-1 rule); with the default int8 activations the int8 mode's top-1 rule
+// and every logit within int8_act_tol (the int8 mode's own bound unless the dtype adds to it).
 void CheckKvDtypeAgainstGoldens(kernels::KvDtype dtype, double exact_tol, double exact_margin,
-                                double long_tol, const char* label) {
+                                double long_tol, const char* label,
+                                double int8_act_tol = kInt8Tolerance) {
   std::ifstream in(SourceDir() + kGoldens), in_long(SourceDir() + kLongGolden);
   ASSERT_TRUE(in.good() && in_long.good());
   const nlohmann::json g = nlohmann::json::parse(in), g_long = nlohmann::json::parse(in_long);
@@ -864,7 +870,7 @@ void CheckKvDtypeAgainstGoldens(kernels::KvDtype dtype, double exact_tol, double
   for (bool exact : {true, false}) {
     auto m = LoadReal(exact, blocks, dtype);
     ASSERT_TRUE(m);
-    const double tol = exact ? exact_tol : kInt8Tolerance;
+    const double tol = exact ? exact_tol : int8_act_tol;
     double worst = 0;
     int checked_top1 = 0, cases = 0;
     for (const auto& c : g["cases"]) {
@@ -872,7 +878,7 @@ void CheckKvDtypeAgainstGoldens(kernels::KvDtype dtype, double exact_tol, double
                                                     exact ? exact_margin : kInt8Top1Margin,
                                                     &checked_top1));
     }
-    const LongCheck r = CheckLongPrompt(*m, g_long, exact, exact ? long_tol : kInt8Tolerance);
+    const LongCheck r = CheckLongPrompt(*m, g_long, exact, exact ? long_tol : int8_act_tol);
     EXPECT_GE(r.checked_top1, 150);
     std::printf("%s, %s activations: %d cases, max |logit diff| %.4f (tolerance %.2f), "
                 "top-1 checked at %d positions; long prompt: max |logit diff| %s, top-1 "
@@ -889,7 +895,7 @@ TEST(LlamaModelGoldenTest, SmolLM2Int8KvStaysCloseToReference) {
                  << " is missing (scripts/fetch_model.sh fetches it)";
   }
   CheckKvDtypeAgainstGoldens(kernels::KvDtype::kInt8, kInt8KvTolerance, kInt8KvTop1Margin, kInt8KvLongTolerance,
-                             "int8 KV");
+                             "int8 KV", kInt8KvInt8ActTolerance);
 }
 
 // bf16 attention (KvDtype::kBF16, off by default; kernels/attn_bf16.h): K and V stored as
