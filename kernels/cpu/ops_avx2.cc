@@ -1660,19 +1660,36 @@ inline void FullRowsSoftmaxParts(AttnRow* rows, Emit&& emit) {
   }
 }
 
-// Whether rows[0, 4) all see the whole chunk (FullRowsSoftmaxParts<4> takes them).
-inline bool FourFullRows(const AttnRow* rows) {
-  return rows[0].n == kAttnChunk && rows[1].n == kAttnChunk && rows[2].n == kAttnChunk && rows[3].n == kAttnChunk;
+// Whether rows[0, NR) all see the whole chunk (FullRowsSoftmaxParts<NR> can take them).
+template <int NR>
+inline bool FullRows(const AttnRow* rows) {
+  for (int r = 0; r < NR; ++r) {
+    if (rows[r].n != kAttnChunk) return false;
+  }
+  return true;
+}
+
+// full.template operator()<NR>(r0) for runs of NR rows from row 0 that all see the whole
+// chunk, 4 at a time and then one run of 3 (a decode step's group of 3 query heads); returns
+// the row after the last run.
+template <class Full>
+inline int32_t ForFullRowRuns(const AttnRow* rows, int32_t R, Full&& full) {
+  int32_t r = 0;
+  for (; r + 4 <= R && FullRows<4>(rows + r); r += 4) full.template operator()<4>(r);
+  if (r + 3 <= R && FullRows<3>(rows + r)) {
+    full.template operator()<3>(r);
+    r += 3;
+  }
+  return r;
 }
 
 // Each row's score max and exp-sum (its scores become exp(score - max)).
 void RowsSoftmaxParts(AttnRow* rows, int32_t R) {
-  int32_t r = 0;
-  for (; r + 4 <= R && FourFullRows(rows + r); r += 4) {  // interleaved
-    FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, AttnVec::F e) {
-      AttnVec::Store(rows[r + k].s + b * AttnVec::kW, e);
+  int32_t r = ForFullRowRuns(rows, R, [&]<int NR>(int32_t r0) {  // interleaved
+    FullRowsSoftmaxParts<NR>(rows + r0, [&](int k, int b, AttnVec::F e) {
+      AttnVec::Store(rows[r0 + k].s + b * AttnVec::kW, e);
     });
-  }
+  });
   for (; r < R; ++r) {
     *rows[r].m = MaxOf(rows[r].s, rows[r].n);
     *rows[r].l = ExpShiftSum(rows[r].s, rows[r].n, *rows[r].m);
@@ -1922,13 +1939,12 @@ SPECD_BF16_TARGET void PackRowsBf16(AttnRow* rows, int32_t R) {
 // exps packed as they are made (the same values, without storing and reloading them).
 // (flatten: the bf16 lambda can only be inlined here, into a function of its own target.)
 SPECD_BF16_TARGET __attribute__((flatten)) void RowsSoftmaxPackBf16(AttnRow* rows, int32_t R) {
-  int32_t r = 0;
-  for (; r + 4 <= R && FourFullRows(rows + r); r += 4) {
-    FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, __m512 e) SPECD_BF16_TARGET {
-      uint16_t* out = reinterpret_cast<uint16_t*>(rows[r + k].s) + 16 * b;  // below block b's floats
+  const int32_t r = ForFullRowRuns(rows, R, [&]<int NR>(int32_t r0) SPECD_BF16_TARGET {
+    FullRowsSoftmaxParts<NR>(rows + r0, [&](int k, int b, __m512 e) SPECD_BF16_TARGET {
+      uint16_t* out = reinterpret_cast<uint16_t*>(rows[r0 + k].s) + 16 * b;  // below block b's floats
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), PackBf16(e));
     });
-  }
+  });
   RowsSoftmaxParts(rows + r, R - r);
   PackRowsBf16(rows + r, R - r);
 }
@@ -2190,8 +2206,8 @@ void Int8ScoresRows(const AttnArgs& a, const AttnRow* rows, int32_t R, const Src
   ForRowBlocks(R, [&]<int RB>(int32_t r0) { Int8ScoresRowBlock<RB>(a, rows + r0, src, d); });
 }
 
-// GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps / _mm512_min_ps as used
-// uninitialized in this function (the masked conversion below seems to set it off).
+// GCC 12 reports the _mm512_undefined_ps() inside _mm512_max_ps and other intrinsics as used
+// uninitialized in the two functions below (a false positive of its inlining).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -2224,23 +2240,19 @@ void PackRowWeightCodes(AttnRow& row, __m512 wm) {
   }
   row.wscale = PWeightScale(wmax);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 // Each row's score max and exp-sum, then its weights' codes (CodeRowWeights' values, packed
 // by PackRowWeightCodes). vs: [kAttnChunk] the chunk's V scales.
 void Int8RowsSoftmaxCodes(AttnRow* rows, int32_t R, const float* vs) {
-  int32_t r = 0;
-  for (; r + 4 <= R && FourFullRows(rows + r); r += 4) {  // interleaved, w made with the exps
-    __m512 wm[4] = {Vec16::Zero(), Vec16::Zero(), Vec16::Zero(), Vec16::Zero()};
-    FullRowsSoftmaxParts<4>(rows + r, [&](int k, int b, __m512 e) {
+  int32_t r = ForFullRowRuns(rows, R, [&]<int NR>(int32_t r0) {  // interleaved, w made with the exps
+    __m512 wm[NR] = {};  // zeros
+    FullRowsSoftmaxParts<NR>(rows + r0, [&](int k, int b, __m512 e) {
       const __m512 w = _mm512_mul_ps(e, _mm512_loadu_ps(vs + 16 * b));
-      _mm512_storeu_ps(rows[r + k].s + 16 * b, w);
+      _mm512_storeu_ps(rows[r0 + k].s + 16 * b, w);
       wm[k] = Vec16::Max(w, wm[k]);
     });
-    for (int k = 0; k < 4; ++k) PackRowWeightCodes(rows[r + k], wm[k]);
-  }
+    for (int k = 0; k < NR; ++k) PackRowWeightCodes(rows[r0 + k], wm[k]);
+  });
   RowsSoftmaxParts(rows + r, R - r);
   for (; r < R; ++r) {
     __m512 wm = _mm512_setzero_ps();
@@ -2254,6 +2266,9 @@ void Int8RowsSoftmaxCodes(AttnRow* rows, int32_t R, const float* vs) {
     PackRowWeightCodes(rows[r], wm);
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // rows[r].o[c0, c0 + 64) = wscale_r * sum over the first 4 nq keys of wc_rj * v_j (codes; a
 // row's codes past its n are 0) for RB rows.
