@@ -1417,7 +1417,8 @@ struct ScratchV {
 // PoolKv: straight from the pool's 16-key blocks, f16 or int8 converted in registers (decode's
 // path: with a few query rows, storing and reloading every converted element cost as much as
 // the arithmetic). Keys past the chunk's last block read block 0 (finite, never used). int8
-// reads the codes (kernels/kv_int8.h): scores scaled at the end, p V in bf16's key pairs.
+// reads the codes (kernels/kv_int8.h): scores scaled at the end, p V on the weights' codes
+// (CodeRowWeights). Both sums are exact integers, so the pair order changes no bit.
 template <KvDtype DT>
 struct PoolKv {
   static constexpr bool kPairs = DT == KvDtype::kInt8;
