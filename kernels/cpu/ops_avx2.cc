@@ -150,6 +150,17 @@ struct Vec16 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
 };
+
+// The largest of v's 16 lanes: the larger of its halves lane by lane, then HmaxPs.
+inline float Hmax16(__m512 v) {
+  return HmaxPs(_mm256_max_ps(_mm512_castps512_ps256(v),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+// The first `count` of 16 lanes (none for count <= 0, all for count >= 16).
+inline __mmask16 FirstLanes16(int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
+}
 #endif
 
 // e^x per lane: x = n ln2 + r, |r| <= ln2/2, degree-7 Taylor polynomial for e^r.
@@ -1631,8 +1642,7 @@ inline void FullRowsSoftmaxParts(AttnRow* rows, Emit&& emit) {
 #pragma GCC unroll 8
     for (int b = 1; b < kBlocks; ++b) m = V::Max(m, V::Load(rows[r].s + b * V::kW));
 #if SPECD_X8_DOT == 1  // AttnVec is Vec16
-    mx[r] = HmaxPs(_mm256_max_ps(_mm512_castps512_ps256(m),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1))));
+    mx[r] = Hmax16(m);
 #else
     mx[r] = HmaxPs(m);
 #endif
@@ -2217,12 +2227,7 @@ void Int8ScoresRows(const AttnArgs& a, const AttnRow* rows, int32_t R, const Src
 // over s (CodeRowWeights' codes; bytes [n, kAttnChunk) zero), and its wscale. wm: the running
 // max of its w (as PWeightInverse asks: from 0, NaN ignored).
 void PackRowWeightCodes(AttnRow& row, __m512 wm) {
-  // wm's largest lane in every lane (no NaN in wm: any order gives the same max).
-  wm = Vec16::Max(wm, _mm512_shuffle_f32x4(wm, wm, 0x4E));
-  wm = Vec16::Max(wm, _mm512_shuffle_f32x4(wm, wm, 0xB1));
-  wm = Vec16::Max(wm, _mm512_permute_ps(wm, 0x4E));
-  wm = Vec16::Max(wm, _mm512_permute_ps(wm, 0xB1));
-  const float wmax = _mm512_cvtss_f32(wm);
+  const float wmax = Hmax16(wm);  // no NaN in wm: any order gives the same max
   const __m512 inv = _mm512_set1_ps(PWeightInverse(wmax));
   int8_t* out = reinterpret_cast<int8_t*>(row.s);
   // PWeightCode's clamps change no code here: w * inv is NaN or in [0, 255 (1 + 2^-22)], so
@@ -2230,9 +2235,7 @@ void PackRowWeightCodes(AttnRow& row, __m512 wm) {
   // truncation takes to 0.
 #pragma GCC unroll 4
   for (int b = 0; b < kAttnChunk / 16; ++b) {  // bytes [16 b, 16 b + 16): floats < 16 b read
-    const __mmask16 live = row.n >= 16 * (b + 1) ? __mmask16(0xFFFF)
-                           : row.n <= 16 * b    ? __mmask16(0)
-                                                : __mmask16((1u << (row.n - 16 * b)) - 1);
+    const __mmask16 live = FirstLanes16(row.n - 16 * b);
     const __m512 wi = Vec16::Mul(Vec16::Load(row.s + 16 * b), inv);
     const __m512i code =
         _mm512_maskz_cvt_roundps_epi32(live, wi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -2258,8 +2261,7 @@ void Int8RowsSoftmaxCodes(AttnRow* rows, int32_t R, const float* vs) {
   for (; r < R; ++r) {
     __m512 wm = _mm512_setzero_ps();
     for (int64_t j = 0; j < rows[r].n; j += 16) {
-      const int64_t left = rows[r].n - j;
-      const __mmask16 live = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      const __mmask16 live = FirstLanes16(rows[r].n - j);
       const __m512 w = _mm512_maskz_mul_ps(live, Vec16::Load(rows[r].s + j), Vec16::Load(vs + j));
       _mm512_storeu_ps(rows[r].s + j, w);
       wm = Vec16::Max(w, wm);
