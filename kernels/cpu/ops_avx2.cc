@@ -424,16 +424,17 @@ struct X8Q4 {
     return j == 0 ? p : _mm256_add_epi16(s, p);
   }
 #endif
-  // A packed block (isa_kernels.h): the code words Decode transposes, split into nibbles.
+  // A packed block (isa_kernels.h) holds the code words Decode transposes; UnpackWord splits
+  // word w into its nibbles: code vector w (codes 4w.. in the low nibbles) and w + 4 (16 + 4w..
+  // in the high ones), the two steps StepOf(w, 0 | 1).
+  static constexpr int kWords = 4, kStepsPerWord = 2;
+  static constexpr int StepOf(int w, int i) { return w + 4 * i; }
   template <class X>
-  static inline void Unpack(const uint8_t* blk, int h, typename X::I* v) {
+  static inline void UnpackWord(const uint8_t* blk, int h, int w, typename X::I* v) {
     const typename X::I nibble = X::Set1(0x0F0F0F0F);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {  // codes 4j.. in the low nibbles, 16 + 4j.. in the high ones
-      const typename X::I c = X::LoadPacked(blk + 64 * j, h);
-      v[j] = X::And(c, nibble);
-      v[j + 4] = X::And(X::Shr4x16(c), nibble);
-    }
+    const typename X::I c = X::LoadPacked(blk + 64 * w, h);
+    v[w] = X::And(c, nibble);
+    v[w + 4] = X::And(X::Shr4x16(c), nibble);
   }
   // kAsum: asum = 8 * sum(a) of the token's block, for the - 8.
   static inline int32_t ActSum(const ActBlockQ8& a) {
@@ -553,19 +554,18 @@ struct X8Q8_0 {
     }
     dw = mw = LowHalves(LoadWords8(hd));
   }
-  // A packed block: the code words Decode transposes, made unsigned (VNNI) or split into
-  // magnitudes and signs (AVX2) as Decode does.
+  // A packed block: the code words Decode transposes; UnpackWord makes word w (code vector w,
+  // step w) unsigned (VNNI) or splits it into magnitudes and signs (AVX2) as Decode does.
+  static constexpr int kWords = 8, kStepsPerWord = 1;
+  static constexpr int StepOf(int w, int) { return w; }
   template <class X>
-  static inline void Unpack(const uint8_t* blk, int h, typename X::I* v) {
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      const typename X::I c = X::LoadPacked(blk + 64 * j, h);
-      if constexpr (kVnni) {
-        v[j] = X::Xor(c, X::Set1(static_cast<int32_t>(0x80808080u)));
-      } else {
-        v[j] = X::Abs8(c);
-        v[8 + j] = c;
-      }
+  static inline void UnpackWord(const uint8_t* blk, int h, int w, typename X::I* v) {
+    const typename X::I c = X::LoadPacked(blk + 64 * w, h);
+    if constexpr (kVnni) {
+      v[w] = X::Xor(c, X::Set1(static_cast<int32_t>(0x80808080u)));
+    } else {
+      v[w] = X::Abs8(c);
+      v[8 + w] = c;
     }
   }
 #if SPECD_X8_DOT
@@ -687,7 +687,7 @@ struct X8Q6_K {
 };
 
 // One token's block for a row group: Step over the 8 code vectors, then the float
-// update of acc (lanes = rows). Every path (T = 1, tiles of 1-4 tokens, 8- or 16-row
+// update of acc (lanes = rows). Every path (T = 1, tiles of 1-8 tokens, 8- or 16-row
 // groups) runs these, so each lane sees the same operations.
 template <class F, class X>
 inline typename X::I XStep(const typename X::I* v, const ActBlockQ8& a, typename X::I s, int j) {
@@ -762,16 +762,22 @@ inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t
         _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + off), _MM_HINT_T0);
       }
     }
+    // Word by word: a word's code vectors are used by every token as soon as they are
+    // unpacked, so only they and the R sums need registers (AVX2 holds 8 tokens a pass this
+    // way). The steps go in another order than TileX's, but their integer sums are exact.
     I v[F::kVecs];
-    F::template Unpack<X>(blk, h, v);
-    const typename X::F dw = X::LoadPackedHalves(blk + lay.scales_at, h);
-    const typename X::F mw = F::kMin ? X::LoadPackedHalves(blk + lay.mins_at, h) : dw;
     I s[R];
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
+    for (int w = 0; w < F::kWords; ++w) {
+      F::template UnpackWord<X>(blk, h, w, v);
+#pragma GCC unroll 2
+      for (int i = 0; i < F::kStepsPerWord; ++i) {
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) s[r] = XStep<F, X>(v, a[r * nb + b], s[r], j);
+        for (int r = 0; r < R; ++r) s[r] = XStep<F, X>(v, a[r * nb + b], s[r], F::StepOf(w, i));
+      }
     }
+    const typename X::F dw = X::LoadPackedHalves(blk + lay.scales_at, h);
+    const typename X::F mw = F::kMin ? X::LoadPackedHalves(blk + lay.mins_at, h) : dw;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       acc[r] = XFinish<F, X>(s[r], v, dw, mw, ad[r][b], as[r][b], F::kAsum ? asum8[r * nb + b] : 0, acc[r]);
@@ -944,8 +950,8 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
 }
 
 // Rows [n0, n1) (n0 a multiple of kPackRows) from w.packed: whole 16-row groups, read in
-// file order. The VNNI backends take a group as one 512-bit vector per code vector and up to
-// 8 tokens a pass, AVX2 as two 8-row halves and up to 4 tokens a pass.
+// file order. The VNNI backends take a group as one 512-bit vector per code vector, AVX2 as
+// two 8-row halves; both up to 8 tokens a pass (PackedTileX unpacks word by word).
 template <class F>
 void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
                    int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
@@ -959,7 +965,7 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
   constexpr int kMaxR = 8;
 #else
   using X = Y8;
-  constexpr int kMaxR = 4;
+  constexpr int kMaxR = 8;
 #endif
   const PackLayout lay = PackLayoutOf(w.type);
   for (int64_t g = n0; g < n1; g += kPackRows) {
@@ -989,9 +995,10 @@ void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, c
 void MatMulQPacked(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
                    int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
 #if !SPECD_X8_DOT
-  // AVX2's 16 registers hold a 4-token pass at most, and unpacking again for every pass costs
-  // more than one decode into scratch from about 16 tokens on (kernel_cycles --isa avx2
-  // --no-dram [--packed], Q4_1 at T = 64: 70.6 against 64.1 cycles per weight block).
+  // Unpacking again for every 8-token pass costs as much as one decode into scratch and its
+  // 4-token passes by 64 tokens (kernel_cycles --isa avx2 --no-dram [--packed] -T 64, Q4_1,
+  // 2026-12-07: 55.5 against 55.6 cycles per weight block; at T = 16 13.9 against 15.1). Long
+  // prompts keep the decode.
   if (T > 16) {
     MatMulQ(w, act, act_s, act_d, T, n0, n1, y, scratch);
     return;
