@@ -962,11 +962,10 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
   }
 #if SPECD_X8_DOT
   using X = Z16;
-  constexpr int kMaxR = 8;
 #else
   using X = Y8;
-  constexpr int kMaxR = 8;
 #endif
+  constexpr int kMaxR = 8;
   const PackLayout lay = PackLayoutOf(w.type);
   for (int64_t g = n0; g < n1; g += kPackRows) {
     const uint8_t* gp = w.packed + (g / kPackRows) * nb * lay.block_bytes;
