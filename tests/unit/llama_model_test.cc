@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -58,8 +59,20 @@ std::unique_ptr<Loaded> Load(const std::string& path, bool reference, int32_t bl
 
 // A file of this process's under the test temp dir: ctest runs this binary twice at once
 // (llama_model_test_vnni_emulated), and the two must not write each other's files.
+// The files this process writes under TempDir(), removed when it exits. Their names carry the
+// pid because ctest runs this binary twice at once (llama_model_test_vnni_emulated).
+struct TempFiles {
+  std::vector<std::string> paths;
+  ~TempFiles() {
+    for (const std::string& p : paths) std::remove(p.c_str());  // a missing file is fine
+  }
+};
+
 std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
+  static TempFiles files;
+  std::string path = ::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
+  files.paths.push_back(path);
+  return path;
 }
 
 std::string TinyModelPath(const std::string& name, testing::TinyModelSpec spec = {}) {
