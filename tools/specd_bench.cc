@@ -82,6 +82,79 @@ double MeasureReadBandwidth(int threads) {
   return best;
 }
 
+// Seconds per decode step to read the KV of one sequence at `depth` the way attention reads
+// it, with no arithmetic but a sum: per layer one parallel region over items of (chunk, kv
+// head) in chunk-major order, each reading its 16-key blocks' K slab and V rows (and int8's
+// scales) from a pool laid out as the real one ([block][kv head][...]), and requesting the
+// item two ahead into L2 as attention does. Best of 5 passes. The paged pattern reads slower
+// than one long stream, so this, not MeasureReadBandwidth, is the floor of attention's reads.
+double MeasureKvReadSeconds(const engine::KvCacheConfig& kc, int depth, int threads) {
+  constexpr int64_t kChunkKeys = 64;  // the CPU kernels' attention chunk (kAttnChunk)
+  const int64_t bs = kc.block_size, heads = kc.num_kv_heads;
+  const int64_t chunk_blocks = std::max<int64_t>(1, kChunkKeys / bs);
+  const int64_t blocks = (depth + bs - 1) / bs;
+  const int64_t chunks = (blocks + chunk_blocks - 1) / chunk_blocks;
+  const int64_t row_bytes = kc.head_dim * static_cast<int64_t>(engine::KvDtypeBytes(kc.dtype));
+  const int64_t slab_words = bs * row_bytes / 8;  // one block's K (or V) of one kv head
+  const int64_t scale_words = kc.dtype == kernels::KvDtype::kInt8 ? bs * 4 / 8 : 0;
+  struct Pool {
+    std::vector<uint64_t> k, v, ks, vs;
+  };
+  std::vector<Pool> layers(static_cast<size_t>(kc.num_layers));
+  for (Pool& l : layers) {
+    const size_t slabs = static_cast<size_t>(blocks * heads);
+    l.k.assign(slabs * slab_words, 1);
+    l.v.assign(slabs * slab_words, 1);
+    l.ks.assign(slabs * scale_words, 1);
+    l.vs.assign(slabs * scale_words, 1);
+  }
+  // fn(words, n) for each contiguous run an item reads.
+  const auto for_runs = [&](const Pool& l, int64_t item, auto&& fn) {
+    const int64_t c = item / heads, h = item % heads;
+    const int64_t end = std::min(blocks, (c + 1) * chunk_blocks);
+    for (int64_t at = c * chunk_blocks * heads + h; at < end * heads; at += heads) {
+      fn(l.k.data() + at * slab_words, slab_words);
+      fn(l.v.data() + at * slab_words, slab_words);
+      if (scale_words > 0) {
+        fn(l.ks.data() + at * scale_words, scale_words);
+        fn(l.vs.data() + at * scale_words, scale_words);
+      }
+    }
+  };
+  const auto prefetch = [](const uint64_t* p, int64_t n) {
+    for (int64_t w = 0; w < n; w += 8) __builtin_prefetch(p + w, 0, 2);
+  };
+  kernels::cpu::ThreadPool pool(threads);
+  std::vector<uint64_t> sums(static_cast<size_t>(chunks * heads));
+  double best = 1e30;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = Clock::now();
+    for (const Pool& l : layers) {
+      pool.ParallelFor(chunks * heads, [&](int64_t b, int64_t e) {
+        for (int64_t item = b; item < e; ++item) {
+          if (item == b && item + 1 < e) for_runs(l, item + 1, prefetch);
+          if (item + 2 < e) for_runs(l, item + 2, prefetch);
+          uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+          for_runs(l, item, [&](const uint64_t* p, int64_t n) {
+            for (int64_t i = 0; i + 3 < n; i += 4) {  // n: a multiple of 8 words
+              s0 += p[i];
+              s1 += p[i + 1];
+              s2 += p[i + 2];
+              s3 += p[i + 3];
+            }
+          });
+          sums[static_cast<size_t>(item)] = s0 + s1 + s2 + s3;
+        }
+      }, 1);
+    }
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  uint64_t total = 0;
+  for (uint64_t s : sums) total += s;
+  if (total == 42) std::printf(" ");  // keep the sums alive
+  return best;
+}
+
 // Runs MeasureReadBandwidth in a child process so its buffer never counts in our peak RSS.
 double MeasureReadBandwidthIsolated(int threads) {
   int fds[2];
@@ -692,6 +765,15 @@ int Main(int argc, char** argv) {
                   "step = %.2f GB/s, %.0f%% of the measured %.2f GB/s\n",
                   d, tps, tps / short_ctx, kv_mb, weight_mb, gbs, 100 * gbs / bandwidth,
                   bandwidth);
+      if (device == "cpu") {
+        // The floor: the short step plus this depth's KV read alone in attention's order.
+        const double kv_read = MeasureKvReadSeconds(kc, d + steps / 2, threads);
+        const double floor_tps = 1.0 / (1.0 / short_ctx + kv_read);
+        std::printf("               KV read alone in attention's order: %.2f ms a step "
+                    "(%.2f GB/s) -> floor %.1f tok/s (%.2fx short); measured %.0f%% of it\n",
+                    kv_read * 1e3, kv_mb / 1e3 / kv_read, floor_tps, floor_tps / short_ctx,
+                    100 * tps / floor_tps);
+      }
     }
     return 0;
   }
