@@ -136,7 +136,7 @@ double MeasureKvReadSeconds(const engine::KvCacheConfig& kc, int depth, int thre
           if (item + 2 < e) for_runs(l, item + 2, prefetch);
           uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
           for_runs(l, item, [&](const uint64_t* p, int64_t n) {
-            for (int64_t i = 0; i + 3 < n; i += 4) {  // n: a multiple of 8 words
+            for (int64_t i = 0; i + 3 < n; i += 4) {  // n: a multiple of 4 (16-key blocks)
               s0 += p[i];
               s1 += p[i + 1];
               s2 += p[i + 2];
