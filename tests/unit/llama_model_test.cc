@@ -57,10 +57,7 @@ std::unique_ptr<Loaded> Load(const std::string& path, bool reference, int32_t bl
   return l;
 }
 
-// A file of this process's under the test temp dir: ctest runs this binary twice at once
-// (llama_model_test_vnni_emulated), and the two must not write each other's files.
-// The files this process writes under TempDir(), removed when it exits. Their names carry the
-// pid because ctest runs this binary twice at once (llama_model_test_vnni_emulated).
+// The files this process writes under TempDir(), removed when it exits.
 struct TempFiles {
   std::vector<std::string> paths;
   ~TempFiles() {
@@ -68,6 +65,9 @@ struct TempFiles {
   }
 };
 
+// A file of this process's under the test temp dir. The name carries the pid: ctest runs this
+// binary twice at once (llama_model_test_vnni_emulated), and the two must not write each
+// other's files.
 std::string TempPath(const std::string& name) {
   static TempFiles files;
   std::string path = ::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
