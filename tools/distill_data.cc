@@ -166,6 +166,11 @@ absl::Status ParseDistillDataArgs(int argc, char** argv, DistillDataOptions* o) 
         }
         o->temperatures.push_back(*x);
       }
+    } else if (f == "--temperature-mode") {
+      if (v != "each" && v != "cycle") {
+        return absl::InvalidArgumentError(absl::StrCat(f, ": expected each or cycle, got ", v));
+      }
+      o->cycle_temperatures = v == "cycle";
     } else if (f == "-n" || f == "--max-new-tokens") {
       st = integer(&o->max_new_tokens, 1);
     } else if (f == "--max-prompt-tokens") {
@@ -230,8 +235,9 @@ absl::Status RunDistillData(const DistillDataOptions& o) {
   if (!kv.ok()) return kv.status();
 
   // Step 2: the header; num_records is patched at the end.
+  const size_t num_temps = o.temperatures.size();
   const uint32_t num_records =
-      static_cast<uint32_t>(prompts->size() * o.temperatures.size());
+      static_cast<uint32_t>(o.cycle_temperatures ? prompts->size() : prompts->size() * num_temps);
   out.write("SPDDATA1", 8);
   Put<uint32_t>(out, 1);
   Put<uint32_t>(out, static_cast<uint32_t>(o.top_n));
@@ -241,8 +247,9 @@ absl::Status RunDistillData(const DistillDataOptions& o) {
 
   // Step 3: continuous batching over every (prompt, temperature).
   std::deque<Job> pending;
-  for (size_t t = 0; t < o.temperatures.size(); ++t) {
+  for (size_t t = 0; t < num_temps; ++t) {
     for (size_t p = 0; p < prompts->size(); ++p) {
+      if (o.cycle_temperatures && p % num_temps != t) continue;
       Job j;
       j.prompt_index = static_cast<uint32_t>(p);
       j.temperature = o.temperatures[t];

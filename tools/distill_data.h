@@ -1,5 +1,6 @@
 // `specd distill-data`: the target writes the data a draft is distilled from. For every prompt
-// (JSONL, rendered with the target's chat template) and every temperature, the serving engine
+// (JSONL, rendered with the target's chat template) and every temperature (or, with
+// `--temperature-mode cycle`, prompt i at temperature i mod their count), the serving engine
 // generates a response and records, at every response position, the target's own next-token
 // distribution as it computes it for serving (log-softmax of the raw logits, temperature 1),
 // stored sparse: the top-N ids and log-probs (the rest of the mass is 1 - sum of them).
@@ -26,6 +27,9 @@ struct DistillDataOptions {
   std::string prompts;                 // JSONL: {"prompt": "...", "system": "..." (optional)}
   std::string out;                     // data file to write
   std::vector<float> temperatures = {0.0f, 0.8f};
+  // false: every prompt at every temperature; true: prompt i at temperatures[i % count] only,
+  // so the same number of responses covers count times the prompts.
+  bool cycle_temperatures = false;
   int max_new_tokens = 128;
   int max_prompt_tokens = 384;         // longer prompts are skipped (and counted)
   int top_n = 32;

@@ -312,6 +312,27 @@ class DistillTest(unittest.TestCase):
         p = run([SPECD, "distill-data", "-m", self.target, "--prompts", empty, "-o", "x",
                  "--top", "0"], ok=False)
         self.assertIn("--top", p.stderr)
+        p = run([SPECD, "distill-data", "-m", self.target, "--prompts", empty, "-o", "x",
+                 "--temperature-mode", "sometimes"], ok=False)
+        self.assertIn("--temperature-mode", p.stderr)
+
+    def test_cycled_temperatures_answer_each_prompt_once(self):
+        # --temperature-mode cycle: prompt i at temperature i mod 3, one response each; the
+        # default answers every prompt at every temperature.
+        sys.path.insert(0, os.path.dirname(DISTILL))
+        import specd_distill
+        prompts = os.path.join(self.work, "train.jsonl")
+        temps = [0.0, 0.5, 1.0]
+        got = {}
+        for mode in ("each", "cycle"):
+            out = os.path.join(self.tmp, f"temps_{mode}.bin")
+            run([SPECD, "distill-data", "-m", self.target, "--prompts", prompts, "-o", out,
+                 "--temperatures", "0,0.5,1", "--temperature-mode", mode, "--limit", "7",
+                 "-n", "4"])
+            got[mode] = sorted((r["prompt_index"], float(r["temperature"]))
+                               for r in specd_distill.read_data(out)["records"])
+        self.assertEqual(got["each"], [(i, t) for i in range(7) for t in temps])
+        self.assertEqual(got["cycle"], [(i, temps[i % 3]) for i in range(7)])
 
 
 class PromptSetTest(unittest.TestCase):

@@ -419,10 +419,11 @@ def cmd_prompts(args):
           file=sys.stderr)
 
 
-def run_data(args, prompts_file, out, seed):
+def run_data(args, prompts_file, out, seed, temperature_mode="each"):
     cmd = [args.specd, "distill-data", "-m", args.target, "--prompts", prompts_file, "-o", out,
            "-n", str(args.max_new_tokens), "--temperatures", args.temperatures,
-           "--seed", str(seed), "--batch", str(args.gen_batch)]
+           "--temperature-mode", temperature_mode, "--seed", str(seed),
+           "--batch", str(args.gen_batch)]
     if args.threads:
         cmd += ["-t", str(args.threads)]
     print("specd-distill: " + " ".join(cmd), file=sys.stderr)
@@ -435,8 +436,11 @@ def cmd_data(args):
     check_target(args)
     d = args.out_dir
     os.makedirs(d, exist_ok=True)
+    # The held-out set always answers every prompt at every temperature, so its figures stay
+    # comparable whatever the training draw does.
     run_data(args, os.path.join(d, "eval.jsonl"), os.path.join(d, "eval.bin"), args.seed + 1)
-    run_data(args, os.path.join(d, "train.jsonl"), os.path.join(d, "train.bin"), args.seed)
+    run_data(args, os.path.join(d, "train.jsonl"), os.path.join(d, "train.bin"), args.seed,
+             args.train_temperature_mode)
 
 
 def check_target(args):
@@ -775,6 +779,9 @@ def build_parser():
         p.add_argument("--specd", default=os.path.join(HERE, "..", "..", "build", "tools", "specd"))
         p.add_argument("--max-new-tokens", type=int, default=128)
         p.add_argument("--temperatures", default="0,0.8")
+        p.add_argument("--train-temperature-mode", choices=["each", "cycle"], default="each",
+                       help="training prompts: each at every temperature, or prompt i at "
+                            "temperature i mod their count (more prompts, same responses)")
         p.add_argument("--gen-batch", type=int, default=16)
         p.add_argument("--threads", type=int, default=0)
         p.add_argument("--num-train", type=int, default=1200)
