@@ -90,21 +90,42 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> ReadPrompts(const DistillDataO
   return prompts;
 }
 
-// Appends the top-n log-softmax of a raw logits row to the job's record.
-void RecordDistribution(const float* logits, int32_t vocab, int top_n, std::vector<int32_t>* idx,
-                        Job* job) {
+// One row's top-n log-softmax: ids by logit, descending, ties to the lower id.
+struct RowDistribution {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+};
+
+// The top-n of a raw logits row in one pass: a min-heap of the n best so far. Scanning ids in
+// increasing order, a logit equal to the heap's least never displaces it (the lower id wins
+// the tie), so a strict compare gives exactly the order a full sort by (logit desc, id asc)
+// would.
+void TopIds(const float* logits, int32_t vocab, int top_n, std::vector<int32_t>* heap) {
+  // worse(a, b): a ranks below b; std::*_heap with it keep the worst on top.
+  auto worse = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  heap->assign(static_cast<size_t>(top_n), 0);
+  std::iota(heap->begin(), heap->end(), 0);
+  std::make_heap(heap->begin(), heap->end(), worse);
+  for (int32_t i = top_n; i < vocab; ++i) {
+    if (!(logits[i] > logits[heap->front()])) continue;
+    std::pop_heap(heap->begin(), heap->end(), worse);
+    heap->back() = i;
+    std::push_heap(heap->begin(), heap->end(), worse);
+  }
+  std::sort_heap(heap->begin(), heap->end(), worse);
+}
+
+// The top-n log-softmax of a raw logits row (the log-normalizer summed in double).
+void ComputeDistribution(const float* logits, int32_t vocab, int top_n, RowDistribution* d) {
   const float mx = *std::max_element(logits, logits + vocab);
   double sum = 0;
   for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
   const float log_z = mx + static_cast<float>(std::log(sum));
-  std::iota(idx->begin(), idx->end(), 0);
-  std::partial_sort(idx->begin(), idx->begin() + top_n, idx->end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  for (int i = 0; i < top_n; ++i) {
-    job->top_ids.push_back((*idx)[i]);
-    job->top_logprobs.push_back(logits[(*idx)[i]] - log_z);
-  }
+  TopIds(logits, vocab, top_n, &d->ids);
+  d->logprobs.resize(d->ids.size());
+  for (size_t i = 0; i < d->ids.size(); ++i) d->logprobs[i] = logits[d->ids[i]] - log_z;
 }
 
 template <typename T>
@@ -260,7 +281,6 @@ absl::Status RunDistillData(const DistillDataOptions& o) {
   }
   std::vector<Job> active;
   std::vector<float> logits(static_cast<size_t>(o.batch) * vocab);
-  std::vector<int32_t> idx(vocab);
   engine::SeqId next_seq = 1;
   uint32_t done = 0;
   int64_t generated = 0;
@@ -288,24 +308,35 @@ absl::Status RunDistillData(const DistillDataOptions& o) {
     }
     absl::Status st = m.Forward(batch, **kv, logits.data());
     if (!st.ok()) return st;
-    // Record each row's distribution, choose the next token, retire finished jobs.
+    // Each row's distribution and next token, rows in parallel (each depends on its row alone),
+    // then commit in row order so the file's records do not depend on the threads.
+    std::vector<RowDistribution> dists(active.size());
+    std::vector<absl::StatusOr<sampling::SampledToken>> sampled(active.size());
+    backend->ParallelFor(static_cast<int64_t>(active.size()), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const Job& j = active[r];
+        const float* row = logits.data() + r * vocab;
+        ComputeDistribution(row, vocab, o.top_n, &dists[r]);
+        sampling::SamplingParams sp;
+        sp.temperature = j.temperature;
+        sp.seed = o.seed * 1000003u + j.prompt_index;
+        sampled[r] = sampling::Sample({row, static_cast<size_t>(vocab)}, {}, sp,
+                                      sampling::CounterRng(sp.seed),
+                                      static_cast<int64_t>(j.tokens.size()));
+      }
+    });
     std::vector<Job> still;
     for (size_t r = 0; r < active.size(); ++r) {
       Job& j = active[r];
-      const float* row = logits.data() + r * vocab;
+      if (!sampled[r].ok()) return sampled[r].status();
       j.computed = static_cast<int32_t>(j.tokens.size());
-      RecordDistribution(row, vocab, o.top_n, &idx, &j);
-      sampling::SamplingParams sp;
-      sp.temperature = j.temperature;
-      sp.seed = o.seed * 1000003u + j.prompt_index;
-      absl::StatusOr<sampling::SampledToken> s =
-          sampling::Sample({row, static_cast<size_t>(vocab)}, {}, sp, sampling::CounterRng(sp.seed),
-                           static_cast<int64_t>(j.tokens.size()));
-      if (!s.ok()) return s.status();
-      j.tokens.push_back(s->token);
+      j.top_ids.insert(j.top_ids.end(), dists[r].ids.begin(), dists[r].ids.end());
+      j.top_logprobs.insert(j.top_logprobs.end(), dists[r].logprobs.begin(),
+                            dists[r].logprobs.end());
+      j.tokens.push_back(sampled[r]->token);
       ++generated;
       const int responded = static_cast<int>(j.tokens.size() - j.num_prompt);
-      if ((*tk)->IsEndOfGeneration(s->token) || responded >= o.max_new_tokens) {
+      if ((*tk)->IsEndOfGeneration(sampled[r]->token) || responded >= o.max_new_tokens) {
         WriteRecord(out, j);
         (*kv)->FreeSequence(j.seq);
         ++done;
@@ -334,6 +365,7 @@ absl::Status RunDistillData(const DistillDataOptions& o) {
 absl::Status RunLogits(int argc, char** argv) {
   std::string model, borrow, out, tokens, features, hidden_out;
   bool exact = false;
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
   for (int i = 0; i < argc; ++i) {
     const std::string f = argv[i];
     if (f == "--exact") {
@@ -354,6 +386,12 @@ absl::Status RunLogits(int argc, char** argv) {
       features = v;
     } else if (f == "--hidden-out") {
       hidden_out = v;
+    } else if (f == "--kv-dtype") {
+      absl::StatusOr<kernels::KvDtype> dt = engine::ParseKvDtype(v);
+      if (!dt.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", dt.status().message()));
+      }
+      kv_dtype = *dt;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", f));
     }
@@ -390,7 +428,7 @@ absl::Status RunLogits(int argc, char** argv) {
   if (!m.ok()) return m.status();
   const int32_t blocks = static_cast<int32_t>(ids.size()) / kBlockSize + 2;
   absl::StatusOr<std::unique_ptr<engine::PagedKvCache>> kv = engine::PagedKvCache::Create(
-      (*m)->MakeKvCacheConfig(blocks, kBlockSize, kernels::KvDtype::kF32));
+      (*m)->MakeKvCacheConfig(blocks, kBlockSize, kv_dtype));
   if (!kv.ok()) return kv.status();
   absl::Status st = (*kv)->AddSequence(0);
   if (!st.ok()) return st;

@@ -44,10 +44,11 @@ absl::Status ParseDistillDataArgs(int argc, char** argv, DistillDataOptions* o);
 
 absl::Status RunDistillData(const DistillDataOptions& o);
 
-// `specd logits -m MODEL [--borrow-from TARGET] --tokens 1,2,3 [--exact] -o OUT.bin`: the
-// engine's logits for every position of one sequence, float32 [n, vocab] row-major: what
-// specd-distill compares its training framework's forward against (the export is faithful).
-// --exact runs float activations (ModelOptions::exact_activations).
+// `specd logits -m MODEL [--borrow-from TARGET] --tokens 1,2,3 [--exact] [--kv-dtype f32]
+// -o OUT.bin`: the engine's logits for every position of one sequence, float32 [n, vocab]
+// row-major: what specd-distill compares its training framework's forward against (the export
+// is faithful). --exact runs float activations (ModelOptions::exact_activations); --kv-dtype
+// f16 reads the KV as distill-data's generation does (its test recomputes the records).
 absl::Status RunLogits(int argc, char** argv);
 
 // `specd hidden -m TARGET --data DATA.bin -o OUT.bin [--max-tokens 256] [-t N]`: the target's

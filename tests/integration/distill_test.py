@@ -316,6 +316,32 @@ class DistillTest(unittest.TestCase):
                  "--temperature-mode", "sometimes"], ok=False)
         self.assertIn("--temperature-mode", p.stderr)
 
+    def test_records_are_the_engines_top_n_log_softmax(self):
+        # Each response position's record is the top-N of the engine's own logits for that
+        # prefix (by logit, ties to the lower id) with their log-softmax: recomputed here from
+        # `specd logits` over the whole record in one forward (the engine is batch- and
+        # chunking-invariant, so the batched, token-by-token generation saw the same rows).
+        sys.path.insert(0, os.path.dirname(DISTILL))
+        import specd_distill
+        data = specd_distill.read_data(os.path.join(self.work, "train.bin"))
+        top_n = data["top_n"]
+        checked = 0
+        for r in data["records"][:6]:
+            npr, toks = r["num_prompt"], r["tokens"]
+            out = os.path.join(self.tmp, "record_logits.bin")
+            run([SPECD, "logits", "-m", self.target, "--tokens",
+                 ",".join(str(int(t)) for t in toks[:-1]), "--kv-dtype", "f16", "-o", out])
+            lg = np.fromfile(out, np.float32).reshape(len(toks) - 1, -1)
+            for j in range(len(toks) - npr):
+                row = lg[npr - 1 + j]
+                want = np.lexsort((np.arange(len(row)), -row))[:top_n]
+                self.assertEqual(r["top_ids"][j].tolist(), want.tolist(), f"record position {j}")
+                x = row.astype(np.float64)
+                log_z = x.max() + np.log(np.exp(x - x.max()).sum())
+                np.testing.assert_allclose(r["top_lp"][j], row[want] - log_z, atol=1e-5)
+                checked += 1
+        self.assertGreater(checked, 20)
+
     def test_cycled_temperatures_answer_each_prompt_once(self):
         # --temperature-mode cycle: prompt i at temperature i mod 3, one response each; the
         # default answers every prompt at every temperature.
