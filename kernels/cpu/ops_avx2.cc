@@ -745,10 +745,14 @@ inline void StoreRows(float* y, typename X::F v, int64_t rows) {
 // which half h when X is Y8 (see isa_kernels.h). Unpacking a block is a load and one or two
 // ops per code vector (F::Unpack), the scales a convert; then each (row, token) runs XStep /
 // XFinish as TileX does, so the results are TileX's bitwise.
+// How far ahead, in packed blocks, a step of several tokens requests its weights into L2
+// (MatMulPackedX); 0 turns it off.
+inline constexpr int64_t kFarPrefetchBlocks = 512;
+
 template <class F, class X, int R>
-inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t nb, const ActBlockQ8* a,
-                        const int32_t* asum8, const float* const (&as)[R], const float* const (&ad)[R],
-                        typename X::F (&acc)[R]) {
+inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t far, int64_t nb,
+                        const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
+                        const float* const (&ad)[R], typename X::F (&acc)[R]) {
   using I = typename X::I;
   // A decode step streams the groups: prefetch a dozen blocks (~4-7 KB) ahead, into the next
   // group past the last block (groups are contiguous).
@@ -760,6 +764,10 @@ inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t
     if (h == 0) {
       for (int64_t off = 0; off < lay.block_bytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + off), _MM_HINT_T0);
+      }
+      // far: 0, or the bytes ahead a several-token step requests into L2 (MatMulPackedX).
+      if (far > 0) {
+        for (int64_t off = 0; off < lay.block_bytes; off += 64) PrefetchLine<true>(blk + far + off);
       }
     }
     // Word by word: a word's code vectors are used by every token as soon as they are
@@ -802,10 +810,11 @@ struct PackedRows {
   const uint8_t* gp;
   int h;
   PackLayout lay;
+  int64_t far;
   template <class F, int R>
   void Tile(int64_t nb, const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
             const float* const (&ad)[R], typename X::F (&acc)[R]) const {
-    PackedTileX<F, X, R>(gp, h, lay, nb, a, asum8, as, ad, acc);
+    PackedTileX<F, X, R>(gp, h, lay, far, nb, a, asum8, as, ad, acc);
   }
 };
 
@@ -967,6 +976,12 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
 #endif
   constexpr int kMaxR = 8;
   const PackLayout lay = PackLayoutOf(w.type);
+  // Steps of several tokens (verification, batched decode) also request the stream ~512
+  // blocks ahead (160-290 KB) into L2: their dot products take 3-5x a one-token step's time
+  // per block, during which the near prefetch alone left the stream idle (verify(5) /
+  // verify(1) 1.35 -> 1.24-1.27 at depth 32, docs/PERFORMANCE.md). One-token steps keep the
+  // near prefetch only: with the far one they read ~8 % slower.
+  const int64_t far = T >= 2 ? kFarPrefetchBlocks * lay.block_bytes : 0;
   for (int64_t g = n0; g < n1; g += kPackRows) {
     const uint8_t* gp = w.packed + (g / kPackRows) * nb * lay.block_bytes;
 #pragma GCC unroll 2
@@ -974,7 +989,8 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
       const int64_t r0 = g + h * X::kRows;
       if (r0 >= n1) break;
       const int64_t rows = n1 - r0 < X::kRows ? n1 - r0 : X::kRows;
-      AllTokensX<F, X, kMaxR>(PackedRows<X>{gp, h, lay}, nb, act, asum8, act_s, act_d, T, w.rows, rows, y + r0);
+      AllTokensX<F, X, kMaxR>(PackedRows<X>{gp, h, lay, far}, nb, act, asum8, act_s, act_d, T,
+                              w.rows, rows, y + r0);
     }
   }
 }
