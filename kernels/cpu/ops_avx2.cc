@@ -748,6 +748,7 @@ inline void StoreRows(float* y, typename X::F v, int64_t rows) {
 // How far ahead, in packed blocks, a step of several tokens requests its weights into L2
 // (MatMulPackedX); 0 turns it off.
 inline constexpr int64_t kFarPrefetchBlocks = 512;
+inline constexpr int64_t kFarPrefetchMaxTokens = 9;
 
 template <class F, class X, int R>
 inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t far, int64_t nb,
@@ -976,12 +977,14 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
 #endif
   constexpr int kMaxR = 8;
   const PackLayout lay = PackLayoutOf(w.type);
-  // Steps of several tokens (verification, batched decode) also request the stream ~512
-  // blocks ahead (160-290 KB) into L2: their dot products take 3-5x a one-token step's time
-  // per block, during which the near prefetch alone left the stream idle (verify(5) /
-  // verify(1) 1.35 -> 1.24-1.27 at depth 32, docs/PERFORMANCE.md). One-token steps keep the
-  // near prefetch only: with the far one they read ~8 % slower.
-  const int64_t far = T >= 2 ? kFarPrefetchBlocks * lay.block_bytes : 0;
+  // Steps of 2-9 tokens (a verification of up to 8 drafts, a small batch) also request the
+  // stream ~512 blocks ahead (160-290 KB) into L2: their dot products take 1.5-5x a one-token
+  // step's time per block, during which the near prefetch alone left the stream idle
+  // (verify(5) / verify(1) 1.33 -> 1.21 at depth 32, docs/PERFORMANCE.md). One-token steps
+  // keep the near prefetch only (with the far one they read ~8 % slower); longer steps are
+  // arithmetic-bound whatever the stream does, so there it would only crowd L2.
+  const bool far_stream = T >= 2 && T <= kFarPrefetchMaxTokens;
+  const int64_t far = far_stream ? kFarPrefetchBlocks * lay.block_bytes : 0;
   for (int64_t g = n0; g < n1; g += kPackRows) {
     const uint8_t* gp = w.packed + (g / kPackRows) * nb * lay.block_bytes;
 #pragma GCC unroll 2
