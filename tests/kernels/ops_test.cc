@@ -1285,8 +1285,9 @@ TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
 // side effects: it found helpers that did nothing but prefetch (the KV cache's PrefetchKvChunk,
 // MatMulFT's rows) pure and deleted every call to them, so for sessions decode at depth ran
 // with no prefetch at all (docs/PERFORMANCE.md, "The KV prefetch that was never emitted").
-// Disassembles this test binary, which links every SIMD backend.
-TEST(KernelCode, AttentionAndFloatMatMulKeepTheirSoftwarePrefetch) {
+// Disassembles this test binary, which links every SIMD backend. The packed MatMul's far
+// prefetch (into L2, prefetcht1, for steps of several tokens) is checked the same way.
+TEST(KernelCode, KernelsKeepTheirSoftwarePrefetch) {
 #if defined(__x86_64__)
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -1295,7 +1296,7 @@ TEST(KernelCode, AttentionAndFloatMatMulKeepTheirSoftwarePrefetch) {
   FILE* f = popen(("objdump -d -C --no-show-raw-insn '" + std::string(self) + "' 2>/dev/null").c_str(), "r");
   ASSERT_NE(f, nullptr) << "could not run objdump (binutils)";
   std::string fn;
-  int attention = 0, matmul_ft = 0;
+  int attention = 0, matmul_ft = 0, packed_far = 0;
   char line[8192];
   while (std::fgets(line, sizeof(line), f) != nullptr) {
     const std::string l(line);
@@ -1311,12 +1312,16 @@ TEST(KernelCode, AttentionAndFloatMatMulKeepTheirSoftwarePrefetch) {
       }
     }
     matmul_ft += fn.find("MatMulFT") != std::string::npos;
+    packed_far += l.find("prefetcht1") != std::string::npos &&
+                  (fn.find("MatMulPackedX") != std::string::npos ||
+                   fn.find("TokensX") != std::string::npos);
   }
   ASSERT_EQ(pclose(f), 0) << "objdump failed on this binary";
   // Three backends (AVX2, AVX-512 VNNI, its emulation), each with at least one prefetch in its
   // attention and in its float MatMul.
   EXPECT_GE(attention, 3) << "the attention kernels' KV prefetch was compiled away";
   EXPECT_GE(matmul_ft, 3) << "MatMulFT's row prefetch was compiled away";
+  EXPECT_GE(packed_far, 3) << "the packed MatMul's far prefetch was compiled away";
 #else
   GTEST_SKIP() << "NOT RUN: x86-64 only (the prefetch is x86 code)";
 #endif
