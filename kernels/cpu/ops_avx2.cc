@@ -741,15 +741,16 @@ inline void StoreRows(float* y, typename X::F v, int64_t rows) {
   }
 }
 
-// R tokens x X::kRows rows of packed weights: gp, a 16-row group's blocks in layout lay, of
-// which half h when X is Y8 (see isa_kernels.h). Unpacking a block is a load and one or two
-// ops per code vector (F::Unpack), the scales a convert; then each (row, token) runs XStep /
-// XFinish as TileX does, so the results are TileX's bitwise.
-// How far ahead, in packed blocks, a step of several tokens requests its weights into L2
-// (MatMulPackedX); 0 turns it off.
+// How far ahead, in packed blocks, a step of 2..kFarPrefetchMaxTokens tokens requests its
+// weights into L2 (MatMulPackedX says why); 0 turns it off.
 inline constexpr int64_t kFarPrefetchBlocks = 512;
 inline constexpr int64_t kFarPrefetchMaxTokens = 9;
 
+// R tokens x X::kRows rows of packed weights: gp, a 16-row group's blocks in layout lay, of
+// which half h when X is Y8 (see isa_kernels.h). Unpacking a block is a load and one or two
+// ops per code vector (F::Unpack), the scales a convert; then each (row, token) runs XStep /
+// XFinish as TileX does, so the results are TileX's bitwise. far: 0, or how many bytes ahead
+// to request the stream into L2 as well.
 template <class F, class X, int R>
 inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t far, int64_t nb,
                         const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
@@ -766,7 +767,6 @@ inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t
       for (int64_t off = 0; off < lay.block_bytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + off), _MM_HINT_T0);
       }
-      // far: 0, or the bytes ahead a several-token step requests into L2 (MatMulPackedX).
       if (far > 0) {
         for (int64_t off = 0; off < lay.block_bytes; off += 64) PrefetchLine<true>(blk + far + off);
       }
