@@ -154,7 +154,6 @@ inline void RunAttnMerges(const AttnArgs& a, int64_t i0, int64_t i1, float* stat
   }
 }
 
-inline int64_t MatMulSStride(int64_t nb) { return (nb + 7) & ~int64_t{7}; }
 // Scratch floats matmul_q needs per thread. The SIMD kernels keep T x nb integer
 // activation sums, then decode a group of 8 or 16 weight rows (16: the VNNI backends):
 // per 32-value block at most 16 x 8 (AVX2) or 11 x 16 (VNNI) code floats and 2 x 16
@@ -168,11 +167,9 @@ struct Backend {
   // Same output as QuantizeActRow (bitwise).
   void (*quantize_act)(const float* x, int64_t n, ActBlockQ8* out);
   // Quantized weights: y[t, n] for t < T and n0 <= n < n1.  act: [T, nb] with
-  // nb = cols / 32; act_s, act_d: [T, MatMulSStride(nb)] copies of act[].s and act[].d,
-  // zero padded. scratch: MatMulScratchFloats(T, nb) floats.
-  void (*matmul_q)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
-                   const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y,
-                   float* scratch);
+  // nb = cols / 32. scratch: MatMulScratchFloats(T, nb) floats.
+  void (*matmul_q)(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0,
+                   int64_t n1, float* y, float* scratch);
   // F32 / F16 / BF16 weights: y[t, n] for t < T and n0 <= n < n1.
   void (*matmul_f)(const WeightMatrix& w, const float* x, int64_t T, int64_t n0, int64_t n1,
                    float* y);
@@ -192,9 +189,8 @@ struct Backend {
   // matmul_q over w.packed (PackWeight's layout: Q4_1, Q4_0, Q8_0): bitwise matmul_q's y, read
   // as a stream of whole 16-row groups; n0 a multiple of kPackRows. nullptr: no packed path
   // (callers use matmul_q on w.data). scratch: as for matmul_q.
-  void (*matmul_q_packed)(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s,
-                          const float* act_d, int64_t T, int64_t n0, int64_t n1, float* y,
-                          float* scratch);
+  void (*matmul_q_packed)(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0,
+                          int64_t n1, float* y, float* scratch);
   // Rows [0, rows) of x ([rows][d]) quantized by kernels/kv_int8.h's QuantizeKvRow (the same
   // codes and scales, bitwise): codes [rows][d], scales [rows]; where not null, code_floats
   // [rows][d] the codes as floats and code_sums [rows] each row's sum of codes. The SIMD

@@ -49,8 +49,8 @@ T* Scratch(std::vector<T>& v, int64_t n) {
 void GenQuantizeAct(const float* x, int64_t n, ActBlockQ8* out) { QuantizeActRow(x, n, out); }
 
 // Same arithmetic as ref::MatMul, one weight row at a time with T accumulators.
-void GenMatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* /*act_s*/,
-                const float* /*act_d*/, int64_t T, int64_t n0, int64_t n1, float* y, float* acc) {
+void GenMatMulQ(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
+                float* y, float* acc) {
   const int64_t nb = w.cols / 32;
   ref::IntSubBlock sb;
   for (int64_t n = n0; n < n1; ++n) {
@@ -461,18 +461,8 @@ void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* 
   const int64_t nb = K / 32;
   static thread_local std::vector<ActBlockQ8> act_buf;
   ActBlockQ8* act = Scratch(act_buf, T * nb);
-  const int64_t ss = internal::MatMulSStride(nb);
-  static thread_local std::vector<float> s_buf;
-  float* act_s = Scratch(s_buf, 2 * T * ss);
-  float* act_d = act_s + T * ss;
   auto quantize = [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      be.quantize_act(x + t * K, K, act + t * nb);
-      for (int64_t i = 0; i < ss; ++i) {
-        act_s[t * ss + i] = i < nb ? act[t * nb + i].s : 0.0f;
-        act_d[t * ss + i] = i < nb ? act[t * nb + i].d : 0.0f;
-      }
-    }
+    for (int64_t t = b; t < e; ++t) be.quantize_act(x + t * K, K, act + t * nb);
   };
   if (T * K >= kMinParallelElems) {
     pool.ParallelFor(T, quantize);
@@ -485,9 +475,9 @@ void MatMulShared(ThreadPool& pool, const WeightMatrix* ws, int n, const float* 
     float* scratch = Scratch(buf, scratch_n);
     for_rows(b, e, [&](int i, int64_t r0, int64_t r1) {
       if (reads_packed(ws[i])) {
-        be.matmul_q_packed(ws[i], act, act_s, act_d, T, r0, r1, ys[i], scratch);
+        be.matmul_q_packed(ws[i], act, T, r0, r1, ys[i], scratch);
       } else {
-        be.matmul_q(ws[i], act, act_s, act_d, T, r0, r1, ys[i], scratch);
+        be.matmul_q(ws[i], act, T, r0, r1, ys[i], scratch);
       }
     });
   }, grain);

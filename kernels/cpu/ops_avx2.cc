@@ -708,8 +708,7 @@ inline typename X::F XFinish(typename X::I s, const typename X::I* v, typename X
 // scales, mins.
 template <class F, class X, int R>
 inline void TileX(const typename X::I* q, const float* dm, int64_t nb, const ActBlockQ8* a,
-                  const int32_t* asum8, const float* const (&as)[R], const float* const (&ad)[R],
-                  typename X::F (&acc)[R]) {
+                  const int32_t* asum8, typename X::F (&acc)[R]) {
   using I = typename X::I;
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = X::ZeroF();
@@ -724,8 +723,9 @@ inline void TileX(const typename X::I* q, const float* dm, int64_t nb, const Act
     const typename X::F mw = F::kMin ? X::LoadF(dm + b * 2 * X::kRows + X::kRows) : dw;
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      acc[r] = XFinish<F, X>(s[r], q + b * F::kVecs, dw, mw, ad[r][b], as[r][b], F::kAsum ? asum8[r * nb + b] : 0,
-                             acc[r]);
+      const ActBlockQ8& ab = a[r * nb + b];
+      const int32_t asum = F::kAsum ? asum8[r * nb + b] : 0;
+      acc[r] = XFinish<F, X>(s[r], q + b * F::kVecs, dw, mw, ab.d, ab.s, asum, acc[r]);
     }
   }
 }
@@ -753,22 +753,25 @@ inline constexpr int64_t kFarPrefetchMaxTokens = 9;
 // to request the stream into L2 as well.
 template <class F, class X, int R>
 inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t far, int64_t nb,
-                        const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
-                        const float* const (&ad)[R], typename X::F (&acc)[R]) {
+                        const ActBlockQ8* a, const int32_t* asum8, typename X::F (&acc)[R]) {
   using I = typename X::I;
   // A decode step streams the groups: prefetch a dozen blocks (~4-7 KB) ahead, into the next
   // group past the last block (groups are contiguous).
   const int64_t ahead = 12 * lay.block_bytes;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = X::ZeroF();
+  // A packed block: its code words, then the scales (and mins), one line each (PackLayoutOf).
+  constexpr int kLines = F::kWords + 1;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gp + b * lay.block_bytes;
     if (h == 0) {
-      for (int64_t off = 0; off < lay.block_bytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + off), _MM_HINT_T0);
+#pragma GCC unroll 16
+      for (int l = 0; l < kLines; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + 64 * l), _MM_HINT_T0);
       }
       if (far > 0) {
-        for (int64_t off = 0; off < lay.block_bytes; off += 64) PrefetchLine<true>(blk + far + off);
+#pragma GCC unroll 16
+        for (int l = 0; l < kLines; ++l) PrefetchLine<true>(blk + far + 64 * l);
       }
     }
     // Word by word: a word's code vectors are used by every token as soon as they are
@@ -789,7 +792,8 @@ inline void PackedTileX(const uint8_t* gp, int h, const PackLayout& lay, int64_t
     const typename X::F mw = F::kMin ? X::LoadPackedHalves(blk + lay.mins_at, h) : dw;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      acc[r] = XFinish<F, X>(s[r], v, dw, mw, ad[r][b], as[r][b], F::kAsum ? asum8[r * nb + b] : 0, acc[r]);
+      const ActBlockQ8& ab = a[r * nb + b];
+      acc[r] = XFinish<F, X>(s[r], v, dw, mw, ab.d, ab.s, F::kAsum ? asum8[r * nb + b] : 0, acc[r]);
     }
   }
 }
@@ -801,9 +805,8 @@ struct DecodedRows {
   const typename X::I* q;
   const float* dm;
   template <class F, int R>
-  void Tile(int64_t nb, const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
-            const float* const (&ad)[R], typename X::F (&acc)[R]) const {
-    TileX<F, X, R>(q, dm, nb, a, asum8, as, ad, acc);
+  void Tile(int64_t nb, const ActBlockQ8* a, const int32_t* asum8, typename X::F (&acc)[R]) const {
+    TileX<F, X, R>(q, dm, nb, a, asum8, acc);
   }
 };
 template <class X>
@@ -813,40 +816,31 @@ struct PackedRows {
   PackLayout lay;
   int64_t far;
   template <class F, int R>
-  void Tile(int64_t nb, const ActBlockQ8* a, const int32_t* asum8, const float* const (&as)[R],
-            const float* const (&ad)[R], typename X::F (&acc)[R]) const {
-    PackedTileX<F, X, R>(gp, h, lay, far, nb, a, asum8, as, ad, acc);
+  void Tile(int64_t nb, const ActBlockQ8* a, const int32_t* asum8, typename X::F (&acc)[R]) const {
+    PackedTileX<F, X, R>(gp, h, lay, far, nb, a, asum8, acc);
   }
 };
 
 template <class F, class X, int R, class Src>
-inline void TokensX(const Src& src, int64_t nb, int64_t ss, const ActBlockQ8* act, const int32_t* asum8,
-                    const float* act_s, const float* act_d, int64_t t, int64_t ldy, int64_t rows, float* y) {
-  const float* as[R];
-  const float* ad[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    as[r] = act_s + (t + r) * ss;
-    ad[r] = act_d + (t + r) * ss;
-  }
+inline void TokensX(const Src& src, int64_t nb, const ActBlockQ8* act, const int32_t* asum8,
+                    int64_t t, int64_t ldy, int64_t rows, float* y) {
   typename X::F out[R];
-  src.template Tile<F, R>(nb, act + t * nb, asum8 + t * nb, as, ad, out);
+  src.template Tile<F, R>(nb, act + t * nb, asum8 + t * nb, out);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) StoreRows<X>(y + (t + r) * ldy, out[r], rows);
 }
 
 // All T tokens in tiles of kMaxR, then one tile of the rest.
 template <class F, class X, int kMaxR, class Src>
-inline void AllTokensX(const Src& src, int64_t nb, const ActBlockQ8* act, const int32_t* asum8, const float* act_s,
-                       const float* act_d, int64_t T, int64_t ldy, int64_t rows, float* y) {
+inline void AllTokensX(const Src& src, int64_t nb, const ActBlockQ8* act, const int32_t* asum8,
+                       int64_t T, int64_t ldy, int64_t rows, float* y) {
   static_assert(kMaxR >= 1 && kMaxR <= 8);
-  const int64_t ss = MatMulSStride(nb);
   int64_t t = 0;
-  for (; t + kMaxR <= T; t += kMaxR) TokensX<F, X, kMaxR>(src, nb, ss, act, asum8, act_s, act_d, t, ldy, rows, y);
+  for (; t + kMaxR <= T; t += kMaxR) TokensX<F, X, kMaxR>(src, nb, act, asum8, t, ldy, rows, y);
   switch (T - t) {
 #define SPECD_TOKENS_CASE(n)                                                              \
   case n:                                                                                  \
-    if constexpr (kMaxR > n) TokensX<F, X, n>(src, nb, ss, act, asum8, act_s, act_d, t, ldy, rows, y); \
+    if constexpr (kMaxR > n) TokensX<F, X, n>(src, nb, act, asum8, t, ldy, rows, y); \
     break;
     SPECD_TOKENS_CASE(1)
     SPECD_TOKENS_CASE(2)
@@ -884,8 +878,8 @@ inline void DecodeGroupBlock(const uint8_t* const (&rp)[16], int64_t b, typename
 // Rows [g, min(g + X::kRows, n1)) for all T tokens. scratch: 64-byte aligned, room for
 // [nb][kVecs] X::I and [nb][2][kRows] floats.
 template <class F, class X>
-inline void MatMulGroup(const WeightMatrix& w, const ActBlockQ8* act, const int32_t* asum8, const float* act_s,
-                        const float* act_d, int64_t T, int64_t g, int64_t n1, float* y, void* scratch) {
+inline void MatMulGroup(const WeightMatrix& w, const ActBlockQ8* act, const int32_t* asum8,
+                        int64_t T, int64_t g, int64_t n1, float* y, void* scratch) {
   const int64_t nb = w.cols / 32;
   const uint64_t rb = w.row_bytes;
   const int64_t rows = n1 - g < X::kRows ? n1 - g : X::kRows;
@@ -915,7 +909,7 @@ inline void MatMulGroup(const WeightMatrix& w, const ActBlockQ8* act, const int3
         __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) s = XStep<F, Y8>(v, act[b], s, j);
-        acc = XFinish<F, Y8>(s, v, dw, mw, act_d[b], act_s[b], F::kAsum ? asum8[b] : 0, acc);
+        acc = XFinish<F, Y8>(s, v, dw, mw, act[b].d, act[b].s, F::kAsum ? asum8[b] : 0, acc);
       }
       StoreRows<Y8>(y + g, acc, rows);
       return;
@@ -927,12 +921,12 @@ inline void MatMulGroup(const WeightMatrix& w, const ActBlockQ8* act, const int3
     }
     DecodeGroupBlock<F, X>(rp, b, q, dm, st);
   }
-  AllTokensX<F, X, 4>(DecodedRows<X>{q, dm}, nb, act, asum8, act_s, act_d, T, w.rows, rows, y + g);
+  AllTokensX<F, X, 4>(DecodedRows<X>{q, dm}, nb, act, asum8, T, w.rows, rows, y + g);
 }
 
 template <class F>
-void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
-              int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
+void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
+              float* y, float* scratch) {
   const int64_t nb = w.cols / 32;
   const uint64_t rb = w.row_bytes;
   // scratch: [T][nb] F::ActSum (kAsum), then (64-byte aligned) a group's decoded blocks.
@@ -949,12 +943,12 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
   for (int64_t g = n0; g < n1;) {
 #if SPECD_X8_DOT
     if (T > 1 && n1 - g > 8) {  // 16 rows per 512-bit vector
-      MatMulGroup<F, Z16>(w, act, asum8, act_s, act_d, T, g, n1, y, group);
+      MatMulGroup<F, Z16>(w, act, asum8, T, g, n1, y, group);
       g += 16;
       continue;
     }
 #endif
-    MatMulGroup<F, Y8>(w, act, asum8, act_s, act_d, T, g, n1, y, group);
+    MatMulGroup<F, Y8>(w, act, asum8, T, g, n1, y, group);
     g += 8;
   }
 }
@@ -963,8 +957,8 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, 
 // file order. The VNNI backends take a group as one 512-bit vector per code vector, AVX2 as
 // two 8-row halves; both up to 8 tokens a pass (PackedTileX unpacks word by word).
 template <class F>
-void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
-                   int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
+void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
+                   float* y, float* scratch) {
   const int64_t nb = w.cols / 32;
   int32_t* asum8 = reinterpret_cast<int32_t*>(scratch);
   if constexpr (F::kAsum) {
@@ -992,40 +986,40 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, const float* ac
       const int64_t r0 = g + h * X::kRows;
       if (r0 >= n1) break;
       const int64_t rows = n1 - r0 < X::kRows ? n1 - r0 : X::kRows;
-      AllTokensX<F, X, kMaxR>(PackedRows<X>{gp, h, lay, far}, nb, act, asum8, act_s, act_d, T,
-                              w.rows, rows, y + r0);
+      AllTokensX<F, X, kMaxR>(PackedRows<X>{gp, h, lay, far}, nb, act, asum8, T, w.rows, rows,
+                              y + r0);
     }
   }
 }
 
-void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
-             int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
+void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
+             float* y, float* scratch) {
   switch (w.type) {
-    case GgmlType::kQ8_0: MatMulX8<X8Q8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_0: MatMulX8<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_1: MatMulX8<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_K: MatMulX8<X8Q4_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ6_K: MatMulX8<X8Q6_K>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ8_0: MatMulX8<X8Q8_0>(w, act, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_0: MatMulX8<X8Q4_0>(w, act, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_1: MatMulX8<X8Q4_1>(w, act, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_K: MatMulX8<X8Q4_K>(w, act, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ6_K: MatMulX8<X8Q6_K>(w, act, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc only routes supported types here
   }
 }
 
-void MatMulQPacked(const WeightMatrix& w, const ActBlockQ8* act, const float* act_s, const float* act_d,
-                   int64_t T, int64_t n0, int64_t n1, float* y, float* scratch) {
+void MatMulQPacked(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
+                   float* y, float* scratch) {
 #if !SPECD_X8_DOT
   // Unpacking again for every 8-token pass costs as much as one decode into scratch and its
   // 4-token passes by 64 tokens (kernel_cycles --isa avx2 --no-dram [--packed] -T 64, Q4_1,
   // 2026-12-07: 55.5 against 55.6 cycles per weight block; at T = 16 13.9 against 15.1). Long
   // prompts keep the decode.
   if (T > 16) {
-    MatMulQ(w, act, act_s, act_d, T, n0, n1, y, scratch);
+    MatMulQ(w, act, T, n0, n1, y, scratch);
     return;
   }
 #endif
   switch (w.type) {
-    case GgmlType::kQ4_0: MatMulPackedX<X8Q4_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ4_1: MatMulPackedX<X8Q4_1>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
-    case GgmlType::kQ8_0: MatMulPackedX<X8Q8_0>(w, act, act_s, act_d, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_0: MatMulPackedX<X8Q4_0>(w, act, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ4_1: MatMulPackedX<X8Q4_1>(w, act, T, n0, n1, y, scratch); return;
+    case GgmlType::kQ8_0: MatMulPackedX<X8Q8_0>(w, act, T, n0, n1, y, scratch); return;
     default: return;  // ops.cc packs only these types
   }
 }
