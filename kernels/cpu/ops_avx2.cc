@@ -972,7 +972,7 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int6
   constexpr int kMaxR = 8;
   const PackLayout lay = PackLayoutOf(w.type);
   // Steps of 2-9 tokens (a verification of up to 8 drafts, a small batch) also request the
-  // stream ~512 blocks ahead (160-290 KB) into L2: their dot products take 1.5-5x a one-token
+  // stream ~512 blocks ahead (160-290 KB) into L2: their dot products take 1.5-6x a one-token
   // step's time per block, during which the near prefetch alone left the stream idle
   // (verify(5) / verify(1) 1.33 -> 1.21 at depth 32, docs/PERFORMANCE.md). One-token steps
   // keep the near prefetch only (with the far one they read ~8 % slower); longer steps are
