@@ -76,7 +76,8 @@ int ThreadPool::AvailableCpus() {
 ThreadPool::ThreadPool(int num_threads) {
   num_threads_ = num_threads > 0 ? num_threads : AvailableCpus();
   workers_.reserve(num_threads_ - 1);
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  shares_ = std::make_unique<Share[]>(static_cast<size_t>(num_threads_));
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -89,18 +90,46 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::DoChunks() {
+int64_t ThreadPool::TakeFront(int t) {
+  std::atomic<uint64_t>& fb = shares_[t].front_back;
+  uint64_t cur = fb.load(std::memory_order_relaxed);
   for (;;) {
-    const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
-    if (c >= num_chunks_) return;
-    const int64_t b = c * chunk_;
-    const int64_t e = b + chunk_ < n_ ? b + chunk_ : n_;
-    tr_(ctx_, b, e);
-    done_chunks_.fetch_add(1, std::memory_order_release);
+    const uint64_t front = cur >> 32, back = cur & 0xFFFFFFFFu;
+    if (front >= back) return -1;
+    if (fb.compare_exchange_weak(cur, ((front + 1) << 32) | back, std::memory_order_relaxed)) {
+      return static_cast<int64_t>(front);
+    }
   }
 }
 
-void ThreadPool::WorkerLoop() {
+int64_t ThreadPool::TakeBack(int t) {
+  std::atomic<uint64_t>& fb = shares_[t].front_back;
+  uint64_t cur = fb.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t front = cur >> 32, back = cur & 0xFFFFFFFFu;
+    if (front >= back) return -1;
+    if (fb.compare_exchange_weak(cur, (front << 32) | (back - 1), std::memory_order_relaxed)) {
+      return static_cast<int64_t>(back - 1);
+    }
+  }
+}
+
+void ThreadPool::RunChunk(int64_t c) {
+  const int64_t b = c * chunk_;
+  const int64_t e = b + chunk_ < n_ ? b + chunk_ : n_;
+  tr_(ctx_, b, e);
+  done_chunks_.fetch_add(1, std::memory_order_release);
+}
+
+void ThreadPool::DoChunks(int self) {
+  for (int64_t c; (c = TakeFront(self)) >= 0;) RunChunk(c);
+  for (int i = 1; i < num_threads_; ++i) {
+    const int other = (self + i) % num_threads_;
+    for (int64_t c; (c = TakeBack(other)) >= 0;) RunChunk(c);
+  }
+}
+
+void ThreadPool::WorkerLoop(int self) {
   t_in_worker = true;
   uint32_t seen = 0;  // generation_ at construction: a job posted before this thread ran is seen
   uint64_t last = 0;
@@ -143,7 +172,7 @@ void ThreadPool::WorkerLoop() {
     active_.fetch_add(1);
     const uint64_t e = job_epoch_.load();
     if (e != 0 && e != last) {  // 0: the caller is rewriting the job; last: already done
-      DoChunks();
+      DoChunks(self);
       last = e;
     }
     active_.fetch_sub(1, std::memory_order_release);
@@ -173,7 +202,12 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline tr, void* ctx) {
   n_ = n;
   chunk_ = chunk;
   num_chunks_ = (n + chunk - 1) / chunk;
-  next_chunk_.store(0, std::memory_order_relaxed);
+  // Thread t's share: chunks [num_chunks_ * t / N, num_chunks_ * (t + 1) / N).
+  for (int t = 0; t < num_threads_; ++t) {
+    const uint64_t front = static_cast<uint64_t>(num_chunks_ * t / num_threads_);
+    const uint64_t back = static_cast<uint64_t>(num_chunks_ * (t + 1) / num_threads_);
+    shares_[t].front_back.store((front << 32) | back, std::memory_order_relaxed);
+  }
   done_chunks_.store(0, std::memory_order_relaxed);
   job_epoch_.store(++last_epoch_);  // seq_cst: publishes the fields above
   generation_.fetch_add(1);         // seq_cst: ordered before reading sleeping_
@@ -184,7 +218,7 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline tr, void* ctx) {
     sleep_cv_.notify_all();
   }
   t_in_worker = true;  // a nested ParallelFor from inside fn runs inline
-  DoChunks();
+  DoChunks(0);
   t_in_worker = false;
   for (int spins = 0; done_chunks_.load(std::memory_order_acquire) < num_chunks_; ++spins) {
     if (spins < 4096) {

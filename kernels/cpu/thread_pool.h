@@ -1,7 +1,10 @@
 // A small fork-join thread pool for the CPU kernels.
 //
 // ParallelFor(n, fn) splits [0, n) into contiguous ranges and calls fn(begin, end)
-// on the calling thread plus N-1 workers, returning when all ranges are done.
+// on the calling thread plus N-1 workers, returning when all ranges are done. Each thread
+// takes the chunks of its own contiguous share in order, then helps the others from the far
+// end of theirs: a thread's memory stream (and the kernels' prefetches along it) stays
+// contiguous, and a thread that woke late or was preempted still gets help.
 // Workers spin after each job (low wake-up latency for decode-sized work), yielding the CPU
 // now and then once the wait gets long (on an oversubscribed machine a spinning worker must
 // not hold off the caller), and then sleep. How long they spin follows the gaps between jobs
@@ -15,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -66,8 +70,19 @@ class ThreadPool {
  private:
   using Trampoline = void (*)(void*, int64_t, int64_t);
   void Run(int64_t n, int64_t grain, Trampoline tr, void* ctx);
-  void WorkerLoop();
-  void DoChunks();
+  void WorkerLoop(int self);
+  // Runs chunks until none is left: self's share from the front, then the others' from
+  // their backs.
+  void DoChunks(int self);
+  void RunChunk(int64_t c);
+  // Chunk indices [front, back) of a thread's share, packed front << 32 | back so that the
+  // owner (taking the front) and a helper (taking the back) race through one CAS.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> front_back{0};
+  };
+  // The next chunk of shares_[t] from its front (owner) or back (helper); -1: it is empty.
+  int64_t TakeFront(int t);
+  int64_t TakeBack(int t);
 
   int num_threads_ = 1;
   std::vector<std::thread> workers_;
@@ -86,7 +101,7 @@ class ThreadPool {
   uint64_t last_epoch_ = 0;  // caller side, under run_mu_
   alignas(64) std::atomic<uint32_t> generation_{0};  // bumped per job: wakes workers
   alignas(64) std::atomic<uint64_t> job_epoch_{0};
-  alignas(64) std::atomic<int64_t> next_chunk_{0};
+  std::unique_ptr<Share[]> shares_;  // one per thread: the caller is 0, workers 1..N-1
   alignas(64) std::atomic<int64_t> done_chunks_{0};
   alignas(64) std::atomic<int> active_{0};
   alignas(64) std::atomic<int> sleeping_{0};

@@ -1616,6 +1616,30 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
   EXPECT_GE(cpu::ThreadPool::AvailableCpus(), 1);
 }
 
+// Each thread runs its own share of the chunks front to back and helps with the other's from
+// its back, so with two threads every share is one thread's run, then (perhaps) the other's,
+// whatever the timing. A shared counter interleaves them.
+TEST(ThreadPool, ThreadsKeepTheirSharesContiguous) {
+  cpu::ThreadPool pool(2);
+  const int64_t n = 16;  // one item per chunk: 8 chunks a thread
+  int interleaved = 0, helped = 0;
+  for (int rep = 0; rep < 300; ++rep) {
+    std::vector<std::thread::id> by(static_cast<size_t>(n));
+    pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) by[i] = std::this_thread::get_id();
+      if (rep % 3 == 0) std::this_thread::yield();  // let the shares' ends meet elsewhere
+    });
+    for (int64_t lo : {int64_t{0}, n / 2}) {
+      int switches = 0;
+      for (int64_t i = lo + 1; i < lo + n / 2; ++i) switches += by[i] != by[i - 1];
+      interleaved += switches > 1;
+      helped += switches == 1;
+    }
+  }
+  EXPECT_EQ(interleaved, 0) << "a share's chunks alternated between the threads";
+  std::printf("shares finished by the other thread: %d of 600\n", helped);
+}
+
 // The spin budget as a timeline: steps one hop apart teach the workers to spin across the hop;
 // an idle spell brings the budget back down; nothing leaves [kMinSpin, kMaxSpin].
 TEST(ThreadPool, SpinBudgetFollowsTheGapsBetweenJobs) {
