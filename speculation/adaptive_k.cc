@@ -39,7 +39,14 @@ void CostCurve::ObserveTotal(double shape_seconds, double seconds) {
   if (!(shape_seconds > 0.0) || !(seconds > 0.0)) return;
   // EWMA in log space: robust to the occasional stall of a shared machine.
   const double ratio = std::clamp(seconds / shape_seconds, 0.05, 20.0);
-  scale_ = std::exp(0.9 * std::log(scale_) + 0.1 * std::log(ratio));
+  const double weight = idle_steps_ >= kFreshAfterIdle ? 1.0 : 0.1;
+  idle_steps_ = 0;
+  scale_ = std::exp((1.0 - weight) * std::log(scale_) + weight * std::log(ratio));
+}
+
+void CostCurve::Relax(double keep) {
+  scale_ = std::exp(keep * std::log(scale_));
+  ++idle_steps_;
 }
 
 void AcceptanceEstimate::Update(int32_t drafted, int32_t accepted) {

@@ -77,6 +77,12 @@ class CostCurve {
   void Observe(double x, double seconds, const StepContext& context = {});
   // Same, for a prediction that summed several shape evaluations (e.g. draft steps).
   void ObserveTotal(double predicted_shape_seconds, double seconds);
+  // A step without a run to observe: the load factor keeps `keep` of its distance (in log
+  // space) from the calibration, so an old reading fades instead of ruling for good. After
+  // kFreshAfterIdle such steps, the next observation replaces the factor outright: the faded
+  // value is a guess, and one reading is what the machine says now.
+  void Relax(double keep);
+  static constexpr int32_t kFreshAfterIdle = 32;
   // The calibrated curve without the load factor (0 when empty).
   double Shape(double x, const StepContext& context = {}) const;
   double load_factor() const { return scale_; }
@@ -99,6 +105,7 @@ class CostCurve {
   DepthCost depth_;
   LogitCost logits_;
   double scale_ = 1.0;
+  int32_t idle_steps_ = 0;  // Relax calls since the last observation
 };
 
 // Per-sequence acceptance estimate: decayed counts of accepted / tried draft tokens, kept at

@@ -92,7 +92,14 @@ std::vector<int32_t> KPolicy::Choose(absl::Span<const KRequest> seqs, int32_t fi
   const size_t step = std::max(step_sequences, seqs.size());  // what exploration looks at
   ChooseUnpinned(seqs, fixed, step, c);
   AddProbes(seqs, nominal, step, c);
+  RelaxIdleDraftLoad(c.k);
   return c.k;
+}
+
+void KPolicy::RelaxIdleDraftLoad(absl::Span<const int32_t> k) {
+  if (!options_.track_load) return;
+  if (std::any_of(k.begin(), k.end(), [](int32_t x) { return x > 0; })) return;
+  options_.draft_cost.Relax(kIdleDraftLoadKeep);
 }
 
 void KPolicy::MarkSeen(absl::Span<const KRequest> seqs) const {

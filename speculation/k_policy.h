@@ -129,6 +129,11 @@ class KPolicy {
   // The longest catch-up whose draft step the policy prices and learns the draft's load from;
   // a longer one (a first draft on a prompt, a draft after a long pause) is a prefill.
   static constexpr int32_t kMaxPricedCatchUp = 16;
+  // A step that drafts nothing keeps this much of the draft load factor's distance from the
+  // calibration (half of it in ~70 steps). The factor only moves while the draft runs, so a
+  // slow start (a draft service sharing its cores, cold caches) could otherwise keep a good
+  // draft off for a whole run: 16 rounds at 4x left it at 2.3x and the draft never ran again.
+  static constexpr double kIdleDraftLoadKeep = 0.995;
 
   KPolicy() = default;
   explicit KPolicy(KPolicyOptions options) : options_(std::move(options)) {}
@@ -199,6 +204,8 @@ class KPolicy {
                       Choice& c) const;
   void AddProbes(absl::Span<const KRequest> seqs, const NominalCosts& nominal,
                  size_t step_sequences, Choice& c) const;
+  // After a step that drafts nothing (k all 0): the draft load factor fades toward 1.
+  void RelaxIdleDraftLoad(absl::Span<const int32_t> k);
   // The draft curve prices this step: no sequence catches up on more than kMaxPricedCatchUp
   // tokens (its rows join round 1).
   static bool IsDraftRound(absl::Span<const KRequest> seqs, absl::Span<const int32_t> k);

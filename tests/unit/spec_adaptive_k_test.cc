@@ -526,6 +526,82 @@ TEST(KPolicyTest, NearTheBestFixedK) {
   }
 }
 
+// The draft's load factor as a timeline (track_load on): 32 greedy requests of 128 tokens,
+// drafts accepted with probability 0.5 (seeded). The draft's rounds take `slow` times their
+// calibrated price: the first 16 priced rounds only (a slow start: the draft service shared
+// its cores, its caches were cold), or all of them (`persistent`). Returns the speed-up by
+// the cost curves and the drafts proposed.
+struct LoadTimeline {
+  double speedup = 0.0;
+  int64_t drafted = 0;
+};
+LoadTimeline RunLoadTimeline(const Profile& p, double slow, bool persistent) {
+  KPolicyOptions o;
+  o.max_k = 8;
+  o.track_load = true;
+  o.verify_cost = p.verify;
+  o.draft_cost = p.draft;
+  KPolicy policy(o);
+  std::mt19937 rng(1);
+  std::bernoulli_distribution accept(0.5);
+  int64_t priced = 0;
+  double seconds = 0, produced = 0;
+  LoadTimeline res;
+  for (int request = 0; request < 32; ++request) {
+    SpecSeqState s;
+    policy.AfterDraft(s, 0);  // its first token came from the prefill
+    int32_t made = 1, behind = 60;
+    while (made < 128) {
+      const KRequest r{&s, std::min(8, 128 - made), /*pinned=*/false, behind, 128 - made};
+      const int32_t k = policy.Choose({&r, 1}, 0)[0];
+      if (k > 0) {
+        const double factor = persistent || priced < 16 ? slow : 1.0;
+        const double price = policy.PredictDraft({&r, 1}, {&k, 1});  // 0: a catch-up, unpriced
+        if (price > 0) {
+          policy.ObserveDraft({&r, 1}, {&k, 1}, factor * price / policy.draft_cost().load_factor());
+          ++priced;
+        }
+        seconds += factor * k * p.draft.Predict(1);
+      }
+      seconds += p.verify.Predict(1 + k);
+      policy.ObserveVerify(1 + k, p.verify.Predict(1 + k));
+      policy.AfterDraft(s, k);
+      int32_t accepted = 0;
+      while (accepted < k && accept(rng)) ++accepted;
+      policy.AfterVerify(s, k, accepted);
+      res.drafted += k;
+      made += accepted + 1;
+      produced += accepted + 1;
+      behind = k > 0 ? 1 : behind + 1;
+    }
+  }
+  res.speedup = produced * p.verify.Predict(1) / seconds;
+  return res;
+}
+
+// A slow start must not keep a good draft off for the rest of the run: the load factor only
+// moves while the draft runs, so 16 rounds at 4x its price left it at 2.3x on the 12-05
+// profile and the draft never ran again (0.999x and 23 drafts, where a normal start gives
+// 1.159x). Steps that draft nothing now let the factor fade toward the calibration
+// (kIdleDraftLoadKeep) and the first reading after an idle stretch replaces it. A draft that
+// really stays 10x slower is retried now and then, at a cost that must stay small.
+TEST(KPolicyTest, ASlowStartDoesNotKeepTheDraftOff) {
+  for (const Profile& p : {Cpu1205(), H200(), CpuAvx2()}) {
+    const LoadTimeline normal = RunLoadTimeline(p, 1.0, false);
+    const LoadTimeline slow_start = RunLoadTimeline(p, 4.0, false);
+    const LoadTimeline slow_always = RunLoadTimeline(p, 10.0, true);
+    std::printf("%s: normal %.3fx (%lld drafts), slow start %.3fx (%lld), always 10x slow %.3fx (%lld)\n",
+                p.name, normal.speedup, static_cast<long long>(normal.drafted), slow_start.speedup,
+                static_cast<long long>(slow_start.drafted), slow_always.speedup,
+                static_cast<long long>(slow_always.drafted));
+    EXPECT_GT(normal.speedup, 1.1) << p.name;
+    EXPECT_GE(slow_start.speedup, 0.97 * normal.speedup) << p.name;
+    EXPECT_GT(slow_start.drafted, normal.drafted / 2) << p.name;
+    EXPECT_GE(slow_always.speedup, 0.975) << p.name;
+    EXPECT_LT(slow_always.drafted, normal.drafted / 4) << p.name;
+  }
+}
+
 // Two rejected first drafts must not keep a good drafter off for the rest of the process: the
 // policy-wide estimate then reads 2 rejections against the prior's weight, and a new sequence's
 // prior must still be hopeful enough (new_sequence_prior's optimism) to measure it again.
