@@ -130,7 +130,7 @@ class KPolicy {
   // a longer one (a first draft on a prompt, a draft after a long pause) is a prefill.
   static constexpr int32_t kMaxPricedCatchUp = 16;
   // A step that drafts nothing keeps this much of the draft load factor's distance from the
-  // calibration (half of it in ~70 steps). The factor only moves while the draft runs, so a
+  // calibration (half of it in ~140 steps). The factor only moves while the draft runs, so a
   // slow start (a draft service sharing its cores, cold caches) could otherwise keep a good
   // draft off for a whole run: 16 rounds at 4x left it at 2.3x and the draft never ran again.
   static constexpr double kIdleDraftLoadKeep = 0.995;

@@ -590,7 +590,8 @@ TEST(KPolicyTest, ASlowStartDoesNotKeepTheDraftOff) {
     const LoadTimeline normal = RunLoadTimeline(p, 1.0, false);
     const LoadTimeline slow_start = RunLoadTimeline(p, 4.0, false);
     const LoadTimeline slow_always = RunLoadTimeline(p, 10.0, true);
-    std::printf("%s: normal %.3fx (%lld drafts), slow start %.3fx (%lld), always 10x slow %.3fx (%lld)\n",
+    std::printf("%s: normal %.3fx (%lld drafts), slow start %.3fx (%lld), "
+                "always 10x slow %.3fx (%lld)\n",
                 p.name, normal.speedup, static_cast<long long>(normal.drafted), slow_start.speedup,
                 static_cast<long long>(slow_start.drafted), slow_always.speedup,
                 static_cast<long long>(slow_always.drafted));
