@@ -90,26 +90,15 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-int64_t ThreadPool::TakeFront(int t) {
+int64_t ThreadPool::Take(int t, End end) {
   std::atomic<uint64_t>& fb = shares_[t].front_back;
   uint64_t cur = fb.load(std::memory_order_relaxed);
   for (;;) {
-    const uint64_t front = cur >> 32, back = cur & 0xFFFFFFFFu;
+    uint64_t front = cur >> 32, back = cur & 0xFFFFFFFFu;
     if (front >= back) return -1;
-    if (fb.compare_exchange_weak(cur, ((front + 1) << 32) | back, std::memory_order_relaxed)) {
-      return static_cast<int64_t>(front);
-    }
-  }
-}
-
-int64_t ThreadPool::TakeBack(int t) {
-  std::atomic<uint64_t>& fb = shares_[t].front_back;
-  uint64_t cur = fb.load(std::memory_order_relaxed);
-  for (;;) {
-    const uint64_t front = cur >> 32, back = cur & 0xFFFFFFFFu;
-    if (front >= back) return -1;
-    if (fb.compare_exchange_weak(cur, (front << 32) | (back - 1), std::memory_order_relaxed)) {
-      return static_cast<int64_t>(back - 1);
+    const uint64_t taken = end == End::kFront ? front++ : --back;
+    if (fb.compare_exchange_weak(cur, (front << 32) | back, std::memory_order_relaxed)) {
+      return static_cast<int64_t>(taken);
     }
   }
 }
@@ -122,10 +111,10 @@ void ThreadPool::RunChunk(int64_t c) {
 }
 
 void ThreadPool::DoChunks(int self) {
-  for (int64_t c; (c = TakeFront(self)) >= 0;) RunChunk(c);
+  for (int64_t c; (c = Take(self, End::kFront)) >= 0;) RunChunk(c);
   for (int i = 1; i < num_threads_; ++i) {
     const int other = (self + i) % num_threads_;
-    for (int64_t c; (c = TakeBack(other)) >= 0;) RunChunk(c);
+    for (int64_t c; (c = Take(other, End::kBack)) >= 0;) RunChunk(c);
   }
 }
 

@@ -80,9 +80,10 @@ class ThreadPool {
   struct alignas(64) Share {
     std::atomic<uint64_t> front_back{0};
   };
-  // The next chunk of shares_[t] from its front (owner) or back (helper); -1: it is empty.
-  int64_t TakeFront(int t);
-  int64_t TakeBack(int t);
+  // The next chunk of shares_[t] from its front (the owner) or its back (a helper); -1: the
+  // share is empty.
+  enum class End { kFront, kBack };
+  int64_t Take(int t, End end);
 
   int num_threads_ = 1;
   std::vector<std::thread> workers_;
