@@ -451,6 +451,16 @@ Profile CpuF16Pair() {
           CostCurve({{1, 2.0e-3}, {8, 15.6e-3}})};
 }
 
+// The policy the timelines run: k up to 8, the profile's curves.
+KPolicyOptions TimelinePolicyOptions(const Profile& p, bool track_load) {
+  KPolicyOptions o;
+  o.max_k = 8;
+  o.track_load = track_load;
+  o.verify_cost = p.verify;
+  o.draft_cost = p.draft;
+  return o;
+}
+
 // One greedy sequence at a time: `requests` requests of `tokens` tokens after a 60-token
 // prompt, each draft accepted with probability alpha (seeded), except the first
 // `rejected_first` drafts of the run, which are rejected (an unlucky start). The draft
@@ -462,12 +472,7 @@ struct TimelineResult {
 };
 TimelineResult RunTimeline(const Profile& p, double alpha, int32_t fixed_k, int requests = 32,
                            int32_t tokens = 32, int rejected_first = 0, uint32_t seed = 1) {
-  KPolicyOptions o;
-  o.max_k = 8;
-  o.track_load = false;
-  o.verify_cost = p.verify;
-  o.draft_cost = p.draft;
-  KPolicy policy(o);
+  KPolicy policy(TimelinePolicyOptions(p, /*track_load=*/false));
   std::mt19937 rng(seed);
   std::bernoulli_distribution accept(alpha);
   const double t1 = p.verify.Predict(1), ratio = p.draft.Predict(1) / t1;
@@ -536,12 +541,7 @@ struct LoadTimeline {
   int64_t drafted = 0;
 };
 LoadTimeline RunLoadTimeline(const Profile& p, double slow, bool persistent) {
-  KPolicyOptions o;
-  o.max_k = 8;
-  o.track_load = true;
-  o.verify_cost = p.verify;
-  o.draft_cost = p.draft;
-  KPolicy policy(o);
+  KPolicy policy(TimelinePolicyOptions(p, /*track_load=*/true));
   std::mt19937 rng(1);
   std::bernoulli_distribution accept(0.5);
   int64_t priced = 0;
