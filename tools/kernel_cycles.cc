@@ -2,7 +2,7 @@
 // robust to a loaded machine (minimum over many repetitions; a preempted repetition
 // only ever looks slower).
 //
-//   kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|vnni_emulated] [--no-dram] [--type Q4_1] [-T 16]
+//   kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|avxvnni|...] [--no-dram] [--type Q4_1] [-T 16]
 //                 [--packed]   (Q4_1 / Q4_0 read from cpu::PackWeight's layout, as the engine loads them)
 //
 // One thread, weights resident in L2 (a 192 x 576 matrix), so the figure is the
@@ -96,7 +96,7 @@ int Main(int argc, char** argv) {
     } else if (a == "--isa" && i + 1 < argc) {
       const std::string v = argv[++i];
       bool found = false;
-      for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+      for (cpu::Isa isa : cpu::AllIsas()) {
         if (v != cpu::IsaName(isa)) continue;
         found = true;
         if (!cpu::IsaSupported(isa)) {
@@ -106,12 +106,13 @@ int Main(int argc, char** argv) {
         cpu::SetIsa(isa);
       }
       if (!found) {
-        std::fprintf(stderr, "--isa %s: unknown (generic, avx2, avx512vnni, vnni_emulated)\n", v.c_str());
+        std::fprintf(stderr, "--isa %s: unknown (generic, avx2, avx512vnni, vnni_emulated, avxvnni, "
+                     "avxvnni_emulated)\n", v.c_str());
         return 2;
       }
     } else {
       std::fprintf(stderr,
-                   "usage: kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|vnni_emulated] [--no-dram] "
+                   "usage: kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|avxvnni|...] [--no-dram] "
                    "[--type Q4_1] [-T 16] [--packed]\n");
       return 2;
     }

@@ -231,10 +231,12 @@ inline PackLayout PackLayoutOf(gguf::GgmlType t) {
 }
 
 const Backend& GenericBackend();
-// nullptr when not compiled in. All three are built from ops_avx2.cc (see there).
+// nullptr when not compiled in. All five are built from ops_avx2.cc (see there).
 const Backend* Avx2Backend();
 const Backend* Avx512VnniBackend();
 const Backend* VnniEmulatedBackend();  // tests: the VNNI code, vpdpbusd emulated in AVX2
+const Backend* AvxVnniBackend();
+const Backend* AvxVnniEmulatedBackend();  // tests: the AVX-VNNI code, vpdpbusd emulated in AVX2
 
 }  // namespace specd::kernels::cpu::internal
 

@@ -5,4 +5,6 @@ namespace specd::kernels::cpu::internal {
 const Backend* Avx2Backend() { return nullptr; }
 const Backend* Avx512VnniBackend() { return nullptr; }
 const Backend* VnniEmulatedBackend() { return nullptr; }
+const Backend* AvxVnniBackend() { return nullptr; }
+const Backend* AvxVnniEmulatedBackend() { return nullptr; }
 }  // namespace specd::kernels::cpu::internal

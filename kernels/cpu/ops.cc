@@ -272,6 +272,20 @@ bool CpuHasAvx512Vnni() {
 #endif
 }
 
+// AVX-VNNI (vpdpbusd in its VEX form, on AVX2's vectors): CPUID leaf 7, sub-leaf 1, EAX bit 4.
+bool CpuHasAvxVnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return CpuHasAvx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0 &&
+           internal::AvxVnniBackend() != nullptr;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 // AVX-512 BF16 (vdpbf16ps): CPUID leaf 7, sub-leaf 1, EAX bit 5. Asked once.
 bool CpuHasAvx512Bf16() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -290,12 +304,19 @@ const internal::Backend* BackendOf(Isa isa) {
     case Isa::kAvx2: return CpuHasAvx2() ? internal::Avx2Backend() : nullptr;
     case Isa::kAvx512Vnni: return CpuHasAvx512Vnni() ? internal::Avx512VnniBackend() : nullptr;
     case Isa::kVnniEmulated: return CpuHasAvx2() ? internal::VnniEmulatedBackend() : nullptr;
+    case Isa::kAvxVnni: return CpuHasAvxVnni() ? internal::AvxVnniBackend() : nullptr;
+    case Isa::kAvxVnniEmulated: return CpuHasAvx2() ? internal::AvxVnniEmulatedBackend() : nullptr;
     case Isa::kGeneric: return &kGeneric;
   }
   return nullptr;
 }
 
-constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512Vnni, Isa::kVnniEmulated};
+// The best the CPU runs natively.
+Isa DefaultIsa() {
+  if (CpuHasAvx512Vnni()) return Isa::kAvx512Vnni;
+  if (CpuHasAvxVnni()) return Isa::kAvxVnni;
+  return CpuHasAvx2() ? Isa::kAvx2 : Isa::kGeneric;
+}
 
 // The ISA in use and its kernel table, set together (the CPU checks run cpuid, which a VM
 // may trap: never on the hot path).
@@ -310,9 +331,9 @@ void UseIsa(Isa isa, const Backend* be) {
 Isa CurrentIsa() {
   int v = g_isa.load(std::memory_order_relaxed);
   if (v < 0) {
-    Isa isa = CpuHasAvx512Vnni() ? Isa::kAvx512Vnni : CpuHasAvx2() ? Isa::kAvx2 : Isa::kGeneric;
+    Isa isa = DefaultIsa();
     if (const char* e = std::getenv("SPECD_KERNELS_ISA"); e != nullptr) {
-      for (Isa cand : kAllIsas) {
+      for (Isa cand : AllIsas()) {
         if (std::strcmp(e, IsaName(cand)) == 0 && BackendOf(cand) != nullptr) isa = cand;
       }
     }
@@ -340,6 +361,11 @@ namespace internal {
 const Backend& GenericBackend() { return kGeneric; }
 }  // namespace internal
 
+const std::vector<Isa>& AllIsas() {
+  static const std::vector<Isa> all = {Isa::kGeneric,       Isa::kAvx2,    Isa::kAvx512Vnni,
+                                       Isa::kVnniEmulated,  Isa::kAvxVnni, Isa::kAvxVnniEmulated};
+  return all;
+}
 Isa ActiveIsa() { return CurrentIsa(); }
 bool IsaSupported(Isa isa) { return BackendOf(isa) != nullptr; }
 bool Avx512Bf16Supported() { return CpuHasAvx512Bf16(); }
@@ -351,6 +377,8 @@ const char* IsaName(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512Vnni: return "avx512vnni";
     case Isa::kVnniEmulated: return "vnni_emulated";
+    case Isa::kAvxVnni: return "avxvnni";
+    case Isa::kAvxVnniEmulated: return "avxvnni_emulated";
     case Isa::kGeneric: return "generic";
   }
   return "generic";

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernel_types.h"
@@ -72,11 +73,13 @@ bool PackingEnabled();
 double MeasureFloatGflops(ThreadPool& pool);
 
 // Instruction-set path in use. The default is the best the CPU supports (AVX-512 VNNI, then
-// AVX2, then generic); SPECD_KERNELS_ISA=<IsaName> or SetIsa picks another supported one
-// (not thread-safe against running kernels). kVnniEmulated runs the AVX-512 VNNI code with
-// the VNNI instruction emulated in AVX2, so tests check that code on any AVX2 CPU; it is
-// slow and never the default.
-enum class Isa { kGeneric, kAvx2, kAvx512Vnni, kVnniEmulated };
+// AVX-VNNI, then AVX2, then generic); SPECD_KERNELS_ISA=<IsaName> or SetIsa picks another
+// supported one (not thread-safe against running kernels). kVnniEmulated runs the AVX-512
+// VNNI code with the VNNI instruction emulated in AVX2, and kAvxVnniEmulated the AVX-VNNI
+// code likewise, so tests check that code on any AVX2 CPU; they are slower and never the
+// default. AllIsas lists every one, supported or not.
+enum class Isa { kGeneric, kAvx2, kAvx512Vnni, kVnniEmulated, kAvxVnni, kAvxVnniEmulated };
+const std::vector<Isa>& AllIsas();
 Isa ActiveIsa();
 bool IsaSupported(Isa isa);
 // The CPU has AVX-512 BF16: bf16 attention (KvDtype::kBF16) on the VNNI path uses vdpbf16ps.

@@ -9,11 +9,18 @@
 //      tokens 8 per 256-bit one (ops_avx512vnni.cc, -mavx512f/bw/vl/vnni)
 //   2  the same code with AVX-512 emulated by SIMDe in AVX2 (ops_vnni_emulated.cc): runs
 //      the VNNI paths on CPUs without AVX-512, for tests; never chosen by default
+//   3  AVX-VNNI: vpdpbusd in its VEX form on AVX2's 256-bit shapes, 8 weight rows per
+//      vector (ops_avxvnni.cc, -mavxvnni): AVX2 CPUs with AVX-VNNI and no AVX-512 (Intel's
+//      client cores since Alder Lake, its E-core Xeons)
+//   4  that code with vpdpbusd emulated exactly in AVX2 (ops_avxvnni_emulated.cc): runs the
+//      AVX-VNNI paths on CPUs without it, for tests; never chosen by default
 // Every path computes the same exact integer block sums and then the same float steps per
-// (row, token), so all three give bitwise the same MatMul.
+// (row, token), so all five give bitwise the same MatMul.
 #ifndef SPECD_X8_DOT
 #define SPECD_X8_DOT 0
 #endif
+// The backends with 512-bit vectors (Z16 below): AVX-512 VNNI and its emulated twin.
+#define SPECD_X8_Z16 (SPECD_X8_DOT == 1 || SPECD_X8_DOT == 2)
 
 #include <immintrin.h>
 
@@ -21,7 +28,7 @@
 #include <cstring>
 #include <type_traits>
 
-#if SPECD_X8_DOT
+#if SPECD_X8_Z16
 // The VNNI backends' 512-bit and vpdpbusd code is written against SIMDe: its functions are
 // the native intrinsics where the compiler targets the ISA (ops_avx512vnni.cc) and a
 // portable emulation where it does not (ops_vnni_emulated.cc).
@@ -33,6 +40,12 @@
 #if SPECD_X8_DOT == 2 && (defined(SIMDE_X86_AVX512VNNI_NATIVE) || defined(SIMDE_X86_AVX512F_NATIVE))
 #error "ops_vnni_emulated.cc must be built without AVX-512: it is the emulated twin"
 #endif
+#endif
+#if SPECD_X8_DOT == 3 && !defined(__AVXVNNI__)
+#error "ops_avxvnni.cc must be built with -mavxvnni"
+#endif
+#if SPECD_X8_DOT == 4 && (defined(__AVXVNNI__) || defined(__AVX512F__))
+#error "ops_avxvnni_emulated.cc must be built with AVX2 alone: it is the emulated twin"
 #endif
 
 #include "kernels/attn_bf16.h"
@@ -299,16 +312,26 @@ struct Y8 {
   static F LoadPackedHalves(const uint8_t* p, int h) {
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
   }
-#if SPECD_X8_DOT
   // s + the sum of the 4 byte products u * v in each 32-bit lane (u unsigned, v signed),
   // exact in int32.
+#if SPECD_X8_Z16
   static I Dp(I s, I u, I v) { return simde_mm256_dpbusd_epi32(s, u, v); }
+#elif SPECD_X8_DOT == 3
+  static I Dp(I s, I u, I v) { return _mm256_dpbusd_avx_epi32(s, u, v); }
+#elif SPECD_X8_DOT == 4
+  // Even and odd bytes widened to int16 (u by zero, v by sign), then madd's exact int32 pair
+  // sums: each product is at most 255 * 128, so nothing saturates (maddubs could).
+  static I Dp(I s, I u, I v) {
+    const I u_even = _mm256_and_si256(u, _mm256_set1_epi16(0x00FF)), u_odd = _mm256_srli_epi16(u, 8);
+    const I v_even = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8), v_odd = _mm256_srai_epi16(v, 8);
+    return _mm256_add_epi32(s, _mm256_add_epi32(_mm256_madd_epi16(u_even, v_even), _mm256_madd_epi16(u_odd, v_odd)));
+  }
 #endif
   // Keeps a sum's steps in this order: reassociated into trees, they spill to the stack.
   static void Pin(I& s) { __asm__("" : "+x"(s)); }
 };
 
-#if SPECD_X8_DOT
+#if SPECD_X8_Z16
 struct Z16 {
   using I = simde__m512i;
   using F = simde__m512;
@@ -941,7 +964,7 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n
     for (int64_t off = 0; off < first; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
   }
   for (int64_t g = n0; g < n1;) {
-#if SPECD_X8_DOT
+#if SPECD_X8_Z16
     if (T > 1 && n1 - g > 8) {  // 16 rows per 512-bit vector
       MatMulGroup<F, Z16>(w, act, asum8, T, g, n1, y, group);
       g += 16;
@@ -954,8 +977,9 @@ void MatMulX8(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n
 }
 
 // Rows [n0, n1) (n0 a multiple of kPackRows) from w.packed: whole 16-row groups, read in
-// file order. The VNNI backends take a group as one 512-bit vector per code vector, AVX2 as
-// two 8-row halves; both up to 8 tokens a pass (PackedTileX unpacks word by word).
+// file order. The AVX-512 VNNI backends take a group as one 512-bit vector per code vector,
+// AVX2 and AVX-VNNI as two 8-row halves; all up to 8 tokens a pass (PackedTileX unpacks word
+// by word).
 template <class F>
 void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
                    float* y, float* scratch) {
@@ -964,7 +988,7 @@ void MatMulPackedX(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int6
   if constexpr (F::kAsum) {
     for (int64_t i = 0; i < T * nb; ++i) asum8[i] = F::ActSum(act[i]);  // exact integer sums
   }
-#if SPECD_X8_DOT
+#if SPECD_X8_Z16
   using X = Z16;
 #else
   using X = Y8;
@@ -1006,7 +1030,7 @@ void MatMulQ(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0
 
 void MatMulQPacked(const WeightMatrix& w, const ActBlockQ8* act, int64_t T, int64_t n0, int64_t n1,
                    float* y, float* scratch) {
-#if !SPECD_X8_DOT
+#if !SPECD_X8_Z16
   // Unpacking again for every 8-token pass costs as much as one decode into scratch and its
   // 4-token passes by 64 tokens (kernel_cycles --isa avx2 --no-dram [--packed] -T 64, Q4_1,
   // 2026-12-07: 55.5 against 55.6 cycles per weight block; at T = 16 13.9 against 15.1). Long
@@ -2640,8 +2664,12 @@ const Backend kBackend = {
 const Backend* Avx2Backend() { return &kBackend; }
 #elif SPECD_X8_DOT == 1
 const Backend* Avx512VnniBackend() { return &kBackend; }
-#else
+#elif SPECD_X8_DOT == 2
 const Backend* VnniEmulatedBackend() { return &kBackend; }
+#elif SPECD_X8_DOT == 3
+const Backend* AvxVnniBackend() { return &kBackend; }
+#else
+const Backend* AvxVnniEmulatedBackend() { return &kBackend; }
 #endif
 
 }  // namespace specd::kernels::cpu::internal

@@ -7,4 +7,4 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #define SPECD_X8_DOT 1
-#include "kernels/cpu/ops_avx2.cc"  // NOLINT(bugprone-suspicious-include): one source, two ISAs
+#include "kernels/cpu/ops_avx2.cc"  // NOLINT(bugprone-suspicious-include): one source, five ISAs

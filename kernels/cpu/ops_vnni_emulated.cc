@@ -2,4 +2,4 @@
 // in AVX2, so the VNNI paths run, and are checked against the reference, on CPUs without
 // AVX-512. Tests only: never chosen by default (Isa::kVnniEmulated); ~40x slower.
 #define SPECD_X8_DOT 2
-#include "kernels/cpu/ops_avx2.cc"  // NOLINT(bugprone-suspicious-include): one source, three ISAs
+#include "kernels/cpu/ops_avx2.cc"  // NOLINT(bugprone-suspicious-include): one source, five ISAs

@@ -142,11 +142,16 @@ class CpuBackend : public OpsBackend {
   cpu::ThreadPool pool_;
 };
 
+// The SIMD paths compared bitwise against AVX2: the int8 dot's other forms (vpdpbusd at 512
+// and at 256 bits), native and emulated.
+constexpr cpu::Isa kIsasBesideAvx2[] = {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated, cpu::Isa::kAvxVnni,
+                                        cpu::Isa::kAvxVnniEmulated};
+
 // All backends under test. Add e.g. a CUDA backend here (copying inputs to the device).
 std::vector<std::unique_ptr<OpsBackend>>& Backends() {
   static auto* list = [] {
     auto* v = new std::vector<std::unique_ptr<OpsBackend>>();
-    for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni}) {
+    for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni, cpu::Isa::kAvxVnni}) {
       if (cpu::IsaSupported(isa)) {
         v->push_back(std::make_unique<CpuBackend>(isa, 1));
         v->push_back(std::make_unique<CpuBackend>(isa, 3));
@@ -154,9 +159,10 @@ std::vector<std::unique_ptr<OpsBackend>>& Backends() {
         std::printf("NOT RUN: backend %s (this CPU lacks it)\n", cpu::IsaName(isa));
       }
     }
-    // The VNNI code on any AVX2 CPU (its vpdpbusd emulated): slow, so one thread count.
-    if (cpu::IsaSupported(cpu::Isa::kVnniEmulated)) {
-      v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kVnniEmulated, 3));
+    // The VNNI and AVX-VNNI code on any AVX2 CPU (vpdpbusd emulated): slower, so one thread
+    // count each.
+    for (cpu::Isa isa : {cpu::Isa::kVnniEmulated, cpu::Isa::kAvxVnniEmulated}) {
+      if (cpu::IsaSupported(isa)) v->push_back(std::make_unique<CpuBackend>(isa, 3));
     }
     v->push_back(std::make_unique<CpuBackend>(cpu::Isa::kGeneric, 2));
     return v;
@@ -537,6 +543,8 @@ const cpu::internal::Backend* SimdTable(cpu::Isa isa) {
     case cpu::Isa::kAvx2: return cpu::internal::Avx2Backend();
     case cpu::Isa::kAvx512Vnni: return cpu::internal::Avx512VnniBackend();
     case cpu::Isa::kVnniEmulated: return cpu::internal::VnniEmulatedBackend();
+    case cpu::Isa::kAvxVnni: return cpu::internal::AvxVnniBackend();
+    case cpu::Isa::kAvxVnniEmulated: return cpu::internal::AvxVnniEmulatedBackend();
     case cpu::Isa::kGeneric: return nullptr;
   }
   return nullptr;
@@ -890,7 +898,7 @@ TEST(KvInt8Test, SimdQuantizerIsBitwiseQuantizeKvRow) {
         want_sums[r] += want[r * d + i];
       }
     }
-    for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+    for (cpu::Isa isa : cpu::AllIsas()) {
       const auto* be = SimdTable(isa);
       if (be == nullptr || !cpu::IsaSupported(isa)) continue;
       std::vector<int8_t> got(n * d, 99);
@@ -1210,8 +1218,7 @@ TEST(CrossBackend, MatMulSharedEqualsSeparateMatMuls) {
   std::mt19937 rng(18);
   cpu::ThreadPool pool(3);
   const cpu::Isa saved = cpu::ActiveIsa();
-  for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni,
-                       cpu::Isa::kVnniEmulated}) {
+  for (cpu::Isa isa : cpu::AllIsas()) {
     if (!cpu::IsaSupported(isa)) continue;
     cpu::SetIsa(isa);
     for (const TypeInfo& ti : AllTypes()) {
@@ -1260,7 +1267,7 @@ TEST(CrossBackend, VnniMatMulIsBitwiseAvx2) {
         std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f), want(T * rows);
         cpu::SetIsa(cpu::Isa::kAvx2);
         cpu::MatMul(pool, w.m, x.data(), T, want.data());
-        for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+        for (cpu::Isa isa : kIsasBesideAvx2) {
           if (!cpu::IsaSupported(isa)) continue;
           cpu::SetIsa(isa);
           std::vector<float> got(T * rows, -1.0f);
@@ -1352,7 +1359,7 @@ TEST(CrossBackend, AttentionIsBitwiseAcrossSimdPaths) {
         cpu::SetIsa(cpu::Isa::kAvx2);
         cpu::PagedAttention(pool, q, T, hs.hq, c.pos.data() + first, c.bt.data() + first, c.pool.layer,
                             scale, want.data());
-        for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+        for (cpu::Isa isa : kIsasBesideAvx2) {
           if (!cpu::IsaSupported(isa)) continue;
           cpu::SetIsa(isa);
           std::vector<float> got(T * row, -1.0f);
@@ -1484,7 +1491,7 @@ TEST(CrossBackend, ReducedPrecisionAttentionIsBitwiseAcrossSimdPathsOnAwkwardSha
         ASSERT_NEAR(want[i], reference[i], ReducedPrecisionAttentionTolerance(dt))
             << "i=" << i << " d=" << hs.d << " kv " << static_cast<int>(dt);
       }
-      for (cpu::Isa isa : {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+      for (cpu::Isa isa : kIsasBesideAvx2) {
         if (!cpu::IsaSupported(isa)) continue;
         cpu::SetIsa(isa);
         std::vector<float> got(q.size(), -1.0f);
@@ -1539,7 +1546,8 @@ TEST(CrossBackend, PackedMatMulIsBitwiseUnpacked) {
         for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17}) {
           std::vector<float> x = RandVec(rng, T * cols, -2.0f, 2.0f), yr(T * rows);
           ref::MatMul(w.m, x.data(), T, yr.data());
-          for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated}) {
+          for (cpu::Isa isa : cpu::AllIsas()) {
+            if (isa == cpu::Isa::kGeneric) continue;  // unpacked only
             if (!cpu::IsaSupported(isa)) continue;
             cpu::SetIsa(isa);
             std::vector<float> want(T * rows), got(T * rows, -1.0f);
