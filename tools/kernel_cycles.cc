@@ -5,10 +5,15 @@
 //   kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|avxvnni|...] [--no-dram] [--type Q4_1] [-T 16]
 //                 [--packed]   (Q4_1 / Q4_0 read from cpu::PackWeight's layout, as the engine loads them)
 //
-// One thread, weights resident in L2 (a 192 x 576 matrix), so the figure is the
+// One thread, weights resident in L2 (a 192 x 768 matrix and one of 384 rows), so the figure is the
 // kernel's own cost, not DRAM's. For each weight type and T it prints
 //   cyc/blk  = cycles / (rows * cols/32 * T)      (per block dot product)
 //   cyc/wblk = cycles / (rows * cols/32)          (per weight block, all T rows)
+//   tile/wblk = what each further weight block adds:
+//               (cycles at 2 * rows - cycles) / (rows * cols/32)
+//   per call  = the rest, paid once a call whatever the rows: quantizing the T activation rows
+//               and the dispatch (a quarter of cyc/wblk's figure at T = 5 on the Intel VM of
+//               2026-12-07), so tile/wblk is the kernel's own cost
 // and the same for one whole MatMul streaming from a >= 128 MB set of copies
 // ("dram", the decode-like case), plus ParallelFor overhead of the pool.
 #include <x86intrin.h>
@@ -127,19 +132,25 @@ int Main(int argc, char** argv) {
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> x(64 * 1536), y(64 * 49152);
   for (auto& v : x) v = u(rng);
-  std::printf("%-5s %4s %9s %9s\n", "type", "T", "cyc/blk", "cyc/wblk");
+  std::printf("%-5s %4s %9s %9s %10s %9s\n", "type", "T", "cyc/blk", "cyc/wblk", "tile/wblk",
+              "per call");
   for (const TypeSpec& s : types) {
     if (!only_type.empty() && only_type != s.name) continue;
+    // The matrix, and one of twice its rows for the tile's own cost (see the top).
     uint64_t rb;
     std::vector<uint8_t> wb = MakeWeights(s, rows, cols, &rb);
-    WeightMatrix w{s.type, wb.data(), rows, cols, rb};
+    std::vector<uint8_t> wb2 = MakeWeights(s, 2 * rows, cols, &rb);
+    WeightMatrix w{s.type, wb.data(), rows, cols, rb}, w2{s.type, wb2.data(), 2 * rows, cols, rb};
     std::unique_ptr<uint8_t[]> pb = packed ? cpu::PackWeightCopy(&w) : nullptr;
+    std::unique_ptr<uint8_t[]> pb2 = packed ? cpu::PackWeightCopy(&w2) : nullptr;
     for (int64_t T : {1, 2, 3, 4, 5, 6, 8, 9, 16, 64}) {
       if (only_t > 0 && T != only_t) continue;
       const uint64_t c = MinCycles(reps, [&] { cpu::MatMul(pool1, w, x.data(), T, y.data()); });
+      const uint64_t c2 = MinCycles(reps, [&] { cpu::MatMul(pool1, w2, x.data(), T, y.data()); });
       const double wblk = static_cast<double>(rows) * (cols / 32);
-      std::printf("%-5s %4lld %9.2f %9.2f\n", s.name, static_cast<long long>(T), c / (wblk * T),
-                  c / wblk);
+      const double tile = (static_cast<double>(c2) - static_cast<double>(c)) / wblk;
+      std::printf("%-5s %4lld %9.2f %9.2f %10.2f %9.0f\n", s.name, static_cast<long long>(T),
+                  c / (wblk * T), c / wblk, tile, static_cast<double>(c) - tile * wblk);
     }
   }
   // Streaming (copies rotated through ~128 MB): Q4_1 576 x 1536 and 1536 x 576 and the Q8_0
