@@ -2,7 +2,8 @@
 // robust to a loaded machine (minimum over many repetitions; a preempted repetition
 // only ever looks slower).
 //
-//   kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|avxvnni|...] [--no-dram] [--type Q4_1] [-T 16]
+//   kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|avxvnni|...] [--no-dram]
+//                 [--type Q4_1] [-T 16]
 //                 [--packed]   (Q4_1 / Q4_0 read from cpu::PackWeight's layout, as the engine loads them)
 //
 // One thread, weights resident in L2 (a 192 x 768 matrix and one of 384 rows), so the figure is the
@@ -117,8 +118,8 @@ int Main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|avxvnni|...] [--no-dram] "
-                   "[--type Q4_1] [-T 16] [--packed]\n");
+                   "usage: kernel_cycles [--reps N] [--isa generic|avx2|avx512vnni|avxvnni|...] "
+                   "[--no-dram] [--type Q4_1] [-T 16] [--packed]\n");
       return 2;
     }
   }

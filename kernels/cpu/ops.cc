@@ -277,8 +277,8 @@ bool CpuHasAvxVnni() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool has = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return CpuHasAvx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0 &&
-           internal::AvxVnniBackend() != nullptr;
+    return CpuHasAvx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+           (eax & (1u << 4)) != 0 && internal::AvxVnniBackend() != nullptr;
   }();
   return has;
 #else

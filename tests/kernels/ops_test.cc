@@ -144,8 +144,8 @@ class CpuBackend : public OpsBackend {
 
 // The SIMD paths compared bitwise against AVX2: the int8 dot's other forms (vpdpbusd at 512
 // and at 256 bits), native and emulated.
-constexpr cpu::Isa kIsasBesideAvx2[] = {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated, cpu::Isa::kAvxVnni,
-                                        cpu::Isa::kAvxVnniEmulated};
+constexpr cpu::Isa kIsasBesideAvx2[] = {cpu::Isa::kAvx512Vnni, cpu::Isa::kVnniEmulated,
+                                        cpu::Isa::kAvxVnni, cpu::Isa::kAvxVnniEmulated};
 
 // All backends under test. Add e.g. a CUDA backend here (copying inputs to the device).
 std::vector<std::unique_ptr<OpsBackend>>& Backends() {
@@ -555,15 +555,25 @@ TEST_P(BackendTest, ActQuantBitwiseEqualsReference) {
   const auto* be = cpu_backend != nullptr ? SimdTable(cpu_backend->isa()) : nullptr;
   if (be == nullptr) GTEST_SKIP() << "the generic backend quantizes with the reference's code";
   std::mt19937 rng(8);
-  for (float range : {1e-3f, 1.0f, 300.0f}) {
-    std::vector<float> x = RandVec(rng, 32 * 40, -range, range);
-    for (int i = 64; i < 96; ++i) x[i] = 0;
-    x[100] = range * 2;  // a dominant value
-    x[200] = 0.5f * range * 2 / 127 * 3;  // near a rounding tie
-    std::vector<ActBlockQ8> a(40), b(40);
-    QuantizeActRow(x.data(), x.size(), a.data());
-    be->quantize_act(x.data(), x.size(), b.data());
-    ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(ActBlockQ8) * 40), 0) << range;
+  // Block counts around the AVX-512 path's groups of 16 blocks and its block-by-block rest.
+  for (int64_t blocks : {1, 15, 16, 17, 40, 48}) {
+    for (float range : {1e-3f, 1.0f, 300.0f}) {
+      std::vector<float> x = RandVec(rng, 32 * blocks, -range, range);
+      if (blocks > 2) {
+        for (int i = 64; i < 96; ++i) x[i] = 0;  // a block of zeros: d = 0
+        x[33] = -0.0f;
+        x[40] = 1e-40f;  // a denormal
+      }
+      if (blocks > 6) {
+        x[100] = range * 2;  // a dominant value
+        x[200] = 0.5f * range * 2 / 127 * 3;  // near a rounding tie
+      }
+      std::vector<ActBlockQ8> a(blocks), b(blocks);
+      QuantizeActRow(x.data(), x.size(), a.data());
+      be->quantize_act(x.data(), x.size(), b.data());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), sizeof(ActBlockQ8) * blocks), 0)
+          << "blocks=" << blocks << " range=" << range;
+    }
   }
 }
 
