@@ -272,31 +272,27 @@ bool CpuHasAvx512Vnni() {
 #endif
 }
 
-// AVX-VNNI (vpdpbusd in its VEX form, on AVX2's vectors): CPUID leaf 7, sub-leaf 1, EAX bit 4.
-bool CpuHasAvxVnni() {
+// Bit `bit` of CPUID leaf 7, sub-leaf 1, EAX (AVX-VNNI: 4, AVX-512 BF16: 5).
+bool CpuidLeaf7Sub1EaxBit(int bit) {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return CpuHasAvx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
-           (eax & (1u << 4)) != 0 && internal::AvxVnniBackend() != nullptr;
-  }();
-  return has;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << bit)) != 0;
 #else
   return false;
 #endif
 }
 
-// AVX-512 BF16 (vdpbf16ps): CPUID leaf 7, sub-leaf 1, EAX bit 5. Asked once.
-bool CpuHasAvx512Bf16() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return CpuHasAvx512Vnni() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
-  }();
+// AVX-VNNI (vpdpbusd in its VEX form, on AVX2's vectors). Asked once.
+bool CpuHasAvxVnni() {
+  static const bool has =
+      CpuHasAvx2() && CpuidLeaf7Sub1EaxBit(4) && internal::AvxVnniBackend() != nullptr;
   return has;
-#else
-  return false;
-#endif
+}
+
+// AVX-512 BF16 (vdpbf16ps). Asked once.
+bool CpuHasAvx512Bf16() {
+  static const bool has = CpuHasAvx512Vnni() && CpuidLeaf7Sub1EaxBit(5);
+  return has;
 }
 
 const internal::Backend* BackendOf(Isa isa) {
