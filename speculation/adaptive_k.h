@@ -92,6 +92,7 @@ class CostCurve {
     CostCurve c(points_);
     c.depth_ = depth_;
     c.logits_ = logits_;
+    c.catch_up_row_ = catch_up_row_;
     return c;
   }
   const std::vector<std::pair<double, double>>& points() const { return points_; }
@@ -99,11 +100,17 @@ class CostCurve {
   void set_depth(DepthCost depth) { depth_ = depth; }
   const LogitCost& logits() const { return logits_; }
   void set_logits(LogitCost logits) { logits_ = logits; }
+  // A draft round's curve: seconds each committed token a sequence feeds before its drafting
+  // row adds to the round (the draft's catch-up), without the load factor; 0 = not measured.
+  // Linear in the tokens and alike at every batch on a 2-core CPU (calibration.h).
+  double catch_up_row() const { return catch_up_row_; }
+  void set_catch_up_row(double seconds) { catch_up_row_ = seconds; }
 
  private:
   std::vector<std::pair<double, double>> points_;  // sorted by x
   DepthCost depth_;
   LogitCost logits_;
+  double catch_up_row_ = 0.0;
   double scale_ = 1.0;
   int32_t idle_steps_ = 0;  // Relax calls since the last observation
 };

@@ -217,6 +217,38 @@ absl::StatusOr<DepthCost> CalibrateDraftDepth(Drafter& drafter, int32_t vocab, i
   return DepthCost{std::max(0.0, (t_deep - t_shallow) / depth), 0.0};
 }
 
+// CalibrateDraft's catch-up price (see calibration.h): a round of one sequence that feeds
+// kCatchUpCalibrationRows committed tokens before its drafting row, against one that feeds
+// that row alone, alternating, best of 5; seconds per extra row.
+absl::StatusOr<double> CalibrateDraftCatchUp(Drafter& drafter, int32_t vocab) {
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const sampling::PenaltyState none;
+  const sampling::CounterRng rng(0);
+  constexpr SeqId kSeq = -1;
+  const std::vector<int32_t> held = ProbeTokens(8, vocab);
+  std::vector<DraftOutput> out(1);
+  constexpr int kTimedPasses = 5;
+  double best[2] = {1e30, 1e30};  // [0]: one row; [1]: the catch-up
+  for (int pass = 0; pass <= kTimedPasses; ++pass) {
+    for (int which = 0; which < 2; ++which) {
+      const std::vector<int32_t> fed = ProbeTokens(8 + (which == 0 ? 1 : kCatchUpCalibrationRows), vocab);
+      AddProbeFeatures(drafter, kSeq, fed.size());
+      // The drafter first holds `held` (untimed), then catches up on the rest of `fed`.
+      const std::vector<DraftInput> first{DraftInput{kSeq, held, &greedy, &none, &rng, 1}};
+      const std::vector<DraftInput> then{DraftInput{kSeq, fed, &greedy, &none, &rng, 1}};
+      absl::Status st = drafter.Propose(first, absl::MakeSpan(out));
+      const auto t0 = Clock::now();
+      if (st.ok()) st = drafter.Propose(then, absl::MakeSpan(out));
+      const double secs = Since(t0);
+      drafter.Release(kSeq);
+      if (!st.ok()) return st;
+      if (pass > 0) best[which] = std::min(best[which], secs);  // pass 0 warms both shapes
+    }
+  }
+  return std::max(0.0, (best[1] - best[0]) / (kCatchUpCalibrationRows - 1));
+}
+
 }  // namespace
 
 absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences,
@@ -250,6 +282,9 @@ absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_
     if (points.empty() || points.back().first != B) points.push_back({double(B), best});
   }
   CostCurve curve(std::move(points));
+  absl::StatusOr<double> catch_up = CalibrateDraftCatchUp(drafter, vocab);
+  if (!catch_up.ok()) return catch_up.status();
+  curve.set_catch_up_row(*catch_up);
   if (depth_keys >= kMinDepthCalibrationKeys) {
     absl::StatusOr<DepthCost> depth = CalibrateDraftDepth(drafter, vocab, depth_keys);
     if (!depth.ok()) return depth.status();

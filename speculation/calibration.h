@@ -54,7 +54,11 @@ inline constexpr int32_t kDenseCalibrationTokens = 9;
 inline constexpr int32_t kRoundRobinCalibrationTokens = 64;
 
 // Drafter::Propose for 1, 4 and 16 sequences (at most max_sequences) at k = 1 (one round),
-// after a prefill; seconds per draft round. Then, with depth_keys > 0, its DepthCost: a round of
+// after a prefill; seconds per draft round. Then the price of a catch-up row
+// (CostCurve::catch_up_row): one sequence's round after kCatchUpCalibrationRows committed tokens
+// it had not seen, against a round of one row. (The shipped draft on a 2-core CPU: ~25 us a row
+// at 1 and at 16 sequences alike, where its one-row round costs ~0.15 ms; the target's curve
+// shape, which priced it before, read ~half of that.) Then, with depth_keys > 0, its DepthCost: a round of
 // one sequence at depth_keys positions against one at 8, round-robin (a round has one row per
 // sequence, so one term: per_key). A drafter that has no room for the deep sequence
 // (RESOURCE_EXHAUSTED) leaves the curve without one; the caller keeps depth_keys within the
@@ -63,6 +67,8 @@ inline constexpr int32_t kRoundRobinCalibrationTokens = 64;
 // Uses (and releases) ids -1 .. -max_sequences (and -2 for the deep sequence).
 absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences,
                                          int32_t depth_keys = 0);
+// The longest catch-up the policy prices (KPolicy::kMaxPricedCatchUp).
+inline constexpr int32_t kCatchUpCalibrationRows = 16;
 
 // A feature-conditioned drafter drafts nothing without the target's hidden states: a probe
 // sequence of `num_tokens` tokens gets zeros for them (a timing needs the work, not the values).

@@ -9,15 +9,22 @@ namespace {
 
 // The draft model's catch-up on `behind` committed tokens it has not seen. They are rows of the
 // forward that drafts d_1 (ModelDrafter::CatchUp), which a draft round's price already counts
-// once: priced as the rows past that one, by the target's curve (timed at many row counts)
-// scaled to the draft's one-row cost. 0 for a free drafter or nothing to catch up on; with
-// `shape_only`, without the draft curve's load factor (the target's cancels in the ratio).
+// once: priced as the rows past that one, at the draft's calibrated price a row
+// (CostCurve::catch_up_row), or where it has none (a curve from an older service) by the
+// target's curve scaled to the draft's one-row cost. 0 for a free drafter or nothing to catch
+// up on; with `shape_only`, without the draft curve's load factor.
 double CatchUpCost(int32_t behind, const CostCurve& verify, const CostCurve& draft,
                    bool shape_only = false) {
+  if (behind <= 1 || draft.empty()) return 0.0;
+  const double scale = shape_only ? 1.0 : draft.load_factor();
+  // Timed by the draft's calibration: what each of those rows costs the draft itself.
+  if (draft.catch_up_row() > 0) return scale * draft.catch_up_row() * (behind - 1);
+  // Else the target's curve for the shape, scaled to the draft's one-row cost. A draft small
+  // enough to stay in cache prices rows by their arithmetic while the target's first rows ride
+  // on its weight reads: this priced 15 rows of the shipped draft at ~0.5 of their time.
   const double t1 = verify.Shape(1);
-  if (behind <= 1 || draft.empty() || t1 <= 0) return 0.0;
-  const double d1 = shape_only ? draft.Shape(1) : draft.Predict(1);
-  return d1 * (verify.Shape(behind) - t1) / t1;
+  if (t1 <= 0) return 0.0;
+  return scale * draft.Shape(1) * (verify.Shape(behind) - t1) / t1;
 }
 
 // One sequence's step of `rows` rows over `context` KV positions.

@@ -205,9 +205,9 @@ struct Bench {
     }
     absl::StrAppendFormat(&costs,
                           "; context %.2f us a position, %.2f us more a row's position (draft "
-                          "round %.2f us a position); a logit row %.3f ms",
+                          "round %.2f us a position, %.1f us a catch-up row); a logit row %.3f ms",
                           1e6 * v.depth().per_key, 1e6 * v.depth().per_row_key,
-                          1e6 * d.depth().per_key, 1e3 * v.logits().per_row);
+                          1e6 * d.depth().per_key, 1e6 * d.catch_up_row(), 1e3 * v.logits().per_row);
     return costs;
   }
 

@@ -62,6 +62,7 @@ void ToProto(const spec::CostCurve& curve, specd::internal::v1::ServiceInfo* inf
   info->set_step_cost_per_row_key(curve.depth().per_row_key);
   info->set_step_cost_per_logit_row(curve.logits().per_row);
   info->set_step_cost_logit_rows(curve.logits().calibrated_rows);
+  info->set_step_cost_per_catch_up_row(curve.catch_up_row());
 }
 
 spec::CostCurve CostCurveFromProto(const specd::internal::v1::ServiceInfo& info) {
@@ -76,6 +77,7 @@ spec::CostCurve CostCurveFromProto(const specd::internal::v1::ServiceInfo& info)
   if (info.step_cost_logit_rows() > 0) {
     curve.set_logits({seconds(info.step_cost_per_logit_row()), info.step_cost_logit_rows()});
   }
+  curve.set_catch_up_row(seconds(info.step_cost_per_catch_up_row()));
   return curve;
 }
 

@@ -138,12 +138,14 @@ class WorkersTest : public ::testing::Test {
 std::string* WorkersTest::target_path_ = nullptr;
 std::string* WorkersTest::draft_path_ = nullptr;
 
-// The target's cost curve reaches the router whole: its points and what context adds
-// (spec::DepthCost); a negative or NaN depth figure from a peer reads as none.
+// A service's cost curve reaches the router whole: its points, what context adds
+// (spec::DepthCost), a logit row's and a draft's catch-up row's price; a negative or NaN
+// figure from a peer reads as none.
 TEST(CostCurveProtoTest, PointsAndDepthCostRoundTrip) {
   spec::CostCurve curve({{1, 3e-3}, {5, 6e-3}, {64, 50e-3}});
   curve.set_depth({0.99e-6, 0.54e-6});
   curve.set_logits({0.15e-3, 128});
+  curve.set_catch_up_row(25e-6);
   iv1::ServiceInfo info;
   ToProto(curve, &info);
   const spec::CostCurve back = CostCurveFromProto(info);
@@ -152,11 +154,14 @@ TEST(CostCurveProtoTest, PointsAndDepthCostRoundTrip) {
   EXPECT_EQ(back.depth().per_row_key, 0.54e-6);
   EXPECT_EQ(back.logits().per_row, 0.15e-3);
   EXPECT_EQ(back.logits().calibrated_rows, 128);
+  EXPECT_EQ(back.catch_up_row(), 25e-6);
   info.set_step_cost_per_key(-1.0);
   info.set_step_cost_per_row_key(std::nan(""));
   info.set_step_cost_per_logit_row(std::nan(""));
+  info.set_step_cost_per_catch_up_row(std::nan(""));
   EXPECT_TRUE(CostCurveFromProto(info).depth().empty());
   EXPECT_TRUE(CostCurveFromProto(info).logits().empty());
+  EXPECT_EQ(CostCurveFromProto(info).catch_up_row(), 0.0);
   info.set_step_cost_per_logit_row(0.15e-3);
   info.set_step_cost_logit_rows(0);  // a peer that did not measure it
   EXPECT_TRUE(CostCurveFromProto(info).logits().empty());

@@ -740,6 +740,17 @@ TEST(KPolicyTest, PredictDraftPricesTheRoundsItObserves) {
   seqs[1].behind = 2;
   EXPECT_DOUBLE_EQ(policy.PredictDraft(seqs, k), after);
   EXPECT_EQ(KPolicy(KPolicyOptions{}).PredictDraft(seqs, k), 0.0);  // no curve
+  // A draft curve with its own price a catch-up row (its calibration timed it) uses that: 5
+  // rows past round 1's at 0.02 each, whatever the target's curve says, times the load factor.
+  KPolicyOptions timed = o;
+  timed.draft_cost.set_catch_up_row(0.02);
+  KPolicy with_rows(timed);
+  seqs[1].behind = 6;
+  EXPECT_NEAR(with_rows.PredictDraft(seqs, k), rounds + 5 * 0.02, 1e-12);
+  with_rows.ObserveDraft(seqs, k, 2 * (rounds + 5 * 0.02));
+  const double load = with_rows.draft_cost().load_factor();
+  EXPECT_GT(load, 1.0);
+  EXPECT_NEAR(with_rows.PredictDraft(seqs, k), load * (rounds + 5 * 0.02), 1e-12);
 }
 
 // A pinned sequence prices the draft model's catch-up on the nominal costs, from `behind` (its

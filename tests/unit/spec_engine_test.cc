@@ -258,8 +258,10 @@ TEST_F(SpecEngineTest, CalibrationMeasuresWhatALogitRowAdds) {
   EXPECT_EQ((*kv)->num_free_blocks(), 16);
 }
 
-// A drafter whose round costs 0.3 ms plus 3 us per position of each sequence's context, and
-// that has no room past `room` positions (RESOURCE_EXHAUSTED). Proposes token 1, for sure.
+// A drafter whose round costs 0.3 ms plus 3 us per position of each sequence's context, plus
+// 40 us for each committed token it catches up on beyond the row that drafts (tokens past what
+// it holds of the sequence), and that has no room past `room` positions (RESOURCE_EXHAUSTED).
+// Proposes token 1, for sure.
 class ContextCostedDrafter final : public Drafter {
  public:
   explicit ContextCostedDrafter(size_t room) : room_(room) {}
@@ -269,6 +271,9 @@ class ContextCostedDrafter final : public Drafter {
     for (const DraftInput& d : in) {
       if (d.tokens.size() > room_) return absl::ResourceExhaustedError("no KV room");
       us += 3.0 * static_cast<double>(d.tokens.size());
+      size_t& held = held_[d.seq];
+      if (held > 0 && d.tokens.size() > held + 1) us += 40.0 * static_cast<double>(d.tokens.size() - held - 1);
+      held = d.tokens.size();
     }
     std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(us)));
     for (size_t i = 0; i < in.size(); ++i) {
@@ -278,15 +283,17 @@ class ContextCostedDrafter final : public Drafter {
     return absl::OkStatus();
   }
   absl::Status Commit(SeqId, absl::Span<const int32_t>) override { return absl::OkStatus(); }
-  void Release(SeqId) override {}
+  void Release(SeqId seq) override { held_.erase(seq); }
   bool runs_model() const override { return true; }
 
  private:
   size_t room_;
+  std::map<SeqId, size_t> held_;  // tokens of each sequence fed so far
 };
 
 // A draft round's depth cost, measured: 3 us a position comes back; a drafter without room for
 // the deep sequence, or depth 0, leaves the curve without one (and calibrates all the same).
+// And its catch-up: 40 us a row fed beyond the drafting one, plus those rows' 3 us of context.
 TEST(CalibrateDraftTest, MeasuresWhatContextAddsToARound) {
   ContextCostedDrafter roomy(1 << 20), cramped(512);
   absl::StatusOr<CostCurve> curve = CalibrateDraft(roomy, 1000, 4, /*depth_keys=*/1024);
@@ -294,6 +301,7 @@ TEST(CalibrateDraftTest, MeasuresWhatContextAddsToARound) {
   EXPECT_NEAR(curve->depth().per_key, 3e-6, 0.5e-6);
   EXPECT_EQ(curve->depth().per_row_key, 0.0);
   EXPECT_NEAR(curve->Shape(1), 0.324e-3, 0.2e-3);
+  EXPECT_NEAR(curve->catch_up_row(), 43e-6, 12e-6);
   absl::StatusOr<CostCurve> no_room = CalibrateDraft(cramped, 1000, 4, 1024);
   ASSERT_TRUE(no_room.ok()) << no_room.status();
   EXPECT_TRUE(no_room->depth().empty());
