@@ -242,11 +242,12 @@ absl::Status SpecEngine::Calibrate() {
   kv_->FreeSequence(kProbe);
   if (!st.ok()) return st;
   // The refinement times position 0 with every row's logits: both curves keep their depth
-  // costs, and the verify curve its logit rows' price.
+  // costs, the verify curve its logit rows' price and the draft curve its catch-up rows'.
   CostCurve refined(std::move(points)), refined_draft(std::move(dpoints));
   refined.set_depth(verify->depth());
   refined.set_logits(verify->logits());
   refined_draft.set_depth(draft->depth());
+  refined_draft.set_catch_up_row(draft->catch_up_row());
   policy.set_costs(std::move(refined), std::move(refined_draft));
   return absl::OkStatus();
 }

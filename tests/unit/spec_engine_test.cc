@@ -598,6 +598,9 @@ TEST_F(SpecEngineTest, AdaptiveKAndKvPressureKeepGreedyOutput) {
     ASSERT_TRUE(e);
     EXPECT_FALSE(e->verify_cost().empty());
     EXPECT_FALSE(e->draft_cost().empty());
+    // The calibration's price of a catch-up row survives its refinement (a model draft's rows
+    // cost something).
+    EXPECT_GT(e->draft_cost().catch_up_row(), 0.0);
     EXPECT_EQ(EngineGenerate(*e, prompts, params, kNew), plain);
   }
   {
