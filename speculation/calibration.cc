@@ -232,7 +232,8 @@ absl::StatusOr<double> CalibrateDraftCatchUp(Drafter& drafter, int32_t vocab) {
   double best[2] = {1e30, 1e30};  // [0]: one row; [1]: the catch-up
   for (int pass = 0; pass <= kTimedPasses; ++pass) {
     for (int which = 0; which < 2; ++which) {
-      const std::vector<int32_t> fed = ProbeTokens(8 + (which == 0 ? 1 : kCatchUpCalibrationRows), vocab);
+      const int32_t unseen = which == 0 ? 1 : kCatchUpCalibrationRows;
+      const std::vector<int32_t> fed = ProbeTokens(8 + unseen, vocab);
       AddProbeFeatures(drafter, kSeq, fed.size());
       // The drafter first holds `held` (untimed), then catches up on the rest of `fed`.
       const std::vector<DraftInput> first{DraftInput{kSeq, held, &greedy, &none, &rng, 1}};
@@ -242,6 +243,9 @@ absl::StatusOr<double> CalibrateDraftCatchUp(Drafter& drafter, int32_t vocab) {
       if (st.ok()) st = drafter.Propose(then, absl::MakeSpan(out));
       const double secs = Since(t0);
       drafter.Release(kSeq);
+      // No room for 24 tokens: the curve stays without the price (the catch-up then takes the
+      // target's shape), as a drafter without room for the depth probe stays without a depth.
+      if (absl::IsResourceExhausted(st)) return 0.0;
       if (!st.ok()) return st;
       if (pass > 0) best[which] = std::min(best[which], secs);  // pass 0 warms both shapes
     }

@@ -56,9 +56,10 @@ inline constexpr int32_t kRoundRobinCalibrationTokens = 64;
 // Drafter::Propose for 1, 4 and 16 sequences (at most max_sequences) at k = 1 (one round),
 // after a prefill; seconds per draft round. Then the price of a catch-up row
 // (CostCurve::catch_up_row): one sequence's round after kCatchUpCalibrationRows committed tokens
-// it had not seen, against a round of one row. (The shipped draft on a 2-core CPU: ~25 us a row
-// at 1 and at 16 sequences alike, where its one-row round costs ~0.15 ms; the target's curve
-// shape, which priced it before, read ~half of that.) Then, with depth_keys > 0, its DepthCost: a round of
+// it had not seen, against a round of one row (none where the drafter has no room for them).
+// (The shipped draft on a 2-core CPU: ~25 us a row at 1 and at 16 sequences alike, where its
+// one-row round costs ~0.15 ms; the target's curve shape, which priced it before, read ~half
+// of that.) Then, with depth_keys > 0, its DepthCost: a round of
 // one sequence at depth_keys positions against one at 8, round-robin (a round has one row per
 // sequence, so one term: per_key). A drafter that has no room for the deep sequence
 // (RESOURCE_EXHAUSTED) leaves the curve without one; the caller keeps depth_keys within the

@@ -272,7 +272,9 @@ class ContextCostedDrafter final : public Drafter {
       if (d.tokens.size() > room_) return absl::ResourceExhaustedError("no KV room");
       us += 3.0 * static_cast<double>(d.tokens.size());
       size_t& held = held_[d.seq];
-      if (held > 0 && d.tokens.size() > held + 1) us += 40.0 * static_cast<double>(d.tokens.size() - held - 1);
+      if (held > 0 && d.tokens.size() > held + 1) {
+        us += 40.0 * static_cast<double>(d.tokens.size() - held - 1);
+      }
       held = d.tokens.size();
     }
     std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(us)));
@@ -309,6 +311,13 @@ TEST(CalibrateDraftTest, MeasuresWhatContextAddsToARound) {
   absl::StatusOr<CostCurve> none = CalibrateDraft(roomy, 1000, 4, 0);
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(none->depth().empty());
+  // Room for the rounds' 8 tokens but not for a catch-up on 16 more: calibrated all the same,
+  // without a catch-up price (the policy then prices it from the target's curve).
+  ContextCostedDrafter tiny(20);
+  absl::StatusOr<CostCurve> no_catch_up = CalibrateDraft(tiny, 1000, 4, 0);
+  ASSERT_TRUE(no_catch_up.ok()) << no_catch_up.status();
+  EXPECT_FALSE(no_catch_up->empty());
+  EXPECT_EQ(no_catch_up->catch_up_row(), 0.0);
 }
 
 // A slow spell of the machine (three forwards in a row, 12 ms slower each), wherever it falls,
