@@ -182,17 +182,27 @@ void AddProbeFeatures(Drafter& drafter, SeqId seq, size_t num_tokens) {
 
 namespace {
 
+// What the draft calibration's probe rounds sample with: greedy, no penalties, a fixed RNG.
+struct GreedyProbe {
+  GreedyProbe() { greedy.temperature = 0.0f; }
+  GreedyProbe(const GreedyProbe&) = delete;  // its inputs point into it
+  // A k = 1 round of `seq` on `tokens` (which must outlive the input).
+  DraftInput Round(SeqId seq, absl::Span<const int32_t> tokens) const {
+    return DraftInput{seq, tokens, &greedy, &none, &rng, 1};
+  }
+  sampling::SamplingParams greedy;
+  const sampling::PenaltyState none;
+  const sampling::CounterRng rng{0};
+};
+
 // CalibrateDraft's depth term (see calibration.h).
 absl::StatusOr<DepthCost> CalibrateDraftDepth(Drafter& drafter, int32_t vocab, int32_t depth) {
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  const sampling::PenaltyState none;
-  const sampling::CounterRng rng(0);
+  const GreedyProbe probe;
   const std::vector<int32_t> shallow_prompt = ProbeTokens(8, vocab);
   const std::vector<int32_t> deep_prompt = ProbeTokens(depth, vocab);
   constexpr SeqId kShallow = -1, kDeep = -2;
-  std::vector<DraftInput> shallow{DraftInput{kShallow, shallow_prompt, &greedy, &none, &rng, 1}};
-  std::vector<DraftInput> deep{DraftInput{kDeep, deep_prompt, &greedy, &none, &rng, 1}};
+  std::vector<DraftInput> shallow{probe.Round(kShallow, shallow_prompt)};
+  std::vector<DraftInput> deep{probe.Round(kDeep, deep_prompt)};
   AddProbeFeatures(drafter, kShallow, shallow_prompt.size());
   AddProbeFeatures(drafter, kDeep, deep_prompt.size());
   std::vector<DraftOutput> out(1);
@@ -221,23 +231,21 @@ absl::StatusOr<DepthCost> CalibrateDraftDepth(Drafter& drafter, int32_t vocab, i
 // kCatchUpCalibrationRows committed tokens before its drafting row, against one that feeds
 // that row alone, alternating, best of 5; seconds per extra row.
 absl::StatusOr<double> CalibrateDraftCatchUp(Drafter& drafter, int32_t vocab) {
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  const sampling::PenaltyState none;
-  const sampling::CounterRng rng(0);
+  const GreedyProbe probe;
   constexpr SeqId kSeq = -1;
   const std::vector<int32_t> held = ProbeTokens(8, vocab);
+  // [0]: one unseen token (the drafting row alone); [1]: the catch-up.
+  const std::vector<int32_t> fed[2] = {ProbeTokens(8 + 1, vocab),
+                                       ProbeTokens(8 + kCatchUpCalibrationRows, vocab)};
   std::vector<DraftOutput> out(1);
   constexpr int kTimedPasses = 5;
-  double best[2] = {1e30, 1e30};  // [0]: one row; [1]: the catch-up
+  double best[2] = {1e30, 1e30};
   for (int pass = 0; pass <= kTimedPasses; ++pass) {
     for (int which = 0; which < 2; ++which) {
-      const int32_t unseen = which == 0 ? 1 : kCatchUpCalibrationRows;
-      const std::vector<int32_t> fed = ProbeTokens(8 + unseen, vocab);
-      AddProbeFeatures(drafter, kSeq, fed.size());
+      AddProbeFeatures(drafter, kSeq, fed[which].size());
       // The drafter first holds `held` (untimed), then catches up on the rest of `fed`.
-      const std::vector<DraftInput> first{DraftInput{kSeq, held, &greedy, &none, &rng, 1}};
-      const std::vector<DraftInput> then{DraftInput{kSeq, fed, &greedy, &none, &rng, 1}};
+      const std::vector<DraftInput> first{probe.Round(kSeq, held)};
+      const std::vector<DraftInput> then{probe.Round(kSeq, fed[which])};
       absl::Status st = drafter.Propose(first, absl::MakeSpan(out));
       const auto t0 = Clock::now();
       if (st.ok()) st = drafter.Propose(then, absl::MakeSpan(out));
@@ -257,17 +265,14 @@ absl::StatusOr<double> CalibrateDraftCatchUp(Drafter& drafter, int32_t vocab) {
 
 absl::StatusOr<CostCurve> CalibrateDraft(Drafter& drafter, int32_t vocab, int32_t max_sequences,
                                          int32_t depth_keys) {
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  const sampling::PenaltyState none;
-  const sampling::CounterRng rng(0);
+  const GreedyProbe probe;
   const std::vector<int32_t> prompt = ProbeTokens(8, vocab);
   std::vector<std::pair<double, double>> points;
   for (int32_t b : {1, 4, 16}) {
     const int32_t B = std::max(1, std::min(b, max_sequences));
     std::vector<DraftInput> in(B);
     std::vector<DraftOutput> out(B);
-    for (int32_t i = 0; i < B; ++i) in[i] = DraftInput{-1 - i, prompt, &greedy, &none, &rng, 1};
+    for (int32_t i = 0; i < B; ++i) in[i] = probe.Round(-1 - i, prompt);
     for (int32_t i = 0; i < B; ++i) AddProbeFeatures(drafter, -1 - i, prompt.size());
     // Rep 0 prefills; then best of several. A draft cost measured too high would keep k at 0,
     // and then no draft step ever corrects it. A Propose of k = 1 runs exactly one draft round
